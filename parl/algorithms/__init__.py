@@ -1,0 +1,38 @@
+"""RL algorithms built on ``parl.Algorithm``.
+
+Each algorithm lives in its own module and is imported on first access, so
+``parl.algorithms.PolicyGradient`` loads only what PolicyGradient needs. To add one, write its
+module and add a line to ``_ALGORITHMS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> module defining it
+_ALGORITHMS: dict[str, str] = {
+    "PolicyGradient": "parl.algorithms.policy_gradient",
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.algorithms.policy_gradient import PolicyGradient
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name = _ALGORITHMS[name]
+    except KeyError:
+        raise AttributeError(
+            f"module 'parl.algorithms' has no attribute {name!r}; available: {sorted(_ALGORITHMS)}"
+        ) from None
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ALGORITHMS))
+
+
+__all__ = sorted(_ALGORITHMS)

@@ -1,0 +1,179 @@
+"""``parl.Algorithm``: owns the models, the losses and the optimizers of one RL method.
+
+An algorithm's models and optimizers are simply its attributes: every ``torch.nn.Module``
+attribute (``self.model``, ``self.target_model``, ...) is a model and every
+``torch.optim.Optimizer`` attribute an optimizer. ``get_weights``, ``set_weights`` and the training
+checkpoint of ``parl.Agent`` cover all of them, whether or not a subclass calls
+``super().__init__`` (PARL's own algorithms often do not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from parl.core.model import check_tensors_fit, module_weights, set_module_weights
+
+__all__ = ["Algorithm", "require_model_methods", "resolve_device"]
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; any other string goes to ``torch.device``."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(
+            f"device must be 'auto', a device string such as 'cpu' or 'cuda:0', or a "
+            f"torch.device, got {device!r} ({type(device).__name__})"
+        )
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r} is not a valid torch device: {exc}") from None
+
+
+def _has_method(model: nn.Module, name: str) -> bool:
+    method = getattr(type(model), name, None)
+    if name == "forward":  # nn.Module defines a placeholder forward that only raises
+        return method is not None and method is not nn.Module.forward
+    return callable(method) or callable(getattr(model, name, None))
+
+
+def require_model_methods(
+    model: object, methods: Iterable[str], algorithm: str, argument: str = "model"
+) -> None:
+    """Check at construction time that ``model`` is an ``nn.Module`` with every method needed.
+
+    Raises ``TypeError`` naming the algorithm, the argument, the model class and the missing
+    methods, instead of an ``AttributeError`` deep inside the first ``learn`` call.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"{algorithm}: {argument} must be a parl.Model (a torch.nn.Module), "
+            f"got {type(model).__name__}"
+        )
+    missing = [name for name in methods if not _has_method(model, name)]
+    if missing:
+        needed = ", ".join(f"{name}()" for name in missing)
+        raise TypeError(
+            f"{algorithm} needs {argument} to define {needed}, but {type(model).__name__} "
+            f"does not; add {'it' if len(missing) == 1 else 'them'} to {type(model).__name__}"
+        )
+
+
+class Algorithm:
+    """Base class of RL algorithms (PolicyGradient, DQN, DDPG, ...).
+
+    Subclasses list the model methods they call in ``model_methods`` (checked when the algorithm
+    is built) and implement ``learn`` (one gradient step from a batch of tensors), ``predict``
+    (the greedy or deterministic output) and ``sample`` (the exploring output).
+    """
+
+    #: Methods the algorithm calls on ``model``; checked by ``__init__``.
+    model_methods: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, model: nn.Module, *, device: torch.device | str | None = None) -> None:
+        """Keep ``model`` as ``self.model``, moved to ``device`` (``None``: leave it where it is)."""
+        require_model_methods(model, self.model_methods, type(self).__name__)
+        if device is not None:
+            model.to(resolve_device(device))
+        self.model = model
+
+    # -- what the algorithm holds ------------------------------------------------------------
+    def named_models(self) -> dict[str, nn.Module]:
+        """``{attribute name: module}`` for every ``nn.Module`` attribute, in assignment order."""
+        return _named_attributes(self, nn.Module)
+
+    def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """``{attribute name: optimizer}`` for every ``torch.optim.Optimizer`` attribute."""
+        return _named_attributes(self, torch.optim.Optimizer)
+
+    def named_lr_schedulers(self) -> dict[str, torch.optim.lr_scheduler.LRScheduler]:
+        """``{attribute name: scheduler}`` for every learning-rate scheduler attribute."""
+        return _named_attributes(self, torch.optim.lr_scheduler.LRScheduler)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the first parameter or buffer of the algorithm's models (CPU if none)."""
+        for model in self.named_models().values():
+            for tensor in model.parameters():
+                return tensor.device
+            for tensor in model.buffers():
+                return tensor.device
+        return torch.device("cpu")
+
+    # -- weights -------------------------------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Weights of all models, as numpy copies named ``"<attribute>.<state_dict name>"``.
+
+        For example ``{"model.fc1.weight": ..., "target_model.fc1.weight": ...}``.
+        """
+        weights: dict[str, np.ndarray] = {}
+        for prefix, model in self.named_models().items():
+            for name, array in module_weights(model).items():
+                weights[f"{prefix}.{name}"] = array
+        return weights
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Load the output of ``get_weights()`` of an algorithm of the same kind.
+
+        Everything is checked before anything is written: a missing, unexpected or misshapen
+        tensor raises ``ValueError`` naming it and leaves every model unchanged.
+        """
+        if not isinstance(weights, Mapping):
+            raise TypeError(
+                f"weights must be a dict of name -> numpy array (as returned by get_weights()), "
+                f"got {type(weights).__name__}"
+            )
+        models = self.named_models()
+        parts: dict[str, dict[str, Any]] = {prefix: {} for prefix in models}
+        unexpected = []
+        for key, value in weights.items():
+            prefix, _, name = str(key).partition(".")
+            if prefix in parts and name:
+                parts[prefix][name] = value
+            else:
+                unexpected.append(key)
+        if unexpected:
+            raise ValueError(
+                f"weights has names that belong to no model of {type(self).__name__}: "
+                f"{unexpected}; expected names start with one of {[p + '.' for p in models]}"
+            )
+        for prefix, model in models.items():
+            check_tensors_fit(
+                dict(model.state_dict(keep_vars=True)),
+                parts[prefix],
+                what=f"weights for {type(self).__name__}.{prefix}",
+                owner=type(model).__name__,
+            )
+        for prefix, model in models.items():
+            set_module_weights(model, parts[prefix])
+
+    # -- the algorithm proper ------------------------------------------------------------------
+    def learn(self, *args: Any, **kwargs: Any) -> Any:
+        """One update from a batch of tensors; returns the loss (or a dict of statistics)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement learn()")
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """The greedy (evaluation) output for a batch of observation tensors."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement predict()")
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """The exploring (training) output for a batch of observation tensors."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement sample()")
+
+
+def _named_attributes(owner: object, kind: type[Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+    for name, value in vars(owner).items():
+        if isinstance(value, kind) and id(value) not in seen:
+            seen.add(id(value))
+            found[name] = value
+    return found

@@ -1,0 +1,237 @@
+"""Checkpoint files: atomic writes, checked loads and full training checkpoints.
+
+Two kinds of file are written with ``torch.save``:
+
+* a model checkpoint (``Agent.save``): the model's ``state_dict``, readable with plain
+  ``torch.load`` and ``model.load_state_dict``;
+* a training checkpoint (``Agent.save_checkpoint``): every model, optimizer and learning-rate
+  scheduler of an algorithm, the random number generator states of Python, numpy and torch, and
+  the caller's step counters, so that a run resumed from it continues exactly as it would have.
+
+Files are written to a temporary file next to the destination and renamed over it, so an
+interrupted save leaves either the previous file or the new one, never half of one. Loading uses
+``torch.load(weights_only=True)``: a checkpoint cannot run code when it is read.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from parl.core.model import check_tensors_fit
+
+__all__ = [
+    "TrainingState",
+    "atomic_save",
+    "capture_rng_state",
+    "load_file",
+    "load_training_checkpoint",
+    "load_weights_checked",
+    "restore_rng_state",
+    "save_training_checkpoint",
+]
+
+_FORMAT = "parl.training_checkpoint"
+_VERSION = 1
+
+PathLike = str | os.PathLike[str]
+
+
+class TrainingState(NamedTuple):
+    """What a training checkpoint gives back besides the restored models and optimizers."""
+
+    counters: dict[str, int | float]
+    extra: dict[str, Any]
+
+
+def _check_path(path: object, argument: str = "save_path") -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(os.fspath(path))
+
+
+def atomic_save(obj: Any, path: PathLike) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically, creating missing parent folders."""
+    target = _check_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def load_file(path: PathLike, map_location: Any = None) -> Any:
+    """``torch.load`` with ``weights_only=True``; ``map_location=None`` loads onto the CPU."""
+    source = _check_path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {str(source)!r}")
+    return torch.load(source, map_location="cpu" if map_location is None else map_location,
+                      weights_only=True)
+
+
+def load_weights_checked(module: nn.Module, state: Any, source: str) -> None:
+    """``module.load_state_dict(state)`` after checking every name and shape.
+
+    A checkpoint of a different architecture raises ``ValueError`` naming the tensor that does
+    not fit (``source`` says where the state came from).
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{source} does not hold a state_dict (found {type(state).__name__})")
+    check_tensors_fit(
+        dict(module.state_dict(keep_vars=True)), state, what=source, owner=type(module).__name__
+    )
+    module.load_state_dict(state)
+
+
+# -- random number generators ------------------------------------------------------------------
+def capture_rng_state() -> dict[str, Any]:
+    """States of Python's ``random``, numpy's global generator and torch (CPU and CUDA)."""
+    np_state = np.random.get_state(legacy=False)
+    assert isinstance(np_state, dict)
+    inner = np_state["state"]
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np.asarray(inner["key"]).astype(np.int64)),
+            "pos": int(inner["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of ``capture_rng_state``."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": np_state["bit_generator"],
+            "state": {
+                "key": np_state["key"].numpy().astype(np.uint32),
+                "pos": np_state["pos"],
+            },
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- training checkpoints ----------------------------------------------------------------------
+def _check_counters(counters: Mapping[str, Any] | None) -> dict[str, int | float]:
+    if counters is None:
+        return {}
+    if not isinstance(counters, Mapping):
+        raise TypeError(f"counters must be a dict of name -> int, got {type(counters).__name__}")
+    checked: dict[str, int | float] = {}
+    for name, value in counters.items():
+        if not isinstance(name, str):
+            raise TypeError(f"counters keys must be str, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"counters[{name!r}] must be an int or float, got {type(value).__name__}"
+            )
+        checked[name] = value.item() if isinstance(value, np.generic) else value
+    return checked
+
+
+def save_training_checkpoint(
+    path: PathLike,
+    models: Mapping[str, nn.Module],
+    optimizers: Mapping[str, torch.optim.Optimizer],
+    lr_schedulers: Mapping[str, Any] | None = None,
+    counters: Mapping[str, int | float] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write everything needed to resume training exactly; returns the file's path.
+
+    ``extra`` may hold tensors, numbers, strings and nested lists/dicts of them (for example the
+    ``state_dict()`` of a ``parl.utils`` scheduler); it comes back from
+    ``load_training_checkpoint``.
+    """
+    payload = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "models": {name: model.state_dict() for name, model in models.items()},
+        "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+        "lr_schedulers": {name: s.state_dict() for name, s in (lr_schedulers or {}).items()},
+        "rng": capture_rng_state(),
+        "counters": _check_counters(counters),
+        "extra": dict(extra or {}),
+    }
+    return atomic_save(payload, path)
+
+
+def _check_names(kind: str, expected: Mapping[str, Any], found: Mapping[str, Any], src: str) -> None:
+    if set(expected) != set(found):
+        raise ValueError(
+            f"{src} holds {kind} {sorted(found)} but the algorithm has {sorted(expected)}"
+        )
+
+
+def load_training_checkpoint(
+    path: PathLike,
+    models: Mapping[str, nn.Module],
+    optimizers: Mapping[str, torch.optim.Optimizer],
+    lr_schedulers: Mapping[str, Any] | None = None,
+    map_location: Any = None,
+    restore_rng: bool = True,
+) -> TrainingState:
+    """Restore what ``save_training_checkpoint`` wrote, after checking that it all fits."""
+    source = f"checkpoint {os.fspath(path)!r}"
+    payload = load_file(path, map_location)
+    if not isinstance(payload, Mapping) or payload.get("format") != _FORMAT:
+        raise ValueError(
+            f"{source} is not a training checkpoint (write one with Agent.save_checkpoint; "
+            f"use Agent.restore for a model checkpoint)"
+        )
+    lr_schedulers = lr_schedulers or {}
+    _check_names("models", models, payload["models"], source)
+    _check_names("optimizers", optimizers, payload["optimizers"], source)
+    _check_names("lr_schedulers", lr_schedulers, payload["lr_schedulers"], source)
+    for name, model in models.items():  # check every model before changing any
+        check_tensors_fit(
+            dict(model.state_dict(keep_vars=True)),
+            payload["models"][name],
+            what=f"{source}, model {name!r}",
+            owner=type(model).__name__,
+        )
+    for name, model in models.items():
+        model.load_state_dict(payload["models"][name])
+    for name, optimizer in optimizers.items():
+        try:
+            optimizer.load_state_dict(payload["optimizers"][name])
+        except ValueError as exc:
+            raise ValueError(f"{source}: optimizer {name!r} does not fit: {exc}") from None
+    for name, scheduler in lr_schedulers.items():
+        scheduler.load_state_dict(payload["lr_schedulers"][name])
+    if restore_rng:
+        restore_rng_state(payload["rng"])
+    return TrainingState(counters=dict(payload["counters"]), extra=dict(payload["extra"]))

@@ -1,0 +1,44 @@
+"""The exception tree of parl, rooted at :class:`ParlError`.
+
+Every class here pickles (``super().__init__`` receives all arguments), so an error raised in an
+actor process can travel back to the caller unchanged.
+"""
+
+from __future__ import annotations
+
+
+class ParlError(Exception):
+    """Base class of every error raised by parl itself."""
+
+
+class RemoteError(ParlError):
+    """An actor call failed in a way that cannot be shown as the original exception.
+
+    ``type_name`` is the qualified name of the remote exception type (empty when the failure is
+    not an exception raised by user code), ``remote_traceback`` the formatted remote traceback.
+    """
+
+    def __init__(self, message: str, type_name: str = "", remote_traceback: str = "") -> None:
+        super().__init__(message, type_name, remote_traceback)
+        self.message = message
+        self.type_name = type_name
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ActorDiedError(RemoteError):
+    """The actor's worker process ended; every pending and later call on the actor raises this."""
+
+
+class ActorMemoryError(ActorDiedError):
+    """The actor's worker was stopped because it exceeded its ``max_memory`` limit."""
+
+
+class ActorClosedError(RemoteError):
+    """A call was made on an actor that was closed by the caller."""
+
+
+class SerializationError(ParlError, TypeError):
+    """A value could not be pickled (also a ``TypeError``, as the call site expects)."""

@@ -1,0 +1,53 @@
+"""``@parl.remote_class``: the decorator that makes a class's instances live in worker processes."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from parl.remote.proxy import RemoteOptions, build_proxy_class
+
+_VALID_KEYWORDS = ("max_memory", "wait")
+
+
+def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
+    """Decorate a class so that each instance is an actor in its own worker process.
+
+    Use bare (``@parl.remote_class``) or with keywords:
+
+    ``wait`` (default True): methods return their result; with ``wait=False`` they return a
+    :class:`parl.Future` at once (``get(block=True, timeout=None)``, ``get_nowait()``,
+    ``empty()``), so calls on several actors run in parallel.
+
+    ``max_memory`` (megabytes, default unlimited): the worker is stopped when its private
+    memory exceeds this; calls then raise :class:`parl.ActorMemoryError`.
+
+    The decorated name is a proxy class; ``._original`` is the undecorated class.
+    """
+    unknown = sorted(set(kwargs) - set(_VALID_KEYWORDS))
+    if unknown:
+        raise TypeError(
+            f"remote_class() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+            f"valid keywords are: {', '.join(_VALID_KEYWORDS)}"
+        )
+    options = RemoteOptions(**kwargs)
+    if cls is None:
+        return _decorator(options)
+    return _decorate(cls, options)
+
+
+def _decorator(options: RemoteOptions) -> Callable[[Any], type]:
+    def decorate(cls: Any) -> type:
+        return _decorate(cls, options)
+
+    return decorate
+
+
+def _decorate(cls: Any, options: RemoteOptions) -> type:
+    if not isinstance(cls, type):
+        raise TypeError(
+            f"@parl.remote_class decorates a class, got {type(cls).__name__} {cls!r}; "
+            "put it on a class definition (or use @parl.remote_class(wait=..., max_memory=...))"
+        )
+    if getattr(cls, "_original", None) is not None and hasattr(cls, "_parl_options"):
+        raise TypeError(f"{cls.__qualname__} is already a remote class")
+    return build_proxy_class(cls, options)

@@ -1,0 +1,68 @@
+"""Futures returned by the methods of ``@parl.remote_class(wait=False)`` actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parl.errors import ParlError
+from parl.wire.caller import CallTimeout, Connection
+
+_UNSET = object()
+
+
+class FutureEmpty(ParlError, TimeoutError):
+    """``get_nowait()`` on a future whose result has not arrived yet."""
+
+
+class Future:
+    """The pending result of one remote call.
+
+    ``get()`` blocks for the result (or re-raises the remote exception); ``get(timeout=s)``
+    raises ``TimeoutError`` after ``s`` seconds; ``get_nowait()`` raises :class:`FutureEmpty`
+    when the result is not in yet; ``empty()`` tells without blocking. ``get`` may be called
+    again and returns the same result (or raises the same exception).
+    """
+
+    __slots__ = ("_conn", "_call_id", "_value", "_error", "__weakref__")
+
+    def __init__(self, conn: Connection, call_id: int) -> None:
+        self._conn = conn
+        self._call_id = call_id
+        self._value: Any = _UNSET
+        self._error: BaseException | None = None
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if self._value is _UNSET and self._error is None:
+            if not block:
+                return self.get_nowait()
+            try:
+                self._value = self._conn.wait(self._call_id, timeout)
+            except CallTimeout:
+                raise
+            except BaseException as exc:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def get_nowait(self) -> Any:
+        if self.empty():
+            raise FutureEmpty(f"the result of call {self._call_id} on {self._conn.label} is not ready")
+        return self.get()
+
+    def empty(self) -> bool:
+        """True while the result has not arrived."""
+        if self._value is not _UNSET or self._error is not None:
+            return False
+        return not self._conn.ready(self._call_id)
+
+    def __del__(self) -> None:
+        if self._value is _UNSET and self._error is None:
+            try:
+                self._conn.discard(self._call_id)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    def __repr__(self) -> str:
+        state = "pending" if self._value is _UNSET and self._error is None else "done"
+        return f"<parl.Future call {self._call_id} on {self._conn.label}: {state}>"

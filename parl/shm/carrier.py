@@ -1,0 +1,202 @@
+"""The local carrier: actors in worker processes on this machine, data through shared memory.
+
+The fork server starts with the first actor and stops when the last one is gone, so nothing runs
+while no actor exists. Each actor gets a Unix socket pair for the protocol (shared-memory
+segments travel on it as descriptors) and two pipes for its stdout and stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from parl.errors import ActorDiedError, ActorMemoryError, ParlError
+from parl.shm.link import DEFAULT_THRESHOLD, ShmLink
+from parl.shm.output import OutputForwarder
+from parl.shm.pool import ForkServer
+from parl.shm.segment import segment_table
+from parl.shm.worker import EXIT_MAX_MEMORY
+from parl.wire.caller import Connection
+from parl.wire.framing import FrameSocket
+
+_EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
+
+
+class LocalCarrier:
+    """Creates actors in local worker processes.
+
+    ``forward_output``: print actors' stdout/stderr here with a prefix (else discard them).
+    ``preload``: modules the fork server imports once for every worker (e.g. ``("torch",)``).
+    ``threshold``: buffers of at least this many bytes cross through shared memory.
+    """
+
+    def __init__(
+        self,
+        forward_output: bool = True,
+        preload: tuple[str, ...] = (),
+        threshold: int = DEFAULT_THRESHOLD,
+    ) -> None:
+        self.forward_output = forward_output
+        self.preload = tuple(preload)
+        self.threshold = threshold
+        self._lock = threading.RLock()
+        self._server: ForkServer | None = None
+        self._forwarder: OutputForwarder | None = None
+        self._live = 0
+
+    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+        """Start a worker for an actor of ``class_name``; returns its connection (no INIT sent)."""
+        with self._lock:
+            if self._server is None or not self._server.alive:
+                _raise_fd_limit()
+                self._server = ForkServer(self.preload)
+            if self._forwarder is None:
+                self._forwarder = OutputForwarder()
+            server, forwarder = self._server, self._forwarder
+            self._live += 1
+        try:
+            return self._start(server, forwarder, class_name, options)
+        except BaseException:
+            self._actor_gone()
+            raise
+
+    def _start(
+        self, server: ForkServer, forwarder: OutputForwarder, class_name: str, options: dict
+    ) -> Connection:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.forward_output:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+        else:
+            out_r, out_w = -1, os.open(os.devnull, os.O_WRONLY)
+            err_r, err_w = -1, os.open(os.devnull, os.O_WRONLY)
+        try:
+            worker_options = {
+                "caller_pid": os.getpid(),
+                "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+                "cwd": os.getcwd(),
+                "max_memory": options.get("max_memory"),
+                "label": class_name,
+                "threshold": self.threshold,
+            }
+            pid = server.spawn([theirs.fileno(), out_w, err_w], worker_options)
+        except BaseException:
+            ours.close()
+            for fd in (out_r, err_r):
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        label = f"{class_name} pid={pid}"
+        if self.forward_output:
+            forwarder.add(out_r, "stdout", f"({label}) ")
+            forwarder.add(err_r, "stderr", f"({label}) ")
+        liveness = _WorkerLiveness(self, server, pid, label, options.get("max_memory"))
+        return Connection(FrameSocket(ours), ShmLink(segment_table(), self.threshold), liveness, label)
+
+    def _actor_gone(self) -> None:
+        with self._lock:
+            self._live -= 1
+            if self._live > 0:
+                return
+            server, self._server = self._server, None
+            forwarder, self._forwarder = self._forwarder, None
+        if server is not None:
+            server.close()
+        if forwarder is not None:
+            forwarder.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._live = 1
+        self._actor_gone()
+
+    @property
+    def live_actors(self) -> int:
+        return self._live
+
+    @property
+    def server_pid(self) -> int | None:
+        server = self._server
+        return server.pid if server is not None else None
+
+
+class _WorkerLiveness:
+    """A worker's pidfd, readable once the process has ended, and its cause of death."""
+
+    def __init__(
+        self, carrier: LocalCarrier, server: ForkServer, pid: int, label: str, max_memory: Any
+    ) -> None:
+        self._carrier = carrier
+        self._server = server
+        self.pid = pid
+        self._label = label
+        self._max_memory = max_memory
+        self._closed = False
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None
+
+    def fileno(self) -> int | None:
+        return self._pidfd
+
+    def is_alive(self) -> bool:
+        if self._pidfd is not None:
+            readable, _, _ = select.select([self._pidfd], [], [], 0)
+            return not readable
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def death_error(self) -> ParlError:
+        code = self._server.exit_code(self.pid, _EXIT_WAIT_S)
+        if code == EXIT_MAX_MEMORY:
+            return ActorMemoryError(
+                f"actor {self._label} exceeded its max_memory of {self._max_memory} MB and was "
+                "stopped; raise max_memory in @parl.remote_class or use less memory"
+            )
+        if code is None:
+            how = "ended (exit status unknown)"
+        elif code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        return ActorDiedError(
+            f"the worker process of actor {self._label} {how}; the actor is gone, create a new one"
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._carrier._actor_gone()
+
+
+def _raise_fd_limit() -> None:
+    """Each shared segment holds a descriptor: allow as many as the hard limit does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass

@@ -1,0 +1,99 @@
+"""Prints what actors write to their stdout and stderr on the caller's, line by line.
+
+One daemon thread serves every worker's pipes with a selector. Each line gets a prefix naming
+the actor (``(Sampler pid=1234) ``) and goes to the caller's current ``sys.stdout`` or
+``sys.stderr``; a partial line waits for its newline, or for the end of the pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import sys
+import threading
+
+
+class OutputForwarder:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._partial: dict[int, bytes] = {}
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def add(self, fd: int, stream: str, prefix: str) -> None:
+        """Forward pipe ``fd`` to ``sys.<stream>``; the forwarder closes ``fd`` at its end."""
+        with self._lock:
+            self._selector.register(fd, selectors.EVENT_READ, (stream, prefix.encode()))
+            self._partial[fd] = b""
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="parl-output", daemon=True
+                )
+                self._thread.start()
+        os.write(self._wake_w, b"x")
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Forward what is left on every pipe (their writers have exited) and stop."""
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        os.write(self._wake_w, b"x")
+        if thread is not None:
+            thread.join(timeout)
+        with self._lock:
+            for key in list(self._selector.get_map().values()):
+                if key.fd != self._wake_r:
+                    self._selector.unregister(key.fd)
+                    os.close(key.fd)
+            self._selector.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except (OSError, ValueError, KeyError):
+            pass  # closed under us by close() after its timeout
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closing and len(self._selector.get_map()) <= 1:
+                    return
+            events = self._selector.select(timeout=0.5 if self._closing else None)
+            if not events and self._closing:
+                return
+            for key, _ in events:
+                if key.data is None:
+                    os.read(self._wake_r, 4096)
+                    continue
+                self._pump(key.fd, *key.data)
+
+    def _pump(self, fd: int, stream: str, prefix: bytes) -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        data = self._partial.get(fd, b"") + chunk
+        if chunk:
+            lines = data.split(b"\n")
+            self._partial[fd] = lines.pop()
+        else:
+            lines = [data] if data else []
+            with self._lock:
+                self._selector.unregister(fd)
+                self._partial.pop(fd, None)
+            os.close(fd)
+        if lines:
+            text = "".join(
+                (prefix + line + b"\n").decode("utf-8", "backslashreplace") for line in lines
+            )
+            target = sys.stdout if stream == "stdout" else sys.stderr
+            try:
+                target.write(text)
+                target.flush()
+            except (OSError, ValueError):
+                pass

@@ -1,0 +1,130 @@
+"""The caller's handle on the fork server (see :mod:`parl.shm.forkserver`)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import parl
+from parl.errors import ParlError
+from parl.wire.framing import FrameSocket
+
+_START_TIMEOUT_S = 60.0
+
+
+class ForkServer:
+    """Starts the fork server process and asks it for workers.
+
+    ``preload`` names extra modules the server imports once so that every worker has them
+    (``["torch"]`` saves each torch-using actor the import).
+    """
+
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(parl.__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from parl.shm.forkserver import main; main()",
+                    str(child.fileno()),
+                    *preload,
+                ],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in the terminal reaches the caller only
+                env=env,
+            )
+        finally:
+            child.close()
+        self.pid = self._proc.pid
+        self._ctrl = FrameSocket(parent)
+        self._lock = threading.Lock()
+        self._tokens = 0
+        self._exits: dict[int, int] = {}
+        self._closed = False
+
+    def spawn(self, fds: list[int], options: dict[str, Any]) -> int:
+        """Fork a worker that receives ``fds`` (protocol socket, stdout, stderr); its pid."""
+        with self._lock:
+            if self._closed:
+                raise ParlError("the local worker pool is closed")
+            self._tokens += 1
+            token = self._tokens
+            try:
+                self._ctrl.send(pickle.dumps(("spawn", token, options)), (), fds)
+            except OSError as exc:
+                raise self._server_gone() from exc
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            while True:
+                message = self._read(deadline - time.monotonic())
+                if message is None:
+                    raise self._server_gone()
+                if message[0] == "spawned" and message[1] == token:
+                    return int(message[2])
+
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        """The exit status of worker ``pid`` (negative: killed by that signal), if known."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while pid not in self._exits and not self._closed:
+                if self._read(deadline - time.monotonic()) is None:
+                    break
+            return self._exits.pop(pid, None)
+
+    def _read(self, timeout: float) -> tuple | None:
+        """One control message (exit notices are filed on the way); None on timeout or EOF."""
+        while True:
+            if not self._ctrl.has_buffered_frame():
+                readable, _, _ = select.select([self._ctrl], [], [], max(0.0, timeout))
+                if not readable:
+                    return None
+            try:
+                frame = self._ctrl.recv()
+            except OSError:
+                frame = None
+            if frame is None:
+                self._closed = True
+                return None
+            message = pickle.loads(frame.meta)
+            if message[0] == "exited":
+                self._exits[message[1]] = message[2]
+                if len(self._exits) > 10_000:
+                    self._exits.pop(next(iter(self._exits)))
+                continue
+            return message
+
+    def _server_gone(self) -> ParlError:
+        self._closed = True
+        try:
+            code = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        return ParlError(f"the local fork server (pid {self.pid}) exited unexpectedly (code {code})")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the server; its remaining workers are stopped with it. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._ctrl.close()
+        try:
+            self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._proc.poll() is None

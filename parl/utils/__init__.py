@@ -1,0 +1,57 @@
+"""Tools around training: logging, TensorBoard, replay memory, schedules, returns, seeding.
+
+Names are loaded on first access, so ``from parl.utils import logger`` loads neither torch nor
+tensorboard; only ``get_device`` and the first ``summary`` write need torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> (module, attribute or None for the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "logger": ("parl.utils.logger", None),
+    "summary": ("parl.utils.summary", None),
+    "CSVLogger": ("parl.utils.csv_logger", "CSVLogger"),
+    "ReplayMemory": ("parl.utils.replay_memory", "ReplayMemory"),
+    "Transitions": ("parl.utils.replay_memory", "Transitions"),
+    "LinearDecayScheduler": ("parl.utils.scheduler", "LinearDecayScheduler"),
+    "PiecewiseScheduler": ("parl.utils.scheduler", "PiecewiseScheduler"),
+    "calc_gae": ("parl.utils.returns", "calc_gae"),
+    "calc_discount_sum_rewards": ("parl.utils.returns", "calc_discount_sum_rewards"),
+    "WindowStat": ("parl.utils.stats", "WindowStat"),
+    "TimeStat": ("parl.utils.stats", "TimeStat"),
+    "set_seed": ("parl.utils.seeding", "set_seed"),
+    "seed_env": ("parl.utils.seeding", "seed_env"),
+    "worker_seed": ("parl.utils.seeding", "worker_seed"),
+    "get_device": ("parl.utils.device", "get_device"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.utils import logger, summary
+    from parl.utils.csv_logger import CSVLogger
+    from parl.utils.device import get_device
+    from parl.utils.replay_memory import ReplayMemory, Transitions
+    from parl.utils.returns import calc_discount_sum_rewards, calc_gae
+    from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
+    from parl.utils.seeding import seed_env, set_seed, worker_seed
+    from parl.utils.stats import TimeStat, WindowStat
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'parl.utils' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(_LAZY)

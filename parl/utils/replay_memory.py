@@ -1,0 +1,178 @@
+"""``ReplayMemory``: a fixed-size ring buffer of transitions in preallocated numpy arrays."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from parl.utils.validation import check_int
+
+__all__ = ["ReplayMemory", "Transitions"]
+
+Shape = int | tuple[int, ...]
+
+
+class Transitions(NamedTuple):
+    """A batch of transitions; unpacks like PARL's ``(obs, act, reward, next_obs, terminal)``.
+
+    Shapes: ``obs``/``next_obs`` ``(B, *obs_dim)``, ``action`` ``(B,)`` for discrete actions
+    (``act_dim=0``) else ``(B, *act_dim)``, ``reward`` ``(B,)``, ``terminal`` ``(B,)``.
+    """
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_obs: np.ndarray
+    terminal: np.ndarray
+
+
+def _shape(name: str, dim: object, allow_zero: bool) -> tuple[int, ...]:
+    if isinstance(dim, tuple):
+        if not dim:
+            raise ValueError(f"{name} must be a positive int or a non-empty tuple of them, got ()")
+        return tuple(check_int(f"{name}[{i}]", d, low=1, owner="ReplayMemory")
+                     for i, d in enumerate(dim))
+    low = 0 if allow_zero else 1
+    size = check_int(name, dim, low=low, owner="ReplayMemory")
+    return () if size == 0 else (size,)
+
+
+class ReplayMemory:
+    """Experience replay with PARL's interface: ``append``, ``sample_batch``, ``size``, ``save``.
+
+    Args:
+        max_size: capacity; once full, the oldest transitions are overwritten.
+        obs_dim: observation size, or a shape such as ``(4, 84, 84)`` for stacked frames.
+        act_dim: action size or shape; ``0`` means one discrete action per step (stored as int64).
+        obs_dtype: storage dtype of observations (``np.uint8`` for frames saves 4x memory).
+        act_dtype: storage dtype of actions (default int64 if ``act_dim == 0`` else float32).
+        rng: generator used by ``sample_batch``; default numpy's global one (seeded by
+            ``parl.utils.set_seed``).
+
+    All storage is allocated up front, so running out of memory happens at once, not after
+    hours of training.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        obs_dim: Shape,
+        act_dim: Shape,
+        obs_dtype: Any = np.float32,
+        act_dtype: Any = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        self.max_size = check_int("max_size", max_size, low=1, owner="ReplayMemory")
+        self.obs_shape = _shape("obs_dim", obs_dim, allow_zero=False)
+        self.act_shape = _shape("act_dim", act_dim, allow_zero=True)
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+        self._rng = rng
+        if act_dtype is None:
+            act_dtype = np.int64 if not self.act_shape else np.float32
+        self.obs = np.zeros((self.max_size, *self.obs_shape), dtype=obs_dtype)
+        self.action = np.zeros((self.max_size, *self.act_shape), dtype=act_dtype)
+        self.reward = np.zeros((self.max_size,), dtype=np.float32)
+        self.next_obs = np.zeros((self.max_size, *self.obs_shape), dtype=obs_dtype)
+        self.terminal = np.zeros((self.max_size,), dtype=np.bool_)
+        self._curr_size = 0
+        self._curr_pos = 0
+
+    def append(self, obs: Any, act: Any, reward: float, next_obs: Any, terminal: bool) -> None:
+        """Store one transition, overwriting the oldest one when full."""
+        if np.shape(obs) != self.obs_shape or np.shape(next_obs) != self.obs_shape:
+            raise ValueError(
+                f"obs and next_obs must have shape {self.obs_shape}, got {np.shape(obs)} and "
+                f"{np.shape(next_obs)}"
+            )
+        if np.shape(act) != self.act_shape:
+            raise ValueError(f"act must have shape {self.act_shape}, got {np.shape(act)}")
+        pos = self._curr_pos
+        self.obs[pos] = obs
+        self.action[pos] = act
+        self.reward[pos] = reward
+        self.next_obs[pos] = next_obs
+        self.terminal[pos] = terminal
+        self._curr_pos = (pos + 1) % self.max_size
+        self._curr_size = min(self._curr_size + 1, self.max_size)
+
+    def make_index(self, batch_size: int) -> np.ndarray:
+        """``batch_size`` random indices of stored transitions (with replacement)."""
+        if self._curr_size == 0:
+            raise ValueError("cannot sample from an empty ReplayMemory; append transitions first")
+        if self._rng is None:
+            return np.random.randint(self._curr_size, size=batch_size)
+        return self._rng.integers(self._curr_size, size=batch_size)
+
+    def sample_batch_by_index(self, batch_idx: np.ndarray) -> Transitions:
+        """The transitions at ``batch_idx`` (copies)."""
+        return Transitions(
+            self.obs[batch_idx],
+            self.action[batch_idx],
+            self.reward[batch_idx],
+            self.next_obs[batch_idx],
+            self.terminal[batch_idx],
+        )
+
+    def sample_batch(self, batch_size: int) -> Transitions:
+        """``batch_size`` transitions drawn uniformly with replacement."""
+        batch_size = check_int("batch_size", batch_size, low=1, owner="ReplayMemory.sample_batch")
+        return self.sample_batch_by_index(self.make_index(batch_size))
+
+    def size(self) -> int:
+        """Number of stored transitions."""
+        return self._curr_size
+
+    def __len__(self) -> int:
+        return self._curr_size
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "obs": self.obs,
+            "action": self.action,
+            "reward": self.reward,
+            "next_obs": self.next_obs,
+            "terminal": self.terminal,
+        }
+
+    def save(self, pathname: str | os.PathLike[str]) -> None:
+        """Write the contents to ``pathname`` (a ``.npz`` file, written atomically)."""
+        path = os.fspath(pathname)
+        parent = os.path.dirname(path) or "."
+        os.makedirs(parent, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".rpm.", suffix=".tmp", dir=parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(
+                    handle,
+                    size=np.int64(self._curr_size),
+                    pos=np.int64(self._curr_pos),
+                    **self._arrays(),
+                )
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def load(self, pathname: str | os.PathLike[str]) -> None:
+        """Replace the contents with a file written by ``save`` from an identical memory."""
+        with np.load(os.fspath(pathname), allow_pickle=False) as data:
+            arrays = self._arrays()
+            for name, array in arrays.items():
+                if name not in data:
+                    raise ValueError(f"{os.fspath(pathname)!r} has no {name!r} array")
+                if data[name].shape != array.shape:
+                    raise ValueError(
+                        f"{os.fspath(pathname)!r}: {name!r} has shape {data[name].shape} but "
+                        f"this ReplayMemory expects {array.shape} "
+                        f"(max_size={self.max_size}, obs_dim={self.obs_shape}, "
+                        f"act_dim={self.act_shape})"
+                    )
+            for name, array in arrays.items():
+                array[...] = data[name]
+            self._curr_size = int(data["size"])
+            self._curr_pos = int(data["pos"])

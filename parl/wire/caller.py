@@ -1,0 +1,243 @@
+"""The caller's end of one actor connection: numbered requests, replies matched to them.
+
+There is no reader thread: whichever thread waits for a reply reads the socket (under the
+receive lock) and files every reply it meets under its call id, so a plain call costs one send
+and one receive with no thread hand-off. Requests may be queued without waiting (futures); when
+the socket is full, the sender drains replies first, so caller and actor never block each other.
+
+Death of the peer is seen as end of stream or through the carrier's ``liveness`` descriptor
+(a pidfd for local workers) and turns every pending and later call into the carrier's error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import select
+import threading
+import time
+import weakref
+from typing import Any, Callable, Protocol
+
+from parl.errors import ActorClosedError, ParlError, RemoteError
+from parl.wire import protocol
+from parl.wire.framing import FrameSocket
+from parl.wire.protocol import ERROR, RESULT, Link, RemoteFailure
+
+_POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
+
+
+class Liveness(Protocol):
+    """How a carrier tells that the actor's process is gone."""
+
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when the actor dies, or None."""
+
+    def is_alive(self) -> bool: ...
+
+    def death_error(self) -> ParlError:
+        """The error every call raises once the actor is dead."""
+
+    def close(self) -> None: ...
+
+
+class CallTimeout(ParlError, TimeoutError):
+    """No reply arrived within the given timeout."""
+
+
+class Connection:
+    """One actor connection. ``label`` names the actor in errors (``Sampler pid=123``)."""
+
+    def __init__(self, sock: FrameSocket, link: Link, liveness: Liveness, label: str) -> None:
+        self.label = label
+        self._sock = sock
+        self._link = link
+        self._liveness = liveness
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._results: dict[int, tuple[bool, Any]] = {}
+        self._pending: set[int] = set()
+        self._discard: set[int] = set()
+        self._failure: ParlError | None = None
+        self._closed = False
+        live_fd = liveness.fileno()
+        self._wait_fds = [sock.fileno()] + ([live_fd] if live_fd is not None else [])
+        self._finalizer = weakref.finalize(self, _close_resources, sock, link, liveness)
+        self.on_close: list[Callable[[], None]] = []
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def submit(self, kind: int, payload: Any) -> int:
+        """Send a request; returns its call id. Raises SerializationError (a TypeError) when the
+        payload cannot be pickled, leaving the connection usable."""
+        self._check_usable()
+        with self._send_lock:
+            self._check_usable()
+            call_id = next(self._ids)
+            meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+            self._pending.add(call_id)
+            try:
+                self._sock.send(meta, bodies, fds, on_blocked=self._on_send_blocked)
+            except OSError as exc:
+                self._pending.discard(call_id)
+                self._fail_from_peer(exc)
+                raise self._failure from None  # type: ignore[misc]
+        return call_id
+
+    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
+        return self.wait(self.submit(kind, payload), timeout)
+
+    def wait(self, call_id: int, timeout: float | None = None) -> Any:
+        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results = self._results
+        while call_id not in results:
+            if self._failure is not None and call_id in self._pending:
+                self._pending.discard(call_id)
+                raise self._failure
+            if call_id not in self._pending:
+                raise ValueError(f"call {call_id} on {self.label} was already collected")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise CallTimeout(f"no reply from {self.label} within {timeout} s")
+            if not self._recv_lock.acquire(timeout=_POLL_S if remaining is None else remaining):
+                continue
+            try:
+                if call_id not in results and self._failure is None:
+                    self._read_one(remaining)
+            finally:
+                self._recv_lock.release()
+        self._pending.discard(call_id)
+        ok, value = results.pop(call_id)
+        if ok:
+            return value
+        raise value
+
+    def ready(self, call_id: int) -> bool:
+        """True when the reply for ``call_id`` (or the connection's failure) is in."""
+        if call_id in self._results or self._failure is not None:
+            return True
+        if self._recv_lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._recv_lock.release()
+        return call_id in self._results or self._failure is not None
+
+    def discard(self, call_id: int) -> None:
+        """Forget a call whose result nobody will collect (a dropped future)."""
+        if self._results.pop(call_id, None) is None and call_id in self._pending:
+            self._discard.add(call_id)
+        self._pending.discard(call_id)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def failure(self) -> ParlError | None:
+        return self._failure
+
+    def close(self) -> None:
+        """Close the connection (the actor's worker exits). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._failure is None:
+            self._failure = ActorClosedError(f"actor {self.label} was closed")
+        self._finalizer()
+        for callback in self.on_close:
+            callback()
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _on_send_blocked(self) -> None:
+        # The actor is waiting for us to read its replies before it reads more requests.
+        if self._recv_lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._recv_lock.release()
+
+    def _drain(self) -> None:
+        """Read every reply that is already available (with the receive lock held)."""
+        while self._failure is None:
+            if not self._sock.has_buffered_frame():
+                readable, _, _ = select.select(self._wait_fds, [], [], 0)
+                if not readable:
+                    return
+            self._read_one(0)
+
+    def _read_one(self, timeout: float | None) -> None:
+        sock = self._sock
+        if not sock.has_buffered_frame():
+            wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
+            readable, _, _ = select.select(self._wait_fds, [], [], wait)
+            if not readable:
+                if len(self._wait_fds) == 1 and not self._liveness.is_alive():
+                    self._fail_from_peer(None)
+                return
+            if sock.fileno() not in readable:
+                self._fail_from_peer(None)  # the liveness descriptor fired: the worker is gone
+                return
+        try:
+            frame = sock.recv()
+        except OSError as exc:
+            self._fail_from_peer(exc)
+            return
+        if frame is None:
+            self._fail_from_peer(None)
+            return
+        incoming = protocol.decode(frame, self._link)
+        call_id = incoming.call_id
+        if call_id in self._discard:
+            self._discard.discard(call_id)
+            return
+        try:
+            payload = incoming.payload()
+        except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
+            self._results[call_id] = (False, RemoteError(
+                f"the reply of {self.label} could not be unpickled here: "
+                f"{type(exc).__name__}: {exc}"))
+            return
+        if incoming.kind == RESULT:
+            self._results[call_id] = (True, payload)
+        elif incoming.kind == ERROR:
+            self._results[call_id] = (False, rebuild_exception(payload, self.label))
+        else:
+            self._results[call_id] = (False, RemoteError(f"unexpected message kind {incoming.kind}"))
+
+    def _fail_from_peer(self, exc: BaseException | None) -> None:
+        if self._failure is None:
+            self._failure = self._liveness.death_error()
+            if exc is not None and not isinstance(exc, ParlError):
+                self._failure.__cause__ = exc
+        self._finalizer()
+
+
+def rebuild_exception(failure: RemoteFailure, label: str) -> BaseException:
+    """The exception to raise at the call site for an ERROR reply."""
+    note = f"\nRemote traceback (actor {label}):\n{failure.traceback.rstrip()}"
+    exc = failure.exception
+    if exc is None:
+        return RemoteError(
+            f"{failure.type_name}: {failure.message}{note}", failure.type_name, failure.traceback
+        )
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    exc.remote_traceback = failure.traceback  # type: ignore[attr-defined]
+    return exc
+
+
+def _close_resources(sock: FrameSocket, link: Link, liveness: Liveness) -> None:
+    try:
+        sock.close()
+    finally:
+        link.close()
+        liveness.close()

@@ -1,0 +1,110 @@
+"""The actor's end: receive requests in order, run them on the instance, send replies.
+
+Calls run one at a time in arrival order. An exception raised by user code goes back to the
+caller (the original object when it survives pickling, else its type name and message) with the
+formatted remote traceback, and the loop goes on. ``SystemExit`` and ``KeyboardInterrupt`` are
+not caught: they end the worker, which the caller reports as a dead actor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from typing import Any, NamedTuple
+
+from parl.errors import SerializationError
+from parl.wire import protocol
+from parl.wire.framing import FrameSocket
+from parl.wire.protocol import (
+    CALL,
+    ERROR,
+    GETATTR,
+    INIT,
+    RESULT,
+    SETATTR,
+    Link,
+    MethodRef,
+    RemoteFailure,
+)
+from parl.wire.serialization import dumps, loads
+
+
+class ClassRef(NamedTuple):
+    """An importable class, named instead of pickled (its module attribute may be a proxy)."""
+
+    module: str
+    qualname: str
+
+    def resolve(self) -> type:
+        obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return getattr(obj, "_original", obj)
+
+
+def serve(sock: FrameSocket, link: Link) -> None:
+    """Run requests until the caller closes the connection."""
+    instance: Any = None
+    while True:
+        frame = sock.recv()
+        if frame is None:
+            return
+        incoming = protocol.decode(frame, link)
+        kind, call_id = incoming.kind, incoming.call_id
+        frame = None
+        what = "the result"
+        try:
+            request = incoming.payload()
+            incoming = None  # type: ignore[assignment]
+            if kind == CALL:
+                name, args, kwargs = request
+                request = None
+                what = f"the return value of {name}()"
+                result = getattr(instance, name)(*args, **kwargs)
+                args = kwargs = None
+            elif kind == GETATTR:
+                what = f"attribute {request!r}"
+                result = getattr(instance, request)
+                if getattr(result, "__self__", None) is instance and callable(result):
+                    result = MethodRef(request)
+            elif kind == SETATTR:
+                setattr(instance, request[0], request[1])
+                result = None
+            elif kind == INIT:
+                cls, args, kwargs = request
+                request = None
+                if isinstance(cls, ClassRef):
+                    cls = cls.resolve()
+                instance = cls(*args, **kwargs)
+                args = kwargs = None
+                result = None
+            else:
+                raise ValueError(f"unknown request kind {kind}")
+            reply = RESULT
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            result, reply = failure_of(exc), ERROR
+            del exc
+        request = args = kwargs = None  # drop argument views now: their releases ride this reply
+        try:
+            meta, bodies, fds = protocol.encode(reply, call_id, result, link)
+        except SerializationError as exc:
+            error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
+            meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
+        result = None
+        sock.send(meta, bodies, fds)
+
+
+def failure_of(exc: BaseException) -> RemoteFailure:
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next  # start at user code, not at serve()
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    exc.__traceback__ = None
+    exception: BaseException | None = exc
+    try:
+        stream, buffers = dumps(exc)
+        loads(stream, buffers)  # some exceptions pickle but cannot be rebuilt
+    except Exception:  # noqa: BLE001
+        exception = None
+    type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return RemoteFailure(exception, type_name, str(exc), text)

@@ -1,0 +1,188 @@
+"""Frames over a connected stream socket, with file descriptors passed alongside.
+
+A frame is ``prefix | body lengths | meta | bodies``::
+
+    prefix  <I meta_len> <I body_count> <H fd_count> <H reserved>
+    lengths body_count x <Q length>
+
+``meta`` is opaque to this layer (the protocol puts its header and pickle stream there); each
+body is one out-of-band buffer sent inline. File descriptors (shared-memory segments) ride with
+the first byte of the frame as ``SCM_RIGHTS`` on Unix sockets and are handed back with it.
+
+Sending is one ``sendmsg`` with a gather list: payloads are never joined. Receiving reads ahead
+into a reusable buffer, so a burst of small frames costs one system call, and reads a large body
+straight into its own memory with ``recv_into``.
+"""
+
+from __future__ import annotations
+
+import array
+import select
+import socket
+import struct
+from collections import deque
+from typing import Callable, NamedTuple, Sequence
+
+PREFIX = struct.Struct("<IIHH")
+MAX_FDS = 250  # the kernel accepts at most 253 descriptors per message
+_READ_AHEAD = 1 << 16
+_ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * 4)
+
+
+class Frame(NamedTuple):
+    meta: bytearray
+    bodies: list[bytearray]
+    fds: list[int]
+
+
+class FrameSocket:
+    """Sends and receives :class:`Frame` objects on a connected stream socket.
+
+    Not thread-safe: callers serialise ``send`` and ``recv`` with their own locks (one lock for
+    each direction is enough).
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(True)
+        self.sock = sock
+        self._unix = sock.family == socket.AF_UNIX
+        self._buf = bytearray(_READ_AHEAD)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._fds: deque[int] = deque()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            while self._fds:
+                _close_quietly(self._fds.popleft())
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def send(
+        self,
+        meta: bytes,
+        bodies: Sequence[memoryview | bytes | bytearray] = (),
+        fds: Sequence[int] = (),
+        on_blocked: Callable[[], None] | None = None,
+    ) -> None:
+        """Send one frame. ``on_blocked`` runs when the socket is full and readable data is
+        waiting: the caller drains replies there, so two peers can never block each other."""
+        if len(fds) > MAX_FDS:
+            raise ValueError(f"a frame carries at most {MAX_FDS} file descriptors, got {len(fds)}")
+        if fds and not self._unix:
+            raise ValueError("file descriptors can only be passed over a Unix socket")
+        lengths = struct.pack(f"<{len(bodies)}Q", *(memoryview(b).nbytes for b in bodies))
+        head = PREFIX.pack(len(meta), len(bodies), len(fds), 0) + lengths + meta
+        parts: list[memoryview] = [memoryview(head)]
+        parts.extend(memoryview(b).cast("B") for b in bodies)
+        ancillary = (
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+        )
+        flags = socket.MSG_DONTWAIT if on_blocked is not None else 0
+        while parts:
+            try:
+                sent = self.sock.sendmsg(parts, ancillary, flags)
+            except BlockingIOError:
+                assert on_blocked is not None
+                readable, _, _ = select.select([self.sock], [self.sock], [], 1.0)
+                if readable:
+                    on_blocked()
+                continue
+            ancillary = []
+            while sent:
+                first = parts[0]
+                if sent >= first.nbytes:
+                    sent -= first.nbytes
+                    parts.pop(0)
+                else:
+                    parts[0] = first[sent:]
+                    sent = 0
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def has_buffered_frame(self) -> bool:
+        """True when a whole frame prefix is already buffered (recv will not wait for it)."""
+        return self._end - self._start >= PREFIX.size
+
+    def recv(self) -> Frame | None:
+        """Receive one frame; None on a clean end of stream between frames."""
+        if not self._fill_to(PREFIX.size, eof_ok=True):
+            return None
+        meta_len, body_count, fd_count, _ = PREFIX.unpack_from(self._buf, self._start)
+        self._start += PREFIX.size
+        lengths: tuple[int, ...] = ()
+        if body_count:
+            self._fill_to(8 * body_count)
+            lengths = struct.unpack_from(f"<{body_count}Q", self._buf, self._start)
+            self._start += 8 * body_count
+        fds = [self._fds.popleft() for _ in range(fd_count)] if fd_count else []
+        meta = bytearray(meta_len)
+        self._read_into(memoryview(meta))
+        bodies = []
+        for length in lengths:
+            body = bytearray(length)
+            self._read_into(memoryview(body))
+            bodies.append(body)
+        return Frame(meta, bodies, fds)
+
+    def _read_into(self, target: memoryview) -> None:
+        n = target.nbytes
+        have = min(n, self._end - self._start)
+        if have:
+            target[:have] = self._view[self._start : self._start + have]
+            self._start += have
+        while have < n:
+            if n - have >= _READ_AHEAD // 2:
+                got = self.sock.recv_into(target[have:], n - have)
+                if got == 0:
+                    raise ConnectionResetError("peer closed the connection inside a frame")
+                have += got
+            else:
+                self._fill_to(min(n - have, _READ_AHEAD))
+                take = min(n - have, self._end - self._start)
+                target[have : have + take] = self._view[self._start : self._start + take]
+                self._start += take
+                have += take
+
+    def _fill_to(self, n: int, eof_ok: bool = False) -> bool:
+        """Make at least ``n`` bytes available in the read-ahead buffer."""
+        if n > len(self._buf):
+            self._buf.extend(bytes(n - len(self._buf)))
+            self._view = memoryview(self._buf)
+        while self._end - self._start < n:
+            if self._start == self._end:
+                self._start = self._end = 0
+            elif self._start + n > len(self._buf):
+                remaining = self._end - self._start
+                self._buf[:remaining] = self._buf[self._start : self._end]
+                self._start, self._end = 0, remaining
+            if self._unix:
+                got, ancdata, _, _ = self.sock.recvmsg_into([self._view[self._end :]], _ANC_SIZE)
+                for level, kind, data in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds = array.array("i")
+                        fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                        self._fds.extend(fds)
+            else:
+                got = self.sock.recv_into(self._view[self._end :])
+            if got == 0:
+                if eof_ok and self._start == self._end:
+                    return False
+                raise ConnectionResetError("peer closed the connection inside a frame")
+            self._end += got
+        return True
+
+
+def _close_quietly(fd: int) -> None:
+    import os
+
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -1,0 +1,191 @@
+"""Messages: what a caller and an actor say to each other, independent of the carrier.
+
+A message is a kind, a call id and one Python object (the payload), encoded as one frame::
+
+    meta = header | buffer refs | releases | new segments | dropped segments | pickle stream
+
+    header   <B kind> <B unused> <H refs> <H releases> <H new> <H dropped> <Q call_id>
+    ref      <B where> <Q segment> <Q offset> <Q length> <Q lease>  (where: 0 inline, 1 shared)
+    release  <Q lease>                                  leases of the peer's buffers we dropped
+    new      <Q segment> <Q size>                       one per attached file descriptor
+    dropped  <Q segment>                                segments the sender no longer reuses
+
+Out-of-band buffers either travel inline as frame bodies or, when the :class:`Link` can share
+memory with the peer, as (segment, offset, length) references. A reference carries a lease: the
+sender keeps the memory alive until the receiver's view of it is dropped and the lease comes
+back in a later message's ``releases``. The local carrier implements a sharing link
+(:mod:`parl.shm.link`); :class:`InlineLink` is the link of carriers that cannot share memory.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any, NamedTuple, Protocol
+
+from parl.wire.framing import Frame, FrameSocket
+from parl.wire.serialization import dumps, loads
+
+# message kinds
+INIT = 1  # caller -> actor: (class_spec, args, kwargs, environment)
+CALL = 2  # caller -> actor: (method name, args, kwargs)
+GETATTR = 3  # caller -> actor: attribute name
+SETATTR = 4  # caller -> actor: (attribute name, value)
+RESULT = 5  # actor -> caller: the return value
+ERROR = 6  # actor -> caller: RemoteFailure
+
+HEADER = struct.Struct("<BBHHHHQ")
+REF = struct.Struct("<BQQQQ")
+_Q = struct.Struct("<Q")
+_QQ = struct.Struct("<QQ")
+
+
+class SharedRef(NamedTuple):
+    segment: int
+    offset: int
+    length: int
+    lease: int
+
+
+class Link(Protocol):
+    """How one connection moves out-of-band buffers; supplied by the carrier.
+
+    ``place``, ``take_attachments`` and ``take_releases`` are called under the connection's send
+    lock; ``attach``, ``open`` and ``release`` under its receive lock.
+    """
+
+    def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
+        """Share ``buffer`` with the peer (a reference) or return None to send it inline."""
+
+    def take_attachments(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """Segments first referenced since the last call, as (segment, size, fd), and the
+        segments the peer may forget."""
+
+    def take_releases(self) -> list[int]:
+        """Leases of the peer's memory that this side no longer uses."""
+
+    def attach(self, segments: list[tuple[int, int]], fds: list[int], dropped: list[int]) -> None:
+        """Map segments received from the peer and forget the ones it dropped."""
+
+    def open(self, ref: SharedRef) -> Any:
+        """A writable buffer over a shared reference, releasing its lease when dropped."""
+
+    def release(self, leases: list[int]) -> None:
+        """The peer no longer uses the memory behind ``leases``."""
+
+    def close(self) -> None:
+        """Forget everything lent to or borrowed from the peer."""
+
+
+class InlineLink:
+    """A link that shares nothing: every buffer travels inline in the frame."""
+
+    def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
+        return None
+
+    def take_attachments(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+        return [], []
+
+    def take_releases(self) -> list[int]:
+        return []
+
+    def attach(self, segments: list[tuple[int, int]], fds: list[int], dropped: list[int]) -> None:
+        if fds:
+            raise ValueError("this connection cannot receive shared-memory segments")
+
+    def open(self, ref: SharedRef) -> Any:
+        raise ValueError("this connection cannot receive shared-memory references")
+
+    def release(self, leases: list[int]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RemoteFailure(NamedTuple):
+    """The payload of an ERROR reply."""
+
+    exception: BaseException | None  # None when it could not be pickled
+    type_name: str
+    message: str
+    traceback: str
+
+
+class Incoming(NamedTuple):
+    kind: int
+    call_id: int
+    stream: memoryview
+    buffers: list[Any]
+
+    def payload(self) -> Any:
+        return loads(self.stream, self.buffers)
+
+
+def encode(kind: int, call_id: int, payload: Any, link: Link) -> tuple[bytes, list[Any], list[int]]:
+    """Encode a message; returns (meta, bodies, fds) for :meth:`FrameSocket.send`.
+
+    Raises :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link
+    is left untouched in that case.
+    """
+    stream, buffers = dumps(payload)
+    refs = bytearray()
+    bodies: list[Any] = []
+    for buffer in buffers:
+        shared = link.place(buffer)
+        if shared is None:
+            refs += REF.pack(0, 0, 0, 0, 0)
+            bodies.append(buffer.raw())
+        else:
+            refs += REF.pack(1, *shared)
+    new, dropped = link.take_attachments()
+    releases = link.take_releases()
+    parts = [HEADER.pack(kind, 0, len(buffers), len(releases), len(new), len(dropped), call_id)]
+    parts.append(bytes(refs))
+    parts.extend(_Q.pack(lease) for lease in releases)
+    parts.extend(_QQ.pack(segment, size) for segment, size, _ in new)
+    parts.extend(_Q.pack(segment) for segment in dropped)
+    parts.append(stream)
+    return b"".join(parts), bodies, [fd for _, _, fd in new]
+
+
+def decode(frame: Frame, link: Link) -> Incoming:
+    """Decode a frame's header, apply its releases and segments, and open its buffers.
+
+    The payload itself is unpickled by :meth:`Incoming.payload`, so that a payload that fails to
+    load can be reported for its own call without losing the connection.
+    """
+    meta = memoryview(frame.meta)
+    kind, _, n_refs, n_releases, n_new, n_dropped, call_id = HEADER.unpack_from(meta, 0)
+    pos = HEADER.size
+    refs = [REF.unpack_from(meta, pos + i * REF.size) for i in range(n_refs)]
+    pos += n_refs * REF.size
+    releases = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_releases)]
+    pos += 8 * n_releases
+    new = [_QQ.unpack_from(meta, pos + 16 * i) for i in range(n_new)]
+    pos += 16 * n_new
+    dropped = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_dropped)]
+    pos += 8 * n_dropped
+    if releases:
+        link.release(releases)
+    if new or dropped or frame.fds:
+        link.attach(new, frame.fds, dropped)
+    bodies = iter(frame.bodies)
+    buffers = [
+        next(bodies) if where == 0 else link.open(SharedRef(*shared))
+        for where, *shared in refs
+    ]
+    return Incoming(kind, call_id, meta[pos:], buffers)
+
+
+def send_message(
+    sock: FrameSocket, kind: int, call_id: int, payload: Any, link: Link, on_blocked: Any = None
+) -> None:
+    meta, bodies, fds = encode(kind, call_id, payload, link)
+    sock.send(meta, bodies, fds, on_blocked)
+
+
+class MethodRef(NamedTuple):
+    """GETATTR's answer when the attribute is a bound method of the actor: call it remotely."""
+
+    name: str
