@@ -2,7 +2,8 @@
 
 Each algorithm lives in its own module and is imported on first access, so
 ``parl.algorithms.PolicyGradient`` loads only what PolicyGradient needs. To add one, write its
-module and add a line to ``_ALGORITHMS``.
+module and add a line to ``_ALGORITHMS``, one to ``__all__`` and one import under
+``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -35,4 +36,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_ALGORITHMS))
 
 
-__all__ = sorted(_ALGORITHMS)
+__all__ = ["PolicyGradient"]

@@ -9,4 +9,11 @@ from parl.core.algorithm import Algorithm, require_model_methods, resolve_device
 from parl.core.checkpoint import TrainingState
 from parl.core.model import Model
 
-__all__ = ["Agent", "Algorithm", "Model", "TrainingState", "require_model_methods", "resolve_device"]
+__all__ = [
+    "Agent",
+    "Algorithm",
+    "Model",
+    "TrainingState",
+    "require_model_methods",
+    "resolve_device",
+]

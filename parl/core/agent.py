@@ -19,6 +19,7 @@ from torch import nn
 
 from parl.core.algorithm import Algorithm
 from parl.core.checkpoint import (
+    Number,
     TrainingState,
     atomic_save,
     load_file,
@@ -58,7 +59,8 @@ class Agent:
 
         ``dtype=None`` keeps the array's own dtype (use it for integer actions).
         """
-        return torch.as_tensor(np.asarray(array), dtype=dtype, device=self.device)
+        contiguous = np.require(array, requirements="C")  # negative strides need a copy
+        return torch.as_tensor(contiguous, dtype=dtype, device=self.device)
 
     @staticmethod
     def to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -135,7 +137,7 @@ class Agent:
     def save_checkpoint(
         self,
         save_path: str | os.PathLike[str],
-        counters: Mapping[str, int | float] | None = None,
+        counters: Mapping[str, Number] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> Path:
         """Save a full training checkpoint: all models, optimizers, learning-rate schedulers and

@@ -79,7 +79,7 @@ class Algorithm:
     model_methods: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model: nn.Module, *, device: torch.device | str | None = None) -> None:
-        """Keep ``model`` as ``self.model``, moved to ``device`` (``None``: leave it where it is)."""
+        """Keep ``model`` as ``self.model``, moved to ``device`` (``None``: where it is)."""
         require_model_methods(model, self.model_methods, type(self).__name__)
         if device is not None:
             model.to(resolve_device(device))
@@ -102,10 +102,10 @@ class Algorithm:
     def device(self) -> torch.device:
         """Device of the first parameter or buffer of the algorithm's models (CPU if none)."""
         for model in self.named_models().values():
-            for tensor in model.parameters():
-                return tensor.device
-            for tensor in model.buffers():
-                return tensor.device
+            for parameter in model.parameters():
+                return parameter.device
+            for buffer in model.buffers():
+                return buffer.device
         return torch.device("cpu")
 
     # -- weights -------------------------------------------------------------------------------

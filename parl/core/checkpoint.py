@@ -43,6 +43,7 @@ _FORMAT = "parl.training_checkpoint"
 _VERSION = 1
 
 PathLike = str | os.PathLike[str]
+Number = int | float | np.integer[Any] | np.floating[Any]
 
 
 class TrainingState(NamedTuple):
@@ -83,8 +84,9 @@ def load_file(path: PathLike, map_location: Any = None) -> Any:
     source = _check_path(path)
     if not source.is_file():
         raise FileNotFoundError(f"no checkpoint file at {str(source)!r}")
-    return torch.load(source, map_location="cpu" if map_location is None else map_location,
-                      weights_only=True)
+    return torch.load(
+        source, map_location="cpu" if map_location is None else map_location, weights_only=True
+    )
 
 
 def load_weights_checked(module: nn.Module, state: Any, source: str) -> None:
@@ -167,7 +169,7 @@ def save_training_checkpoint(
     models: Mapping[str, nn.Module],
     optimizers: Mapping[str, torch.optim.Optimizer],
     lr_schedulers: Mapping[str, Any] | None = None,
-    counters: Mapping[str, int | float] | None = None,
+    counters: Mapping[str, Number] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write everything needed to resume training exactly; returns the file's path.
@@ -189,7 +191,9 @@ def save_training_checkpoint(
     return atomic_save(payload, path)
 
 
-def _check_names(kind: str, expected: Mapping[str, Any], found: Mapping[str, Any], src: str) -> None:
+def _check_names(
+    kind: str, expected: Mapping[str, Any], found: Mapping[str, Any], src: str
+) -> None:
     if set(expected) != set(found):
         raise ValueError(
             f"{src} holds {kind} {sorted(found)} but the algorithm has {sorted(expected)}"

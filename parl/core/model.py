@@ -6,6 +6,7 @@ The weight helpers are module-level functions so that ``parl.Algorithm`` can app
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +14,13 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Model", "module_weights", "set_module_weights", "sync_module_weights", "check_tensors_fit"]
+__all__ = [
+    "Model",
+    "module_weights",
+    "set_module_weights",
+    "sync_module_weights",
+    "check_tensors_fit",
+]
 
 
 def _state_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -87,17 +94,17 @@ def set_module_weights(module: nn.Module, weights: Mapping[str, Any]) -> None:
                 raise TypeError(
                     f"weights[{name!r}] must be a numeric numpy array, got dtype {array.dtype}"
                 )
-            value = torch.from_numpy(np.ascontiguousarray(array))
+            value = torch.as_tensor(np.require(array, requirements="C"))
         sources.append(value)
     with torch.no_grad():
-        for target, source in zip(targets.values(), sources):
+        for target, source in zip(targets.values(), sources, strict=True):
             target.copy_(source)
 
 
 def _check_decay(decay: object) -> float:
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)):
+    if isinstance(decay, bool) or not isinstance(decay, numbers.Real):
         raise TypeError(f"decay must be a float in [0, 1], got {decay!r} ({type(decay).__name__})")
-    if not 0.0 <= float(decay) <= 1.0:
+    if not 0.0 <= float(decay) <= 1.0:  # also rejects NaN
         raise ValueError(f"decay must be a float in [0, 1], got {decay!r}")
     return float(decay)
 

@@ -54,4 +54,20 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "CSVLogger",
+    "LinearDecayScheduler",
+    "PiecewiseScheduler",
+    "ReplayMemory",
+    "TimeStat",
+    "Transitions",
+    "WindowStat",
+    "calc_discount_sum_rewards",
+    "calc_gae",
+    "get_device",
+    "logger",
+    "seed_env",
+    "set_seed",
+    "summary",
+    "worker_seed",
+]

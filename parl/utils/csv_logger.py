@@ -43,7 +43,9 @@ class CSVLogger:
     def log_dict(self, result: Mapping[str, Any]) -> None:
         """Write one row; values are written with ``str``."""
         if not isinstance(result, Mapping):
-            raise TypeError(f"result must be a dict of column -> value, got {type(result).__name__}")
+            raise TypeError(
+                f"result must be a dict of column -> value, got {type(result).__name__}"
+            )
         if self._closed:
             raise ValueError(f"CSVLogger for {self.output_file!r} is closed")
         if self._writer is None:

@@ -32,8 +32,9 @@ def get_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ValueError(f"device {device!r} asks for CUDA, but no GPU is available; "
-                             f"use 'auto' or 'cpu'")
+            raise ValueError(
+                f"device {device!r} asks for CUDA, but no GPU is available; use 'auto' or 'cpu'"
+            )
         if resolved.index is not None and resolved.index >= count:
             raise ValueError(f"device {device!r} does not exist: this machine has {count} GPU(s)")
     return resolved

@@ -33,8 +33,9 @@ def _shape(name: str, dim: object, allow_zero: bool) -> tuple[int, ...]:
     if isinstance(dim, tuple):
         if not dim:
             raise ValueError(f"{name} must be a positive int or a non-empty tuple of them, got ()")
-        return tuple(check_int(f"{name}[{i}]", d, low=1, owner="ReplayMemory")
-                     for i, d in enumerate(dim))
+        return tuple(
+            check_int(f"{name}[{i}]", d, low=1, owner="ReplayMemory") for i, d in enumerate(dim)
+        )
     low = 0 if allow_zero else 1
     size = check_int(name, dim, low=low, owner="ReplayMemory")
     return () if size == 0 else (size,)
@@ -69,7 +70,9 @@ class ReplayMemory:
         self.obs_shape = _shape("obs_dim", obs_dim, allow_zero=False)
         self.act_shape = _shape("act_dim", act_dim, allow_zero=True)
         if rng is not None and not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+            raise TypeError(
+                f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}"
+            )
         self._rng = rng
         if act_dtype is None:
             act_dtype = np.int64 if not self.act_shape else np.float32
@@ -150,7 +153,11 @@ class ReplayMemory:
                     handle,
                     size=np.int64(self._curr_size),
                     pos=np.int64(self._curr_pos),
-                    **self._arrays(),
+                    obs=self.obs,
+                    action=self.action,
+                    reward=self.reward,
+                    next_obs=self.next_obs,
+                    terminal=self.terminal,
                 )
             os.replace(tmp, path)
         except BaseException:

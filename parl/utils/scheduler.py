@@ -45,7 +45,9 @@ class LinearDecayScheduler:
         return {"cur_step": self.cur_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.cur_step = check_int("cur_step", state["cur_step"], low=0, owner="LinearDecayScheduler")
+        self.cur_step = check_int(
+            "cur_step", state["cur_step"], low=0, owner="LinearDecayScheduler"
+        )
 
 
 class PiecewiseScheduler:

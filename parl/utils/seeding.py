@@ -41,7 +41,9 @@ def seed_env(env: Any, seed: int) -> tuple[Any, dict[str, Any]]:
     """
     seed = check_int("seed", seed, low=0, high=_MAX_SEED)
     if not callable(getattr(env, "reset", None)):
-        raise TypeError(f"env must be a gymnasium.Env (with reset(seed=...)), got {type(env).__name__}")
+        raise TypeError(
+            f"env must be a gymnasium.Env (with reset(seed=...)), got {type(env).__name__}"
+        )
     for space_name in ("action_space", "observation_space"):
         space = getattr(env, space_name, None)
         if space is not None and callable(getattr(space, "seed", None)):

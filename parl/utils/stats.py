@@ -6,6 +6,7 @@ import numbers
 import time
 from collections import deque
 from types import TracebackType
+from typing import SupportsFloat
 
 import numpy as np
 
@@ -24,12 +25,13 @@ class WindowStat:
         self.window_size = check_int("window_size", window_size, low=1, owner="WindowStat")
         self._items: deque[float] = deque(maxlen=self.window_size)
 
-    def add(self, obj: float) -> None:
-        if hasattr(obj, "item") and callable(obj.item):
-            obj = obj.item()
-        if isinstance(obj, bool) or not isinstance(obj, numbers.Real):
+    def add(self, obj: SupportsFloat) -> None:
+        """Add a number (Python, numpy or a one-element tensor)."""
+        item = getattr(obj, "item", None)
+        value = item() if callable(item) else obj
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"WindowStat.add expects a number, got {obj!r} ({type(obj).__name__})")
-        self._items.append(float(obj))
+        self._items.append(float(value))
 
     @property
     def count(self) -> int:

@@ -12,7 +12,7 @@ import atexit
 import numbers
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import numpy as np
 
@@ -78,7 +78,10 @@ def _check_step(global_step: object) -> int | None:
 
 
 def add_scalar(
-    tag: str, scalar_value: float, global_step: int | None = None, walltime: float | None = None
+    tag: str,
+    scalar_value: SupportsFloat,
+    global_step: int | None = None,
+    walltime: float | None = None,
 ) -> None:
     """Record ``scalar_value`` (a number, numpy scalar or one-element tensor) under ``tag``."""
     _check_tag(tag)

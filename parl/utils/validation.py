@@ -78,7 +78,6 @@ def check_bool(name: str, value: object, *, owner: str | None = None) -> bool:
     """Return ``value`` if it is a bool (numpy bools included)."""
     if type(value).__name__ not in ("bool", "bool_"):
         raise TypeError(
-            f"{_prefix(owner)}{name} must be True or False, got {value!r} "
-            f"({type(value).__name__})"
+            f"{_prefix(owner)}{name} must be True or False, got {value!r} ({type(value).__name__})"
         )
     return bool(value)

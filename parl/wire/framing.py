@@ -80,7 +80,7 @@ class FrameSocket:
         lengths = struct.pack(f"<{len(bodies)}Q", *(memoryview(b).nbytes for b in bodies))
         head = PREFIX.pack(len(meta), len(bodies), len(fds), 0) + lengths + meta
         parts: list[memoryview] = [memoryview(head)]
-        parts.extend(memoryview(b).cast("B") for b in bodies)
+        parts.extend(m for m in (memoryview(b).cast("B") for b in bodies) if m.nbytes)
         ancillary = (
             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         )

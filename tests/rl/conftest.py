@@ -1,0 +1,98 @@
+"""Fixtures of the RL tests: small models and agents, a subprocess runner, the QuickStart."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from parl.algorithms import PolicyGradient
+
+from .nets import PGAgent, PolicyNet
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART_DIR = REPO_ROOT / "examples" / "QuickStart"
+
+
+MakeAgent = Callable[..., PGAgent]
+
+
+@pytest.fixture
+def make_agent() -> MakeAgent:
+    """``make_agent(seed=0, **net_kwargs)``: a PolicyGradient agent on CPU, seeded weights."""
+
+    def make(seed: int = 0, lr: float = 1e-2, **net_kwargs: Any) -> PGAgent:
+        torch.manual_seed(seed)
+        return PGAgent(PolicyGradient(PolicyNet(**net_kwargs), lr=lr, device="cpu"))
+
+    return make
+
+
+@pytest.fixture
+def single_thread() -> Iterator[None]:
+    """One torch thread for bit-exact reproducibility; the previous count is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+RunPython = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def run_python(tmp_path: Path) -> RunPython:
+    """Run Python code (or ``args``) in a fresh interpreter, in ``tmp_path``, with the repository
+    importable; returns the completed process (stdout and stderr captured as text)."""
+
+    def run(
+        code: str | None = None,
+        args: list[str] | None = None,
+        timeout: float = 120,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        command = [sys.executable, *(["-c", code] if code is not None else []), *(args or [])]
+        return subprocess.run(
+            command,
+            cwd=cwd or tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def quickstart() -> Iterator[ModuleType]:
+    """``examples/QuickStart/train.py`` imported as a module."""
+    sys.path.insert(0, str(QUICKSTART_DIR))
+    try:
+        yield importlib.import_module("train")
+    finally:
+        sys.path.remove(str(QUICKSTART_DIR))
+
+
+@pytest.fixture
+def summary_dir(tmp_path: Path) -> Iterator[Path]:
+    """``parl.utils.summary`` writing into a temporary folder; closed afterwards."""
+    from parl.utils import summary
+
+    logdir = tmp_path / "tb"
+    summary.set_dir(logdir)
+    yield logdir
+    summary.close()

@@ -1,0 +1,201 @@
+"""parl.Agent: numpy in/out, train/eval, model checkpoints and full training checkpoints."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import parl
+from parl.algorithms import PolicyGradient
+from parl.core import checkpoint
+
+from .conftest import MakeAgent
+from .nets import PGAgent, PolicyNet
+
+
+def test_numpy_in_numpy_out(make_agent: MakeAgent) -> None:
+    agent = make_agent()
+    obs = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    probs = agent.predict(obs)
+    assert isinstance(probs, np.ndarray) and probs.shape == (5, 2)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
+    actions = agent.sample(obs)
+    assert actions.shape == (5,) and actions.dtype == np.int64
+    assert set(actions.tolist()) <= {0, 1}
+    loss = agent.learn(obs, actions, np.ones(5, dtype=np.float32))
+    assert isinstance(loss, float) and np.isfinite(loss)
+
+
+def test_agent_needs_an_algorithm() -> None:
+    with pytest.raises(
+        TypeError, match=r"PGAgent\(algorithm\): algorithm must be a parl.Algorithm, got PolicyNet"
+    ):
+        PGAgent(PolicyNet())  # type: ignore[arg-type]
+
+
+def test_base_agent_methods_say_what_is_missing(make_agent: MakeAgent) -> None:
+    agent = parl.Agent(make_agent().alg)
+    with pytest.raises(NotImplementedError, match="Agent does not implement learn"):
+        agent.learn()
+
+
+def test_save_restore_gives_identical_predictions(make_agent: MakeAgent, tmp_path: Path) -> None:
+    agent = make_agent(seed=0)
+    obs = np.random.default_rng(1).standard_normal((64, 4)).astype(np.float32)
+    agent.learn(obs, agent.sample(obs), np.ones(64, dtype=np.float32))
+    path = tmp_path / "deep" / "folders" / "model.ckpt"  # parents are created
+    assert agent.save(path) == path
+    fresh = make_agent(seed=123)
+    assert not np.array_equal(fresh.predict(obs), agent.predict(obs))
+    fresh.restore(path)
+    np.testing.assert_array_equal(fresh.predict(obs), agent.predict(obs))
+    # A plain state_dict: readable without parl.
+    state = torch.load(path, weights_only=True)
+    assert sorted(state) == sorted(agent.alg.model.state_dict())
+
+
+def test_save_and_restore_an_explicit_model(make_agent: MakeAgent, tmp_path: Path) -> None:
+    agent = make_agent(seed=0)
+    other = PolicyNet()
+    agent.save(tmp_path / "other.ckpt", model=other)
+    target = PolicyNet()
+    agent.restore(tmp_path / "other.ckpt", model=target, map_location="cpu")
+    for name, array in other.get_weights().items():
+        np.testing.assert_array_equal(target.get_weights()[name], array)
+    with pytest.raises(TypeError, match="model must be a parl.Model or None"):
+        agent.save(tmp_path / "x.ckpt", model="model")  # type: ignore[arg-type]
+
+
+def test_restore_other_architecture_names_the_tensor(make_agent: MakeAgent, tmp_path: Path) -> None:
+    make_agent(hidden=16).save(tmp_path / "wide.ckpt")
+    with pytest.raises(
+        ValueError, match=r"'fc1.weight' has shape \(16, 4\) but PolicyNet expects \(8, 4\)"
+    ):
+        make_agent(hidden=8).restore(tmp_path / "wide.ckpt")
+    with pytest.raises(FileNotFoundError, match="no checkpoint file"):
+        make_agent().restore(tmp_path / "missing.ckpt")
+    with pytest.raises(TypeError, match="save_path must be a str or os.PathLike"):
+        make_agent().save(42)  # type: ignore[arg-type]
+
+
+def test_a_crash_mid_save_keeps_the_old_checkpoint(
+    make_agent: MakeAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "model.ckpt"
+    agent = make_agent(seed=0)
+    agent.save(path)
+    good = path.read_bytes()
+
+    def crash(obj: object, handle: object) -> None:
+        handle.write(b"half a checkpoint")  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        make_agent(seed=1).save(path)
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["model.ckpt"]  # no temporary file left behind
+
+
+def test_train_and_eval_switch_dropout(make_agent: MakeAgent) -> None:
+    agent = make_agent(dropout=0.5, hidden=64)
+    obs = np.random.default_rng(0).standard_normal((32, 4)).astype(np.float32)
+    assert agent.training and agent.alg.model.training
+    assert not np.array_equal(agent.predict(obs), agent.predict(obs))  # dropout is on
+    agent.eval()
+    assert not agent.training and not agent.alg.model.training
+    first = agent.predict(obs)
+    np.testing.assert_array_equal(agent.predict(obs), first)
+    model = agent.alg.model
+    with torch.no_grad():  # eval mode is the network without dropout
+        expected = torch.softmax(model.fc2(torch.tanh(model.fc1(torch.from_numpy(obs)))), dim=-1)
+    np.testing.assert_allclose(first, expected.numpy(), rtol=1e-6)
+    agent.train()
+    assert agent.training and agent.alg.model.training
+
+
+def test_weights_round_trip_between_agents(make_agent: MakeAgent) -> None:
+    learner, actor = make_agent(seed=0), make_agent(seed=1)
+    actor.set_weights(learner.get_weights())
+    obs = np.ones((3, 4), dtype=np.float32)
+    np.testing.assert_array_equal(actor.predict(obs), learner.predict(obs))
+    assert list(learner.get_weights()) == [
+        "model.fc1.weight",
+        "model.fc1.bias",
+        "model.fc2.weight",
+        "model.fc2.bias",
+    ]
+
+
+def _train_steps(agent: PGAgent, steps: int) -> None:
+    """Updates whose data come from numpy's and Python's global generators and whose actions
+    come from torch's, so a resumed run matches only if every generator was restored."""
+    for _ in range(steps):
+        obs = np.random.standard_normal((16, 4)).astype(np.float32) * random.uniform(0.5, 2.0)
+        agent.learn(obs, agent.sample(obs), np.random.standard_normal(16).astype(np.float32))
+
+
+def test_training_checkpoint_resumes_exactly(
+    make_agent: MakeAgent, tmp_path: Path, single_thread: None
+) -> None:
+    path = tmp_path / "run" / "checkpoint.pt"
+    parl.utils.set_seed(7)
+    agent = make_agent(seed=7)
+    _train_steps(agent, 3)
+    agent.save_checkpoint(path, counters={"step": 3, "episode": np.int64(1)}, extra={"note": "x"})
+    _train_steps(agent, 3)
+    reference = agent.get_weights()
+
+    parl.utils.set_seed(99)  # a different state everywhere
+    resumed = make_agent(seed=99)
+    state = resumed.restore_checkpoint(path)
+    assert state.counters == {"step": 3, "episode": 1}
+    assert state.extra == {"note": "x"}
+    _train_steps(resumed, 3)
+    for name, array in resumed.get_weights().items():
+        np.testing.assert_array_equal(array, reference[name], err_msg=name)
+
+    # Without the optimizer and generator states the run diverges: the test can fail.
+    parl.utils.set_seed(99)
+    weights_only = make_agent(seed=99)
+    weights_only.alg.model.load_state_dict(torch.load(path, weights_only=True)["models"]["model"])
+    _train_steps(weights_only, 3)
+    assert not np.array_equal(
+        weights_only.get_weights()["model.fc1.weight"], reference["model.fc1.weight"]
+    )
+
+
+def test_training_checkpoint_bad_input(make_agent: MakeAgent, tmp_path: Path) -> None:
+    agent = make_agent()
+    with pytest.raises(TypeError, match=r"counters\['step'\] must be an int or float, got str"):
+        agent.save_checkpoint(tmp_path / "c.pt", counters={"step": "3"})
+    agent.save(tmp_path / "model.ckpt")
+    with pytest.raises(ValueError, match="is not a training checkpoint"):
+        agent.restore_checkpoint(tmp_path / "model.ckpt")
+    make_agent(hidden=16).save_checkpoint(tmp_path / "wide.pt")
+    with pytest.raises(ValueError, match=r"model 'model'.*'fc1.weight' has shape \(16, 4\)"):
+        agent.restore_checkpoint(tmp_path / "wide.pt")
+
+
+def test_learning_rate_scheduler_is_checkpointed(make_agent: MakeAgent, tmp_path: Path) -> None:
+    agent = make_agent()
+    alg = agent.alg
+    alg.lr_scheduler = torch.optim.lr_scheduler.StepLR(alg.optimizer, step_size=1, gamma=0.5)
+    alg.optimizer.step()
+    alg.lr_scheduler.step()
+    agent.save_checkpoint(tmp_path / "c.pt")
+    other = make_agent()
+    other.alg.lr_scheduler = torch.optim.lr_scheduler.StepLR(other.alg.optimizer, 1, gamma=0.5)
+    other.restore_checkpoint(tmp_path / "c.pt")
+    assert other.alg.lr_scheduler.last_epoch == 1
+    assert other.alg.optimizer.param_groups[0]["lr"] == pytest.approx(alg.lr * 0.5)
+
+
+def test_policy_gradient_on_cpu_by_name() -> None:
+    alg = PolicyGradient(PolicyNet(), lr=0.01, device="cpu")
+    assert alg.device == torch.device("cpu")

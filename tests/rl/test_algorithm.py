@@ -1,0 +1,130 @@
+"""parl.Algorithm: model discovery, weights of every model, construction-time checks."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import parl
+from parl.algorithms import PolicyGradient
+
+from .nets import PolicyNet
+
+
+class ActorCritic(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.actor = nn.Linear(3, 2)
+        self.critic = nn.Linear(3, 1)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs)
+
+
+class SoftUpdate(parl.Algorithm):
+    """An algorithm with a target network and two optimizers, built without super().__init__
+    the way PARL's own algorithms are written."""
+
+    def __init__(self, model: ActorCritic) -> None:
+        self.model = model
+        self.target_model = copy.deepcopy(model)
+        self.actor_optimizer = torch.optim.Adam(model.actor.parameters(), lr=1e-3)
+        self.critic_optimizer = torch.optim.Adam(model.critic.parameters(), lr=1e-3)
+
+
+class NeedsPolicyAndValue(parl.Algorithm):
+    model_methods = ("policy", "value", "forward")
+
+
+def test_named_models_and_optimizers_without_super_init() -> None:
+    alg = SoftUpdate(ActorCritic())
+    assert list(alg.named_models()) == ["model", "target_model"]
+    assert list(alg.named_optimizers()) == ["actor_optimizer", "critic_optimizer"]
+    assert alg.device == torch.device("cpu")
+
+
+def test_get_weights_covers_every_model() -> None:
+    alg = SoftUpdate(ActorCritic())
+    assert sorted(alg.get_weights()) == sorted(
+        f"{prefix}.{layer}.{kind}"
+        for prefix in ("model", "target_model")
+        for layer in ("actor", "critic")
+        for kind in ("weight", "bias")
+    )
+
+
+def test_set_weights_round_trip_for_all_models() -> None:
+    torch.manual_seed(0)
+    source = SoftUpdate(ActorCritic())
+    with torch.no_grad():
+        source.target_model.actor.bias.fill_(3.0)  # the target differs from the model
+    torch.manual_seed(1)
+    target = SoftUpdate(ActorCritic())
+    target.set_weights(source.get_weights())
+    for name, array in source.get_weights().items():
+        np.testing.assert_array_equal(target.get_weights()[name], array, err_msg=name)
+    assert torch.all(target.target_model.actor.bias == 3.0)
+    assert not torch.all(target.model.actor.bias == 3.0)
+
+
+def test_set_weights_rejects_foreign_names_and_shapes_before_writing() -> None:
+    alg = SoftUpdate(ActorCritic())
+    before = alg.get_weights()
+    weights = alg.get_weights()
+    weights["critic.weight"] = weights.pop("model.critic.weight")
+    with pytest.raises(ValueError, match=r"belong to no model of SoftUpdate: \['critic.weight'\]"):
+        alg.set_weights(weights)
+    weights = {name: array + 1 for name, array in alg.get_weights().items()}
+    weights["target_model.critic.bias"] = np.zeros(5, dtype=np.float32)
+    with pytest.raises(
+        ValueError, match=r"SoftUpdate.target_model.*'critic.bias' has shape \(5,\)"
+    ):
+        alg.set_weights(weights)
+    for name, array in alg.get_weights().items():  # nothing was written, not even model.*
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
+def test_missing_model_method_fails_at_construction_naming_both() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"NeedsPolicyAndValue needs model to define forward\(\), "
+        r"but ActorCritic does not",
+    ):
+        NeedsPolicyAndValue(ActorCritic())
+    with pytest.raises(
+        TypeError,
+        match=r"PolicyGradient needs model to define forward\(\).*"
+        r"ActorCritic",
+    ):
+        PolicyGradient(ActorCritic())  # type: ignore[arg-type]
+
+
+def test_model_must_be_a_module() -> None:
+    with pytest.raises(TypeError, match=r"PolicyGradient: model must be a parl.Model .*got dict"):
+        PolicyGradient({})  # type: ignore[arg-type]
+
+
+def test_base_methods_say_what_is_missing() -> None:
+    alg = parl.Algorithm(PolicyNet())
+    for method in (alg.learn, alg.predict, alg.sample):
+        with pytest.raises(
+            NotImplementedError, match=f"Algorithm does not implement {method.__name__}"
+        ):
+            method()
+
+
+def test_device_argument_moves_the_model() -> None:
+    model = PolicyNet().double()
+    alg = parl.Algorithm(model, device="cpu")
+    assert alg.device == torch.device("cpu")
+    with pytest.raises(TypeError, match="device must be"):
+        parl.Algorithm(PolicyNet(), device=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'gpu0' is not a valid torch device"):
+        parl.Algorithm(PolicyNet(), device="gpu0")

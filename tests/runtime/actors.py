@@ -1,0 +1,155 @@
+"""Remote classes used by the runtime tests (an importable module: found by name)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import parl
+
+
+class CustomError(Exception):
+    pass
+
+
+class UnpicklableError(Exception):
+    def __init__(self, a, b):  # pickles, but cannot be rebuilt from its args
+        super().__init__(f"{a}-{b}")
+
+
+@parl.remote_class
+class Sampler:
+    """The issue's example."""
+
+    def __init__(self, n: int = 4):
+        self.buf = np.zeros(n, np.float32)
+        self.log: list[int] = []
+
+    def rollout(self):
+        self.buf += 1
+        return self.buf
+
+    def add(self, a, b):
+        return a + b
+
+    def pid(self):
+        return os.getpid()
+
+    def append(self, i):
+        self.log.append(i)
+        return len(self.log)
+
+    def apply(self, fn, *args):
+        return fn(*args)
+
+    def info(self, a):
+        import parl.shm
+
+        return {
+            "shared": parl.shm.is_shared(a),
+            "owndata": bool(a.flags.owndata),
+            "writeable": bool(a.flags.writeable),
+            "sum": float(a.sum()),
+            "dtype": str(a.dtype),
+            "shape": a.shape,
+        }
+
+    def fill(self, a, value):
+        a[...] = value
+
+    def keep(self, a):
+        self.kept = a
+
+    def kept_is_shared(self):
+        import parl.shm
+
+        return parl.shm.is_shared(self.kept)
+
+    def get_kept(self):
+        return self.kept
+
+    def raise_custom(self, message):
+        raise CustomError(message)
+
+    def raise_unpicklable(self):
+        raise UnpicklableError(1, 2)
+
+    def return_unpicklable(self):
+        return (i for i in range(3))
+
+    def speak(self, text, err=False):
+        print(text, file=sys.stderr if err else sys.stdout)
+        return True
+
+    def exit(self, code):
+        sys.exit(code)
+
+    def crash(self):
+        os.kill(os.getpid(), 9)
+
+    def allocate(self, megabytes):
+        self.blob = np.ones(int(megabytes * 2**20), np.uint8)
+        while True:  # the memory watcher stops the worker
+            time.sleep(0.01)
+
+    def tensor_info(self, t):
+        return {"type": type(t).__name__, "dtype": str(t.dtype), "sum": float(t.float().sum()),
+                "requires_grad": bool(t.requires_grad)}
+
+    def echo(self, x):
+        return x
+
+    @property
+    def size(self):
+        return self.buf.size
+
+    def rendezvous(self, fifo, role):
+        # Blocks until the other actor opens the FIFO: proves that two actors run at once.
+        with open(fifo, "w" if role == "writer" else "r") as f:
+            if role == "writer":
+                f.write("hi")
+                return "wrote"
+            return f.read()
+
+
+@parl.remote_class(wait=False)
+class AsyncSampler:
+    def __init__(self):
+        self.n = 0
+
+    def add(self, a, b):
+        return a + b
+
+    def step(self):
+        self.n += 1
+        return self.n
+
+    def fail(self):
+        raise ValueError("async failure")
+
+    def block(self, fifo):
+        with open(fifo) as f:
+            return f.read()
+
+    def pid(self):
+        return os.getpid()
+
+
+@parl.remote_class(max_memory=100)
+class Capped:
+    def allocate(self, megabytes):
+        self.blob = np.ones(int(megabytes * 2**20), np.uint8)
+        while True:
+            time.sleep(0.01)
+
+    def ok(self):
+        return "ok"
+
+
+@parl.remote_class
+class FailsInInit:
+    def __init__(self, message):
+        raise CustomError(message)
