@@ -18,7 +18,7 @@ from parl.errors import (
     ParlError,
     RemoteError,
 )
-from parl.remote import Future, connect, disconnect, remote_class
+from parl.remote import Future, close_actor, connect, disconnect, remote_class
 
 __version__ = "0.1.0"
 
@@ -66,6 +66,7 @@ __all__ = [
     "ParlError",
     "RemoteError",
     "algorithms",
+    "close_actor",
     "connect",
     "disconnect",
     "remote_class",

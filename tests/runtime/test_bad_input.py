@@ -1,0 +1,80 @@
+"""Bad input gets a clear error naming what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+import parl
+from tests.runtime.actors import Sampler
+
+
+def test_unknown_keyword_lists_the_valid_ones():
+    with pytest.raises(TypeError, match="'gpu'.*valid keywords are: max_memory, wait"):
+        parl.remote_class(gpu=1)
+
+
+def test_decorating_a_function_is_a_type_error():
+    with pytest.raises(TypeError, match="decorates a class"):
+        @parl.remote_class
+        def not_a_class():
+            pass
+
+    with pytest.raises(TypeError, match="decorates a class"):
+        parl.remote_class(wait=False)(42)
+
+
+@pytest.mark.parametrize("bad", [0, -5, float("nan"), float("inf")])
+def test_max_memory_must_be_positive(bad):
+    with pytest.raises(ValueError, match="max_memory"):
+        parl.remote_class(max_memory=bad)
+
+
+@pytest.mark.parametrize("bad", ["100", True, [1]])
+def test_max_memory_must_be_a_number(bad):
+    with pytest.raises(TypeError, match="max_memory"):
+        parl.remote_class(max_memory=bad)
+
+
+def test_wait_must_be_bool():
+    with pytest.raises(TypeError, match="wait"):
+        parl.remote_class(wait="no")
+
+
+def test_unpicklable_argument_names_the_argument():
+    actor = Sampler()
+    generator = (i for i in range(3))
+    with pytest.raises(TypeError, match=r"argument 'b' of Sampler.add\(\)") as info:
+        actor.add(1, generator)
+    assert "generator" in str(info.value)
+    with pytest.raises(TypeError, match=r"argument 'a' of Sampler.add\(\)"):
+        actor.add(a=generator, b=2)
+    assert actor.add(1, 2) == 3  # still usable
+    with pytest.raises(TypeError, match="attribute 'buf'"):
+        actor.buf = generator
+    assert actor.add(2, 2) == 4
+
+
+def test_unpicklable_constructor_argument():
+    with pytest.raises(TypeError, match=r"argument 'n' of Sampler.__init__\(\)"):
+        Sampler((i for i in range(2)))
+
+
+def test_connect_modes():
+    parl.connect()
+    parl.connect("local")
+    actor = Sampler()
+    assert actor.add(1, 1) == 2
+    with pytest.raises(NotImplementedError, match="not available in this version"):
+        parl.connect("localhost:8010")
+    with pytest.raises(TypeError, match="address"):
+        parl.connect(8010)
+    assert actor.add(2, 2) == 4
+
+
+def test_reserved_names_are_refused():
+    class Bad:
+        def _parl_conn(self):
+            pass
+
+    with pytest.raises(TypeError, match="reserved"):
+        parl.remote_class(Bad)

@@ -1,0 +1,240 @@
+"""Worker death, output forwarding, and ending workers with the caller, for real."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import parl
+from parl.remote.context import current
+from tests.runtime.actors import AsyncSampler, Capped, Sampler
+from tests.runtime.conftest import wait_until
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# -- death of a worker ------------------------------------------------------------------------
+
+
+def test_sys_exit_in_a_method_kills_only_that_actor():
+    victim, bystander = Sampler(), Sampler()
+    with pytest.raises(parl.ActorDiedError, match="exited with status 3"):
+        victim.exit(3)
+    with pytest.raises(parl.ActorDiedError):
+        victim.add(1, 2)  # later calls raise too
+    assert bystander.add(1, 2) == 3
+
+
+def test_sigkill_of_a_worker_fails_pending_calls_fast(tmp_path):
+    victim, bystander = AsyncSampler(), AsyncSampler()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    pid = victim.pid().get()
+    pending = [victim.block(str(fifo)) for _ in range(3)]
+    os.kill(pid, signal.SIGKILL)
+    start = time.monotonic()
+    for future in pending:
+        with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
+            future.get(timeout=10)
+    elapsed = time.monotonic() - start
+    assert elapsed < 2.0, f"death noticed after {elapsed:.2f} s"  # the issue's bound, not a speed test
+    with pytest.raises(parl.ActorDiedError):
+        victim.add(1, 1).get()
+    assert bystander.add(2, 2).get() == 4
+
+
+def test_crash_inside_a_call():
+    victim = Sampler()
+    with pytest.raises(parl.ActorDiedError, match="killed by SIGKILL"):
+        victim.crash()
+
+
+def test_max_memory_exceeded():
+    capped = Capped()
+    assert capped.ok() == "ok"
+    with pytest.raises(parl.ActorMemoryError, match="max_memory of 100 MB"):
+        capped.allocate(300)
+    with pytest.raises(parl.ActorMemoryError):
+        capped.ok()
+
+
+def test_call_on_a_closed_actor():
+    actor = Sampler()
+    method = actor.add
+    parl.close_actor(actor)
+    with pytest.raises(parl.ActorClosedError, match="was closed"):
+        method(1, 2)
+    with pytest.raises(parl.ActorClosedError):
+        actor.buf
+    parl.close_actor(actor)  # idempotent
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def test_print_is_forwarded_with_a_prefix(capsys):
+    actor = Sampler()
+    pid = actor.pid()
+    assert actor.speak("hello stdout")
+    assert actor.speak("hello stderr", err=True)
+    out, err = "", ""
+
+    def seen():
+        nonlocal out, err
+        captured = capsys.readouterr()
+        out += captured.out
+        err += captured.err
+        return "hello stdout" in out and "hello stderr" in err
+
+    assert wait_until(seen, timeout=10)
+    assert f"(Sampler pid={pid}) hello stdout\n" in out
+    assert f"(Sampler pid={pid}) hello stderr\n" in err
+    assert actor.add(1, 2) == 3  # the protocol channel is untouched
+
+
+def test_prints_that_look_like_protocol_data_cannot_corrupt_it():
+    actor = Sampler()
+    for _ in range(20):
+        assert actor.speak("\x00\x00\x00\x10" * 100)
+    assert actor.add(20, 22) == 42
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+
+
+def test_deleting_the_proxy_ends_the_worker():
+    actor = Sampler()
+    pid = actor.pid()
+    del actor
+    gc.collect()
+    assert wait_until(lambda: gone(pid))
+
+
+def test_no_process_runs_when_no_actor_exists():
+    actors = [Sampler() for _ in range(3)]
+    server = current().carrier.server_pid
+    assert server is not None and not gone(server)
+    del actors
+    gc.collect()
+    assert current().carrier.server_pid is None
+    assert wait_until(lambda: gone(server))
+    assert wait_until(lambda: not psutil.Process().children(recursive=True))
+
+
+def test_future_keeps_its_actor_alive():
+    future = AsyncSampler().add(20, 22)  # the proxy is dropped at once
+    assert future.get(timeout=30) == 42
+
+
+def run_script(body: str, tmp_path, **kwargs) -> subprocess.Popen:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, **kwargs)
+
+
+SCRIPT_WITH_ACTORS = """
+    import os, sys
+    import numpy as np
+    import parl
+    from parl.remote.context import current
+
+    @parl.remote_class
+    class Worker:
+        def __init__(self, scale):
+            self.scale = scale
+        def pid(self):
+            return os.getpid()
+        def work(self, fn, x):
+            return fn(x) * self.scale
+        def big(self):
+            return np.ones(1 << 20)
+
+    workers = [Worker(i) for i in range(3)]
+    assert [w.work(lambda v: v + 1, 1) for w in workers] == [0, 2, 4]
+    kept = [w.big() for w in workers]
+    print(" ".join(str(w.pid()) for w in workers), current().carrier.server_pid, flush=True)
+    {tail}
+"""
+
+
+def test_caller_killed_with_sigkill_leaves_nothing(tmp_path):
+    proc = run_script(SCRIPT_WITH_ACTORS.format(tail="sys.stdin.read()"), tmp_path,
+                      stdin=subprocess.PIPE)
+    line = proc.stdout.readline()
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 4, (line, proc.stderr.read() if proc.poll() is not None else "")
+    proc.kill()
+    proc.wait()
+    assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0), [
+        p for p in pids if not gone(p)]
+    proc.stdin.close()
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+def test_interpreter_exit_ends_workers_and_flushes_output(tmp_path):
+    body = textwrap.dedent(SCRIPT_WITH_ACTORS.format(tail="pass")) + textwrap.dedent(
+        """
+    @parl.remote_class
+    class Talker:
+        def talk(self):
+            print("last words")
+    Talker().talk()
+    """)
+    proc = run_script(body, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    pids = [int(p) for p in out.splitlines()[0].split()]
+    assert "last words" in out
+    assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0)
+
+
+def test_main_module_class_and_lambdas_work_in_a_script(tmp_path):
+    proc = run_script(SCRIPT_WITH_ACTORS.format(tail=""), tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert len(out.split()) == 4
+
+
+def test_forked_child_gets_its_own_runtime(tmp_path):
+    body = """
+    import os, parl
+
+    @parl.remote_class
+    class A:
+        def pid(self):
+            return os.getpid()
+
+    a = A()
+    parent_worker = a.pid()
+    child = os.fork()
+    if child == 0:
+        b = A()
+        ok = b.pid() not in (parent_worker, os.getpid())
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert a.pid() == parent_worker
+    print("ok")
+    """
+    proc = run_script(body, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == "ok"

@@ -1,0 +1,240 @@
+"""The allocator, the link's leases, and the data path through real actors."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import parl
+import parl.shm
+from parl.shm.link import ShmLink
+from parl.shm.segment import MIN_SEGMENT, segment_table
+from parl.wire import protocol
+from parl.wire.framing import Frame
+from tests.runtime.actors import Sampler
+from tests.runtime.conftest import wait_until
+
+# -- allocator ----------------------------------------------------------------------------------
+
+
+def test_segments_are_memfds_not_dev_shm_files():
+    before = set(os.listdir("/dev/shm"))
+    block = segment_table().allocator.block(1 << 20)
+    block[:] = 1
+    assert set(os.listdir("/dev/shm")) == before
+    segment, offset = segment_table().find(block.ctypes.data, block.nbytes)
+    assert offset == 0
+    assert os.readlink(f"/proc/self/fd/{segment.fd}").startswith("/memfd:parl-")
+
+
+def test_dropped_block_is_reused():
+    allocator = segment_table().allocator
+    block = allocator.block(3 * 2**20)
+    address = block.ctypes.data
+    del block
+    again = allocator.block(3 * 2**20 + 5)  # same power-of-two size class
+    assert again.ctypes.data == address
+    bigger = allocator.block(5 * 2**20)
+    assert bigger.ctypes.data != address
+
+
+def test_block_lives_while_any_view_lives():
+    allocator = segment_table().allocator
+    block = allocator.block(MIN_SEGMENT)
+    view = block[10:20].view(np.int16)
+    address = block.ctypes.data
+    del block
+    other = allocator.block(MIN_SEGMENT)
+    assert other.ctypes.data != address  # still in use through `view`
+    view[:] = 7
+    other_address = other.ctypes.data
+    del view, other
+    gc.collect()
+    first, second = allocator.block(MIN_SEGMENT), allocator.block(MIN_SEGMENT)
+    assert {first.ctypes.data, second.ctypes.data} == {address, other_address}
+
+
+def test_size_class_and_cache_limit():
+    from parl.shm.segment import SegmentTable
+
+    table = SegmentTable(cache_bytes=2 * 2**20)
+    blocks = [table.allocator.block(2**20) for _ in range(4)]
+    assert table.stats()["owned"] == 4
+    del blocks
+    gc.collect()
+    assert table.allocator.free_count() == 2  # two fit in the 2 MiB cache, two were unmapped
+    assert table.stats()["owned"] == 2
+    table.allocator.trim()
+    assert table.stats()["owned"] == 0
+
+
+def test_explicit_shared_arrays():
+    a = parl.shm.zeros((3, 4), np.float64)
+    assert a.shape == (3, 4) and a.dtype == np.float64 and not a.any()
+    assert parl.shm.is_shared(a) and parl.shm.is_shared(a[1:])
+    assert not parl.shm.is_shared(np.zeros(3))
+    b = parl.shm.copy([[1, 2], [3, 4]])
+    np.testing.assert_array_equal(b, [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(parl.shm.full(3, 2.5), [2.5, 2.5, 2.5])
+    with pytest.raises(TypeError, match="plain data"):
+        parl.shm.empty(3, object)
+    with pytest.raises(ValueError, match="non-negative"):
+        parl.shm.empty((-1, 2))
+
+
+# -- link and leases, in one process ----------------------------------------------------------
+
+
+def _deliver(message, receiver_link):
+    meta, bodies, fds = message
+    dup = [os.dup(fd) for fd in fds]  # what SCM_RIGHTS would have given the peer
+    return protocol.decode(Frame(bytearray(meta), [bytearray(b) for b in bodies], dup),
+                           receiver_link)
+
+
+def test_large_buffers_are_shared_small_ones_inline():
+    table = segment_table()
+    sender, receiver = ShmLink(table, threshold=1 << 16), ShmLink(table, threshold=1 << 16)
+    big, small = np.arange(1 << 16, dtype=np.float32), np.arange(10, dtype=np.float32)
+    incoming = _deliver(protocol.encode(protocol.CALL, 7, (big, small), sender), receiver)
+    assert incoming.call_id == 7 and incoming.kind == protocol.CALL
+    out_big, out_small = incoming.payload()
+    np.testing.assert_array_equal(out_big, big)
+    np.testing.assert_array_equal(out_small, small)
+    assert parl.shm.is_shared(out_big) and not parl.shm.is_shared(out_small)
+    assert sender.lease_count() == 1
+    del out_big, incoming
+    gc.collect()
+    releases = receiver.take_releases()
+    assert len(releases) == 1
+    sender.release(releases)
+    assert sender.lease_count() == 0
+
+
+def test_shared_arrays_cross_by_handle_at_any_size():
+    table = segment_table()
+    sender, receiver = ShmLink(table), ShmLink(table)
+    handle = parl.shm.zeros(4)
+    out = _deliver(protocol.encode(protocol.RESULT, 1, handle, sender), receiver).payload()
+    out[:] = 3  # writes land in the caller's array: it is the same memory
+    np.testing.assert_array_equal(handle, [3, 3, 3, 3])
+
+
+def test_inline_link_refuses_descriptors():
+    link = protocol.InlineLink()
+    meta, bodies, fds = protocol.encode(protocol.CALL, 1, np.ones(1 << 20), link)
+    assert fds == [] and len(bodies) == 1
+    out = protocol.decode(Frame(bytearray(meta), [bytearray(b) for b in bodies], []), link)
+    np.testing.assert_array_equal(out.payload(), np.ones(1 << 20))
+
+
+def test_pickle_buffer_raw_of_fortran_array_is_shared():
+    table = segment_table()
+    sender, receiver = ShmLink(table, threshold=0), ShmLink(table, threshold=0)
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    out = _deliver(protocol.encode(protocol.RESULT, 1, f, sender), receiver).payload()
+    np.testing.assert_array_equal(out, f)
+    assert pickle.loads(pickle.dumps(out)).shape == (3, 4)
+
+
+# -- through real actors ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def sampler():
+    actor = Sampler(1 << 20)
+    yield actor
+    parl.close_actor(actor)
+
+
+def test_returned_large_array_is_a_shared_view(sampler):
+    out = sampler.rollout()
+    assert out.shape == (1 << 20,) and out.dtype == np.float32
+    assert parl.shm.is_shared(out) and not out.flags.owndata
+    np.testing.assert_array_equal(out[:3], [1, 1, 1])
+    out[0] = 5  # writable, and a private copy of the actor's state
+    assert sampler.rollout()[0] == 2
+
+
+def test_large_argument_arrives_as_a_view(sampler):
+    info = sampler.info(np.ones((1024, 512), np.float32))
+    assert info == {"shared": True, "owndata": False, "writeable": True, "sum": 524288.0,
+                    "dtype": "float32", "shape": (1024, 512)}
+    small = sampler.info(np.ones(4, np.int64))
+    assert not small["shared"] and small["sum"] == 4
+
+
+def test_return_segments_are_reused(sampler):
+    table = segment_table()
+    out = sampler.rollout()
+    for _ in range(20):
+        out = sampler.rollout()
+    assert float(out[0]) == 21
+    del out
+    sampler.add(0, 0)  # carries the release of the last view
+    peer_segments = table.stats()["segments"] - table.stats()["owned"]
+    assert peer_segments <= 3
+
+
+def test_argument_blocks_are_reused(sampler):
+    table = segment_table()
+    a = np.ones(1 << 20, np.float32)
+    for _ in range(10):
+        assert sampler.info(a)["sum"] == 1 << 20
+    assert table.stats()["owned"] - table.stats()["free"] <= 2
+
+
+def test_explicit_handle_is_written_in_place(sampler):
+    buf = parl.shm.zeros((256, 1024), np.float32)
+    sampler.fill(buf, 4.0)
+    assert float(buf.sum()) == 4.0 * buf.size
+    sampler.keep(buf[10:20])
+    assert sampler.kept_is_shared()
+    back = sampler.get_kept()  # the same memory comes back, no copy
+    assert back.ctypes.data == buf[10:20].ctypes.data
+
+
+def test_view_survives_the_actor(sampler):
+    out = sampler.rollout()
+    parl.close_actor(sampler)
+    assert float(out.sum()) == out.size
+
+
+def test_view_from_one_actor_goes_to_another_without_copy(sampler):
+    other = Sampler(4)
+    try:
+        out = sampler.rollout()
+        info = other.info(out)
+        assert info["shared"] and info["sum"] == out.size
+    finally:
+        parl.close_actor(other)
+
+
+def test_torch_tensors_cross_shared(sampler):
+    t = torch.ones(512, 512)
+    info = sampler.tensor_info(t)
+    assert info == {"type": "Tensor", "dtype": "torch.float32", "sum": 262144.0,
+                    "requires_grad": False}
+    back = sampler.echo(torch.arange(100_000, dtype=torch.int64))
+    assert isinstance(back, torch.Tensor) and int(back[-1]) == 99_999
+    p = sampler.echo(torch.nn.Parameter(torch.zeros(3)))
+    assert isinstance(p, torch.nn.Parameter)
+
+
+def test_leases_come_back_when_views_are_dropped(sampler):
+    conn = sampler._parl_conn
+    results = [sampler.rollout() for _ in range(5)]
+    del results
+    sampler.add(1, 1)  # our releases ride this request; the actor frees the blocks
+    assert wait_until(lambda: sampler.add(1, 1) == 2)
+    # the actor holds no lease for us any more: a new rollout reuses a freed segment
+    before = segment_table().stats()["segments"]
+    out = sampler.rollout()
+    assert segment_table().stats()["segments"] == before
+    assert conn.label.startswith("Sampler pid=")
+    del out
