@@ -67,8 +67,10 @@ __all__ = [
     "RemoteError",
     "algorithms",
     "close_actor",
+    "core",
     "connect",
     "disconnect",
     "remote_class",
+    "shm",
     "utils",
 ]

@@ -55,8 +55,10 @@ def connect(
     """
     if address not in _LOCAL_NAMES:
         if not isinstance(address, str):
-            raise TypeError(f"address must be a str such as 'localhost:8010' or 'local', got "
-                            f"{type(address).__name__}")
+            raise TypeError(
+                f"address must be a str such as 'localhost:8010' or 'local', got "
+                f"{type(address).__name__}"
+            )
         raise NotImplementedError(
             f"parl.connect({address!r}): clusters and SSH hosts are not available in this "
             "version yet; call parl.connect() or parl.connect('local') for local workers"
@@ -68,8 +70,9 @@ def connect(
         raise TypeError(f"preload must be a list of module names, got {preload!r}")
     global _context
     with _lock:
-        _options.update(forward_output=bool(forward_output), preload=preload,
-                        shm_threshold=shm_threshold)
+        _options.update(
+            forward_output=bool(forward_output), preload=preload, shm_threshold=shm_threshold
+        )
         if _context is not None and _context.pid == os.getpid():
             old, _context = _context, None
             _retire(old)

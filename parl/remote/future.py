@@ -47,7 +47,9 @@ class Future:
 
     def get_nowait(self) -> Any:
         if self.empty():
-            raise FutureEmpty(f"the result of call {self._call_id} on {self._conn.label} is not ready")
+            raise FutureEmpty(
+                f"the result of call {self._call_id} on {self._conn.label} is not ready"
+            )
         return self.get()
 
     def empty(self) -> bool:

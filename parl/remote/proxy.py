@@ -10,8 +10,9 @@ from __future__ import annotations
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
@@ -41,7 +42,9 @@ class RemoteOptions:
                     f"{type(memory).__name__} {memory!r}"
                 )
             if not math.isfinite(memory) or memory <= 0:
-                raise ValueError(f"max_memory must be a positive number of megabytes, got {memory!r}")
+                raise ValueError(
+                    f"max_memory must be a positive number of megabytes, got {memory!r}"
+                )
 
 
 class RemoteProxy:
@@ -109,8 +112,10 @@ class RemoteProxy:
 def close_actor(actor: RemoteProxy) -> None:
     """End ``actor``'s worker now; later calls on it raise :class:`parl.ActorClosedError`."""
     if not isinstance(actor, RemoteProxy):
-        raise TypeError(f"close_actor() takes an actor made by a @parl.remote_class class, got "
-                        f"{type(actor).__name__}")
+        raise TypeError(
+            f"close_actor() takes an actor made by a @parl.remote_class class, got "
+            f"{type(actor).__name__}"
+        )
     actor._parl_conn.close()
 
 

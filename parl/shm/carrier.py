@@ -101,7 +101,9 @@ class LocalCarrier:
             forwarder.add(out_r, "stdout", f"({label}) ")
             forwarder.add(err_r, "stderr", f"({label}) ")
         liveness = _WorkerLiveness(self, server, pid, label, options.get("max_memory"))
-        return Connection(FrameSocket(ours), ShmLink(segment_table(), self.threshold), liveness, label)
+        return Connection(
+            FrameSocket(ours), ShmLink(segment_table(), self.threshold), liveness, label
+        )
 
     def _actor_gone(self) -> None:
         with self._lock:

@@ -68,7 +68,8 @@ def main() -> None:
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     from parl.shm import worker
 
-                    code = worker.run(*frame.fds, options)
+                    sock_fd, out_fd, err_fd = frame.fds
+                    code = worker.run(sock_fd, out_fd, err_fd, options)
                 except BaseException as exc:  # noqa: BLE001 - last words of the child
                     if isinstance(exc, SystemExit) and isinstance(exc.code, int):
                         code = exc.code

@@ -86,7 +86,7 @@ class ShmLink:
     def attach(self, segments: list[tuple[int, int]], fds: list[int], dropped: list[int]) -> None:
         if len(segments) != len(fds):
             raise ValueError(f"{len(segments)} segments announced but {len(fds)} descriptors came")
-        for (segment_id, size), fd in zip(segments, fds):
+        for (segment_id, size), fd in zip(segments, fds, strict=True):
             self._table.attach(segment_id, size, fd)
             self._received.add(segment_id)
         for segment_id in dropped:
@@ -111,4 +111,3 @@ class ShmLink:
 
     def lease_count(self) -> int:
         return len(self._leases)
-

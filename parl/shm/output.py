@@ -29,9 +29,7 @@ class OutputForwarder:
             self._selector.register(fd, selectors.EVENT_READ, (stream, prefix.encode()))
             self._partial[fd] = b""
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="parl-output", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="parl-output", daemon=True)
                 self._thread.start()
         os.write(self._wake_w, b"x")
 

@@ -112,7 +112,9 @@ class ForkServer:
             code = self._proc.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             code = None
-        return ParlError(f"the local fork server (pid {self.pid}) exited unexpectedly (code {code})")
+        return ParlError(
+            f"the local fork server (pid {self.pid}) exited unexpectedly (code {code})"
+        )
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the server; its remaining workers are stopped with it. Idempotent."""

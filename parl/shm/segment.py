@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -166,9 +166,10 @@ class SegmentTable:
             self._remove(segment)
 
 
-class _DropListener:
-    def segment_dropped(self, segment_id: int) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+class _DropListener(Protocol):
+    """Told when one of this process's segments is unmapped (links tell their peers)."""
+
+    def segment_dropped(self, segment_id: int) -> None: ...
 
 
 class Allocator:
@@ -255,6 +256,3 @@ def segment_table() -> SegmentTable:
 def address_of(buffer: memoryview) -> int:
     """Start address of a contiguous buffer."""
     return int(np.frombuffer(buffer, np.uint8).ctypes.data) if buffer.nbytes else 0
-
-
-Callback = Callable[[int], None]

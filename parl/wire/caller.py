@@ -16,11 +16,12 @@ import select
 import threading
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError, RemoteError
 from parl.wire import protocol
-from parl.wire.framing import FrameSocket
+from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import ERROR, RESULT, Link, RemoteFailure
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
@@ -176,7 +177,7 @@ class Connection:
 
     def _read_one(self, timeout: float | None) -> None:
         sock = self._sock
-        if not sock.has_buffered_frame():
+        if not sock.has_buffered_frame() and not sock.spin(SPIN_S if timeout != 0 else 0.0):
             wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
             readable, _, _ = select.select(self._wait_fds, [], [], wait)
             if not readable:
@@ -202,16 +203,23 @@ class Connection:
         try:
             payload = incoming.payload()
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
-            self._results[call_id] = (False, RemoteError(
-                f"the reply of {self.label} could not be unpickled here: "
-                f"{type(exc).__name__}: {exc}"))
+            self._results[call_id] = (
+                False,
+                RemoteError(
+                    f"the reply of {self.label} could not be unpickled here: "
+                    f"{type(exc).__name__}: {exc}"
+                ),
+            )
             return
         if incoming.kind == RESULT:
             self._results[call_id] = (True, payload)
         elif incoming.kind == ERROR:
             self._results[call_id] = (False, rebuild_exception(payload, self.label))
         else:
-            self._results[call_id] = (False, RemoteError(f"unexpected message kind {incoming.kind}"))
+            self._results[call_id] = (
+                False,
+                RemoteError(f"unexpected message kind {incoming.kind}"),
+            )
 
     def _fail_from_peer(self, exc: BaseException | None) -> None:
         if self._failure is None:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from parl.errors import SerializationError
 from parl.wire import protocol
-from parl.wire.framing import FrameSocket
+from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import (
     CALL,
     ERROR,
@@ -46,6 +46,7 @@ def serve(sock: FrameSocket, link: Link) -> None:
     """Run requests until the caller closes the connection."""
     instance: Any = None
     while True:
+        sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
         frame = sock.recv()
         if frame is None:
             return

@@ -172,8 +172,7 @@ def decode(frame: Frame, link: Link) -> Incoming:
         link.attach(new, frame.fds, dropped)
     bodies = iter(frame.bodies)
     buffers = [
-        next(bodies) if where == 0 else link.open(SharedRef(*shared))
-        for where, *shared in refs
+        next(bodies) if where == 0 else link.open(SharedRef(*shared)) for where, *shared in refs
     ]
     return Incoming(kind, call_id, meta[pos:], buffers)
 

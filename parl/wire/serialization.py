@@ -75,7 +75,7 @@ def _dill_pickler_class() -> type:
     if _dill_pickler is None:
         import dill
 
-        class _DillPickler(dill.Pickler):  # type: ignore[misc]
+        class _DillPickler(dill.Pickler):
             def reducer_override(self, obj: Any) -> Any:
                 return _reduce_tensor(obj)
 

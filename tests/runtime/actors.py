@@ -96,8 +96,12 @@ class Sampler:
             time.sleep(0.01)
 
     def tensor_info(self, t):
-        return {"type": type(t).__name__, "dtype": str(t.dtype), "sum": float(t.float().sum()),
-                "requires_grad": bool(t.requires_grad)}
+        return {
+            "type": type(t).__name__,
+            "dtype": str(t.dtype),
+            "sum": float(t.float().sum()),
+            "requires_grad": bool(t.requires_grad),
+        }
 
     def echo(self, x):
         return x

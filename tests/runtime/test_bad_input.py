@@ -15,6 +15,7 @@ def test_unknown_keyword_lists_the_valid_ones():
 
 def test_decorating_a_function_is_a_type_error():
     with pytest.raises(TypeError, match="decorates a class"):
+
         @parl.remote_class
         def not_a_class():
             pass
@@ -56,7 +57,7 @@ def test_unpicklable_argument_names_the_argument():
 
 def test_unpicklable_constructor_argument():
     with pytest.raises(TypeError, match=r"argument 'n' of Sampler.__init__\(\)"):
-        Sampler((i for i in range(2)))
+        Sampler(i for i in range(2))
 
 
 def test_connect_modes():

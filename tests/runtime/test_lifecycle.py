@@ -52,7 +52,9 @@ def test_sigkill_of_a_worker_fails_pending_calls_fast(tmp_path):
         with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
             future.get(timeout=10)
     elapsed = time.monotonic() - start
-    assert elapsed < 2.0, f"death noticed after {elapsed:.2f} s"  # the issue's bound, not a speed test
+    assert elapsed < 2.0, (
+        f"death noticed after {elapsed:.2f} s"
+    )  # the issue's bound, not a speed test
     with pytest.raises(parl.ActorDiedError):
         victim.add(1, 1).get()
     assert bystander.add(2, 2).get() == 4
@@ -80,7 +82,7 @@ def test_call_on_a_closed_actor():
     with pytest.raises(parl.ActorClosedError, match="was closed"):
         method(1, 2)
     with pytest.raises(parl.ActorClosedError):
-        actor.buf
+        _ = actor.buf
     parl.close_actor(actor)  # idempotent
 
 
@@ -145,8 +147,15 @@ def run_script(body: str, tmp_path, **kwargs) -> subprocess.Popen:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))
     env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        **kwargs,
+    )
 
 
 SCRIPT_WITH_ACTORS = """
@@ -175,15 +184,17 @@ SCRIPT_WITH_ACTORS = """
 
 
 def test_caller_killed_with_sigkill_leaves_nothing(tmp_path):
-    proc = run_script(SCRIPT_WITH_ACTORS.format(tail="sys.stdin.read()"), tmp_path,
-                      stdin=subprocess.PIPE)
+    proc = run_script(
+        SCRIPT_WITH_ACTORS.format(tail="sys.stdin.read()"), tmp_path, stdin=subprocess.PIPE
+    )
     line = proc.stdout.readline()
     pids = [int(p) for p in line.split()]
     assert len(pids) == 4, (line, proc.stderr.read() if proc.poll() is not None else "")
     proc.kill()
     proc.wait()
     assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0), [
-        p for p in pids if not gone(p)]
+        p for p in pids if not gone(p)
+    ]
     proc.stdin.close()
     proc.stdout.close()
     proc.stderr.close()
@@ -197,7 +208,8 @@ def test_interpreter_exit_ends_workers_and_flushes_output(tmp_path):
         def talk(self):
             print("last words")
     Talker().talk()
-    """)
+    """
+    )
     proc = run_script(body, tmp_path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

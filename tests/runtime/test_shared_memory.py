@@ -93,8 +93,9 @@ def test_explicit_shared_arrays():
 def _deliver(message, receiver_link):
     meta, bodies, fds = message
     dup = [os.dup(fd) for fd in fds]  # what SCM_RIGHTS would have given the peer
-    return protocol.decode(Frame(bytearray(meta), [bytearray(b) for b in bodies], dup),
-                           receiver_link)
+    return protocol.decode(
+        Frame(bytearray(meta), [bytearray(b) for b in bodies], dup), receiver_link
+    )
 
 
 def test_large_buffers_are_shared_small_ones_inline():
@@ -163,8 +164,14 @@ def test_returned_large_array_is_a_shared_view(sampler):
 
 def test_large_argument_arrives_as_a_view(sampler):
     info = sampler.info(np.ones((1024, 512), np.float32))
-    assert info == {"shared": True, "owndata": False, "writeable": True, "sum": 524288.0,
-                    "dtype": "float32", "shape": (1024, 512)}
+    assert info == {
+        "shared": True,
+        "owndata": False,
+        "writeable": True,
+        "sum": 524288.0,
+        "dtype": "float32",
+        "shape": (1024, 512),
+    }
     small = sampler.info(np.ones(4, np.int64))
     assert not small["shared"] and small["sum"] == 4
 
@@ -218,8 +225,12 @@ def test_view_from_one_actor_goes_to_another_without_copy(sampler):
 def test_torch_tensors_cross_shared(sampler):
     t = torch.ones(512, 512)
     info = sampler.tensor_info(t)
-    assert info == {"type": "Tensor", "dtype": "torch.float32", "sum": 262144.0,
-                    "requires_grad": False}
+    assert info == {
+        "type": "Tensor",
+        "dtype": "torch.float32",
+        "sum": 262144.0,
+        "requires_grad": False,
+    }
     back = sampler.echo(torch.arange(100_000, dtype=torch.int64))
     assert isinstance(back, torch.Tensor) and int(back[-1]) == 99_999
     p = sampler.echo(torch.nn.Parameter(torch.zeros(3)))

@@ -1,0 +1,275 @@
+"""Benchmark of the local runtime against baselines measured in the same run.
+
+    python scripts/bench_remote.py            # full run, about a minute on 2 cores
+    python scripts/bench_remote.py --quick    # fewer repetitions
+
+Baselines: a ``multiprocessing.Pipe`` round trip to a child process (the floor for any call
+between two processes) and ``np.copyto`` of 128 MiB (the floor for moving an array by copy).
+Every figure is printed with its ratio to the matching baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing as mp
+import os
+import statistics
+import time
+
+import numpy as np
+import psutil
+
+import parl
+import parl.shm
+from parl.remote.context import current
+
+MiB = 1 << 20
+BIG = 128 * MiB
+COUNT_TO = 20_000_000
+
+
+def count(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+@parl.remote_class
+class Echo:
+    def __init__(self) -> None:
+        self.buf = np.ones(BIG // 4, np.float32)
+
+    def noop(self) -> None:
+        return None
+
+    def rollout(self) -> np.ndarray:
+        return self.buf
+
+    def total(self, a: np.ndarray) -> float:
+        return float(a.sum())
+
+    def first(self, a: np.ndarray) -> float:
+        return float(a[0])
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@parl.remote_class(wait=False)
+class Async:
+    def add(self, a: int, b: int) -> int:
+        return a + b
+
+    def count(self, n: int) -> int:
+        return count(n)
+
+
+@parl.remote_class
+class Idle:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _pipe_child(conn) -> None:
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        conn.send(msg)
+
+
+def pipe_round_trip_us(n: int) -> float:
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=_pipe_child, args=(child,))
+    proc.start()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        parent.send(("noop", (), {}))
+        parent.recv()
+        times.append(time.perf_counter() - t)
+    parent.send(None)
+    proc.join()
+    return statistics.median(times) * 1e6
+
+
+def copy_gbps(reps: int) -> float:
+    a = np.ones(BIG // 4, np.float32)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    best = min(_timed(lambda: np.copyto(b, a)) for _ in range(reps))
+    return BIG / best / 1e9
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(
+                p.cmdline()
+            ):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+class Table:
+    def __init__(self) -> None:
+        print(f"{'workload':<58} {'figure':>14} {'vs baseline':>24} {'must reach':>12}")
+
+    def row(self, name: str, value: str, ratio: str = "", target: str = "") -> None:
+        print(f"{name:<58} {value:>14} {ratio:>24} {target:>12}", flush=True)
+
+
+def bench_calls(table: Table, pipe_us: float, n_calls: int) -> None:
+    echo = Echo()
+    for _ in range(200):
+        echo.noop()
+    call_us = statistics.median(_timed(echo.noop) for _ in range(n_calls)) * 1e6
+    table.row(
+        "trivial call round trip, median",
+        f"{call_us:.1f} us",
+        f"{call_us / pipe_us:.2f}x pipe",
+        "<= 60 us",
+    )
+
+    actors = [Async(), Async()]
+    for actor in actors:
+        actor.add(0, 0).get()
+    start = time.perf_counter()
+    futures = [actors[i % 2].add(i, 1) for i in range(n_calls * 2)]
+    results = [f.get() for f in futures]
+    rate = len(futures) / (time.perf_counter() - start)
+    assert results[-1] == n_calls * 2
+    table.row(
+        "futures, 2 actors, calls/s",
+        f"{rate:,.0f}",
+        f"{rate * pipe_us / 1e6:.2f}x pipe calls/s",
+        ">= 20,000",
+    )
+
+
+def bench_arrays(table: Table, copy: float, reps: int) -> None:
+    echo = Echo()
+    best = float("inf")
+    out = echo.rollout()
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = echo.rollout()  # the previous view is dropped here and its block reused
+        best = min(best, time.perf_counter() - start)
+    assert out.nbytes == BIG and parl.shm.is_shared(out)
+    del out
+    table.row(
+        "actor returns a 128 MiB float32 array",
+        f"{BIG / best / 1e9:.2f} GB/s",
+        f"{BIG / best / 1e9 / copy:.2f}x copy",
+        ">= 5 GB/s",
+    )
+
+    arg = np.ones(BIG // 4, np.float32)
+    echo.total(arg)
+    best = min(_timed(lambda: echo.total(arg)) for _ in range(reps))
+    table.row(
+        "128 MiB array as an argument, actor returns its sum",
+        f"{BIG / best / 1e9:.2f} GB/s",
+        f"{BIG / best / 1e9 / copy:.2f}x copy",
+        ">= 5 GB/s",
+    )
+
+    local_sum = min(_timed(lambda: arg.sum()) for _ in range(reps))
+    handle = parl.shm.copy(arg)
+    echo.total(handle)
+    best = min(_timed(lambda: echo.total(handle)) for _ in range(reps))
+    table.row(
+        "same through a shared array handle (sum: memory bound)",
+        f"{BIG / best / 1e9:.2f} GB/s",
+        f"{local_sum / best:.2f}x local np.sum",
+    )
+    echo.first(handle)
+    best = statistics.median(_timed(lambda: echo.first(handle)) for _ in range(reps * 20))
+    table.row(
+        "shared array handle, transfer only (actor reads a[0])",
+        f"{BIG / best / 1e9:,.0f} GB/s",
+        f"{BIG / best / 1e9 / copy:.0f}x copy",
+        ">= 50 GB/s",
+    )
+
+
+def bench_parallel(table: Table, reps: int) -> None:
+    counters = [Async() for _ in range(5)]
+    for counter in counters:
+        counter.add(0, 0).get()
+    serials, remotes = [], []
+    for _ in range(reps):  # alternate, so that both see the same machine
+        serials.append(_timed(lambda: [count(COUNT_TO) for _ in range(5)]))
+        remotes.append(_timed(lambda: [f.get() for f in [c.count(COUNT_TO) for c in counters]]))
+    serial, remote = statistics.median(serials), statistics.median(remotes)
+    cores = min(os.cpu_count() or 1, 5)
+    table.row(
+        f"5 x (count to 2e7): serial {serial:.2f} s, remote",
+        f"{remote:.2f} s",
+        f"{serial / remote:.2f}x serial ({cores} cores)",
+        f"<= {serial / cores * 1.03:.2f} s",
+    )
+
+
+def bench_creation(table: Table) -> None:
+    keep = Idle()  # the worker pool stays warm while an actor exists, as xparl or ray would
+    for _ in range(2):
+        created = _timed(lambda: [Idle() for _ in range(5)])
+    table.row("create 5 actors (pool warm)", f"{created * 1e3:.1f} ms", "", "<= 100 ms")
+    del keep
+    gc.collect()
+    start = time.perf_counter()
+    cold = [Idle() for _ in range(5)]
+    cold_s = time.perf_counter() - start
+    table.row("create 5 actors (cold: starts the fork server too)", f"{cold_s * 1e3:.1f} ms")
+    proc = psutil.Process(cold[0].pid())
+    mem = proc.memory_full_info()
+    table.row(
+        "idle actor process, resident memory (RSS)",
+        f"{mem.rss / MiB:.1f} MiB",
+        f"unique {mem.uss / MiB:.1f} MiB",
+        "<= 60 MiB",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    n_calls = 2000 if args.quick else 10000
+    reps = 3 if args.quick else 7
+
+    table = Table()
+    pipe_us = pipe_round_trip_us(n_calls)
+    table.row("baseline: multiprocessing.Pipe round trip, median", f"{pipe_us:.1f} us", "1.00x")
+    copy = copy_gbps(reps)
+    table.row("baseline: np.copyto 128 MiB", f"{copy:.2f} GB/s", "1.00x")
+    bench_calls(table, pipe_us, n_calls)
+    bench_arrays(table, copy, reps)
+    bench_parallel(table, 1 if args.quick else 3)
+    bench_creation(table)
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while children() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    table.row(
+        "processes running when no actor exists",
+        str(len(children())),
+        f"fork server: {current().carrier.server_pid}",
+        "0",
+    )
+
+
+if __name__ == "__main__":
+    main()
