@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 
 MIN_SEGMENT = 1 << 16  # smallest segment; sizes are rounded up to a power of two
-DEFAULT_CACHE_BYTES = 1 << 30  # free segments kept for reuse, in bytes of address space
+DEFAULT_CACHE_BYTES = 1 << 29  # free segments kept for reuse (512 MiB of address space)
 
 
 class Segment:

@@ -57,8 +57,7 @@ class Connection:
         self._recv_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._results: dict[int, tuple[bool, Any]] = {}
-        self._pending: set[int] = set()
-        self._discard: set[int] = set()
+        self._pending: set[int] = set()  # submitted, result not collected yet
         self._failure: ParlError | None = None
         self._closed = False
         live_fd = liveness.fileno()
@@ -126,10 +125,11 @@ class Connection:
         return call_id in self._results or self._failure is not None
 
     def discard(self, call_id: int) -> None:
-        """Forget a call whose result nobody will collect (a dropped future)."""
-        if self._results.pop(call_id, None) is None and call_id in self._pending:
-            self._discard.add(call_id)
+        """Forget a call whose result nobody will collect (a dropped future): its reply is
+        dropped on arrival, which also releases any shared memory it holds. Takes no lock, as
+        it runs from ``Future.__del__``, possibly inside ``_read_one``."""
         self._pending.discard(call_id)
+        self._results.pop(call_id, None)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -197,9 +197,8 @@ class Connection:
             return
         incoming = protocol.decode(frame, self._link)
         call_id = incoming.call_id
-        if call_id in self._discard:
-            self._discard.discard(call_id)
-            return
+        if call_id not in self._pending:
+            return  # its future was dropped
         try:
             payload = incoming.payload()
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here

@@ -141,6 +141,9 @@ class AsyncSampler:
     def pid(self):
         return os.getpid()
 
+    def big(self, n):
+        return np.full(n, 1.0, np.float32)
+
 
 @parl.remote_class(max_memory=100)
 class Capped:
