@@ -8,9 +8,9 @@ variable, writes no file and does not import torch. The RL names (``Model``, ``A
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from parl._lazy import lazy_attributes
 from parl.errors import (
     ActorClosedError,
     ActorDiedError,
@@ -40,19 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.core.model import Model
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'parl' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

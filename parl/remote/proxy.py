@@ -96,6 +96,13 @@ class RemoteProxy:
             ) from None
         conn.wait(call_id)
 
+    def __enter__(self) -> RemoteProxy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Leaving a ``with`` block closes the actor (its worker exits)."""
+        self._parl_conn.close()
+
     def __reduce__(self) -> Any:
         raise TypeError(
             f"a {type(self).__name__} actor proxy cannot be pickled or sent to another actor; "
@@ -146,27 +153,26 @@ def _make_method(name: str, wait: bool, original: Callable[..., Any] | None) -> 
 
         def method(self: RemoteProxy, *args: Any, **kwargs: Any) -> Any:
             conn = self._parl_conn
-            try:
-                call_id = conn.submit(CALL, (name, args, kwargs))
-            except SerializationError as exc:
-                raise _argument_error(type(self)._original, name, args, kwargs, exc) from None
-            return conn.wait(call_id)
+            return conn.wait(_submit_call(self, conn, name, args, kwargs))
 
     else:
 
         def method(self: RemoteProxy, *args: Any, **kwargs: Any) -> Any:
             conn = self._parl_conn
-            try:
-                call_id = conn.submit(CALL, (name, args, kwargs))
-            except SerializationError as exc:
-                raise _argument_error(type(self)._original, name, args, kwargs, exc) from None
-            return Future(conn, call_id)
+            return Future(conn, _submit_call(self, conn, name, args, kwargs))
 
     method.__name__ = name
     method.__qualname__ = name
     if original is not None:
         method.__doc__ = original.__doc__
     return method
+
+
+def _submit_call(proxy: RemoteProxy, conn: Connection, name: str, args: tuple, kwargs: dict) -> int:
+    try:
+        return conn.submit(CALL, (name, args, kwargs))
+    except SerializationError as exc:
+        raise _argument_error(type(proxy)._original, name, args, kwargs, exc) from None
 
 
 def _class_spec(cls: type) -> Any:

@@ -138,6 +138,15 @@ def test_no_process_runs_when_no_actor_exists():
     assert wait_until(lambda: not psutil.Process().children(recursive=True))
 
 
+def test_actor_as_a_context_manager():
+    with Sampler() as actor:
+        pid = actor.pid()
+        assert actor.add(1, 2) == 3
+    with pytest.raises(parl.ActorClosedError):
+        actor.add(1, 2)
+    assert wait_until(lambda: gone(pid))
+
+
 def test_future_keeps_its_actor_alive():
     future = AsyncSampler().add(20, 22)  # the proxy is dropped at once
     assert future.get(timeout=30) == 42
