@@ -81,6 +81,7 @@ class LocalCarrier:
                 "caller_pid": os.getpid(),
                 "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
                 "cwd": os.getcwd(),
+                "env": dict(os.environ),
                 "max_memory": options.get("max_memory"),
                 "label": class_name,
                 "threshold": self.threshold,

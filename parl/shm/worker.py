@@ -36,6 +36,9 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
     _die_with_parent()
     caller_pid = options["caller_pid"]
     _watch_caller(caller_pid)
+    if "env" in options:  # the caller's environment now, not when the fork server started
+        os.environ.clear()
+        os.environ.update(options["env"])
     for entry in reversed(options.get("sys_path", [])):
         if entry not in sys.path:
             sys.path.insert(0, entry)

@@ -89,6 +89,16 @@ class Connection:
 
     def wait(self, call_id: int, timeout: float | None = None) -> Any:
         """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout."""
+        try:
+            return self._wait(call_id, timeout)
+        except CallTimeout:
+            raise  # still pending: the caller may wait again
+        except BaseException as exc:
+            if not isinstance(exc, ParlError) or call_id in self._pending:
+                self.discard(call_id)  # e.g. Ctrl-C: nobody will collect this reply
+            raise
+
+    def _wait(self, call_id: int, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         results = self._results
         while call_id not in results:

@@ -106,6 +106,19 @@ class Sampler:
     def echo(self, x):
         return x
 
+    def interrupt_caller_then_block(self, caller_pid, fifo):
+        import signal
+
+        os.kill(caller_pid, signal.SIGINT)
+        with open(fifo) as f:
+            return f.read()
+
+    def getenv(self, name):
+        return os.environ.get(name)
+
+    def getcwd(self):
+        return os.getcwd()
+
     @property
     def size(self):
         return self.buf.size

@@ -86,6 +86,18 @@ def test_call_on_a_closed_actor():
     parl.close_actor(actor)  # idempotent
 
 
+def test_ctrl_c_while_waiting_leaves_the_actor_usable(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    actor = Sampler()
+    with pytest.raises(KeyboardInterrupt):
+        actor.interrupt_caller_then_block(os.getpid(), str(fifo))
+    assert not actor._parl_conn._pending  # the abandoned reply will be dropped
+    with open(fifo, "w") as f:
+        f.write("late")
+    assert actor.add(1, 2) == 3  # the late reply of the interrupted call is not taken for this
+
+
 # -- output -----------------------------------------------------------------------------------
 
 

@@ -37,6 +37,16 @@ def test_original_class_is_kept():
     assert Sampler.__name__ == "Sampler"
 
 
+def test_actor_sees_the_callers_environment_and_folder(monkeypatch, tmp_path):
+    keep = Sampler()  # the fork server is already running when the variable is set
+    monkeypatch.setenv("PARL_TEST_MARKER", "set-later")
+    monkeypatch.chdir(tmp_path)
+    actor = Sampler()
+    assert actor.getenv("PARL_TEST_MARKER") == "set-later"
+    assert actor.getcwd() == str(tmp_path)
+    assert keep.getenv("PARL_TEST_MARKER") is None
+
+
 def test_properties_and_dynamic_methods(sampler):
     assert sampler.size == 8
     method = sampler.append  # a bound method of the actor, fetched like an attribute
