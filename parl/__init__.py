@@ -18,12 +18,17 @@ from parl.errors import (
     ParlError,
     RemoteError,
 )
-from parl.remote import Future, close_actor, connect, disconnect, remote_class
 
 __version__ = "0.1.0"
 
 # name -> (module, attribute or None for the module itself); resolved on first access.
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "remote_class": ("parl.remote.decorator", "remote_class"),
+    "connect": ("parl.remote.context", "connect"),
+    "disconnect": ("parl.remote.context", "disconnect"),
+    "close_actor": ("parl.remote.proxy", "close_actor"),
+    "Future": ("parl.remote.future", "Future"),
+    "remote": ("parl.remote", None),
     "Model": ("parl.core.model", "Model"),
     "Algorithm": ("parl.core.algorithm", "Algorithm"),
     "Agent": ("parl.core.agent", "Agent"),
@@ -38,6 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.core.agent import Agent
     from parl.core.algorithm import Algorithm
     from parl.core.model import Model
+    from parl.remote.context import connect, disconnect
+    from parl.remote.decorator import remote_class
+    from parl.remote.future import Future
+    from parl.remote.proxy import close_actor
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -12,7 +12,7 @@ import threading
 import weakref
 from typing import Any
 
-from parl.shm.carrier import LocalCarrier
+from parl.shm.carrier import DEFAULT_LINGER_S, LocalCarrier
 from parl.wire.caller import Connection
 
 _LOCAL_NAMES = (None, "", "local")
@@ -44,6 +44,7 @@ def connect(
     forward_output: bool = True,
     preload: tuple[str, ...] | list[str] = (),
     shm_threshold: int = 1 << 17,
+    linger: float = DEFAULT_LINGER_S,
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -51,6 +52,7 @@ def connect(
     ``forward_output``: print actors' stdout and stderr here, prefixed with the actor's name.
     ``preload``: modules imported once by the worker pool (e.g. ``["torch"]``).
     ``shm_threshold``: arrays of at least this many bytes cross through shared memory.
+    ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES:
@@ -65,13 +67,18 @@ def connect(
         )
     if not isinstance(shm_threshold, int) or shm_threshold < 0:
         raise ValueError(f"shm_threshold must be an int >= 0 (bytes), got {shm_threshold!r}")
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
+        raise ValueError(f"linger must be a number of seconds >= 0, got {linger!r}")
     preload = tuple(preload)
     if not all(isinstance(name, str) for name in preload):
         raise TypeError(f"preload must be a list of module names, got {preload!r}")
     global _context
     with _lock:
         _options.update(
-            forward_output=bool(forward_output), preload=preload, shm_threshold=shm_threshold
+            forward_output=bool(forward_output),
+            preload=preload,
+            shm_threshold=shm_threshold,
+            linger=float(linger),
         )
         if _context is not None and _context.pid == os.getpid():
             old, _context = _context, None
@@ -99,6 +106,7 @@ def current() -> _Context:
                 forward_output=_options.get("forward_output", True),
                 preload=_options.get("preload", ()),
                 threshold=_options.get("shm_threshold", 1 << 17),
+                linger=_options.get("linger", DEFAULT_LINGER_S),
             )
             _context = _Context(carrier)
             if not _atexit_registered:
@@ -109,6 +117,7 @@ def current() -> _Context:
 
 def _retire(context: _Context) -> None:
     """A context replaced by ``connect``: its actors keep working until they are closed."""
+    _retired[:] = [c for c in _retired if c.carrier.live_actors or c.carrier.server_pid]
     _retired.append(context)
 
 

@@ -26,6 +26,7 @@ from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket
 
 _EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
+DEFAULT_LINGER_S = 1.0
 
 
 class LocalCarrier:
@@ -34,6 +35,8 @@ class LocalCarrier:
     ``forward_output``: print actors' stdout/stderr here with a prefix (else discard them).
     ``preload``: modules the fork server imports once for every worker (e.g. ``("torch",)``).
     ``threshold``: buffers of at least this many bytes cross through shared memory.
+    ``linger``: seconds the fork server stays after the last actor ends, so that a program that
+    creates actors one after another does not restart it each time (0: stop at once).
     """
 
     def __init__(
@@ -41,18 +44,24 @@ class LocalCarrier:
         forward_output: bool = True,
         preload: tuple[str, ...] = (),
         threshold: int = DEFAULT_THRESHOLD,
+        linger: float = DEFAULT_LINGER_S,
     ) -> None:
         self.forward_output = forward_output
         self.preload = tuple(preload)
         self.threshold = threshold
+        self.linger = linger
         self._lock = threading.RLock()
         self._server: ForkServer | None = None
         self._forwarder: OutputForwarder | None = None
         self._live = 0
+        self._stop_timer: threading.Timer | None = None
 
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Start a worker for an actor of ``class_name``; returns its connection (no INIT sent)."""
         with self._lock:
+            if self._stop_timer is not None:
+                self._stop_timer.cancel()
+                self._stop_timer = None
             if self._server is None or not self._server.alive:
                 _raise_fd_limit()
                 self._server = ForkServer(self.preload)
@@ -109,19 +118,36 @@ class LocalCarrier:
     def _actor_gone(self) -> None:
         with self._lock:
             self._live -= 1
+            if self._live > 0 or self._server is None:
+                return
+            if self.linger > 0:
+                timer = threading.Timer(self.linger, self._stop_if_idle)
+                timer.daemon = True
+                timer.name = "parl-linger"
+                self._stop_timer = timer
+                timer.start()
+                return
+        self._stop_if_idle()
+
+    def _stop_if_idle(self) -> None:
+        with self._lock:
             if self._live > 0:
                 return
             server, self._server = self._server, None
             forwarder, self._forwarder = self._forwarder, None
+            self._stop_timer = None
         if server is not None:
             server.close()
         if forwarder is not None:
             forwarder.close()
 
     def close(self) -> None:
+        """Stop the fork server now (actors still alive lose their workers)."""
         with self._lock:
-            self._live = 1
-        self._actor_gone()
+            if self._stop_timer is not None:
+                self._stop_timer.cancel()
+            self._live = 0
+        self._stop_if_idle()
 
     @property
     def live_actors(self) -> int:

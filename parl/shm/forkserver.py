@@ -26,17 +26,17 @@ import traceback
 
 from parl.wire.framing import FrameSocket
 
-_PRELOAD = ("numpy", "dill", "parl.wire.dispatch", "parl.shm.link", "parl.shm.worker")
+_PRELOAD = ("numpy", "parl.wire.dispatch", "parl.shm.link", "parl.shm.worker")
+# imported while idle, so that the first spawn requests need not wait for them (a worker forked
+# before then imports what it needs itself)
+_WHEN_IDLE = ("dill",)
 _STOP_GRACE_S = 1.0
 
 
 def main() -> None:
     ctrl_fd = int(sys.argv[1])
     for name in (*_PRELOAD, *sys.argv[2:]):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            print(f"parl fork server: cannot preload {name}: {exc}", file=sys.stderr)
+        _preload(name)
     ctrl = FrameSocket(socket.socket(fileno=ctrl_fd))
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -44,10 +44,16 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: set[int] = set()
+    when_idle = list(_WHEN_IDLE)
     try:
         while True:
             if not ctrl.has_buffered_frame():
-                readable, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
+                readable, _, _ = select.select(
+                    [ctrl.fileno(), wake_r], [], [], 0.0 if when_idle else None
+                )
+                if not readable and when_idle:
+                    _preload(when_idle.pop(0))
+                    continue
                 if wake_r in readable:
                     os.read(wake_r, 4096)
                     _reap(ctrl, children)
@@ -85,6 +91,13 @@ def main() -> None:
         pass
     finally:
         _stop_children(children)
+
+
+def _preload(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        print(f"parl fork server: cannot preload {name}: {exc}", file=sys.stderr)
 
 
 def _send(ctrl: FrameSocket, message: tuple) -> None:

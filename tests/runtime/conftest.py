@@ -40,6 +40,9 @@ def _shm_entries() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def no_leaks():
+    import parl
+
+    parl.connect(linger=0)  # the worker pool stops with the last actor: leaks show at once
     before_children = _children()
     before_shm = _shm_entries()
     yield

@@ -62,13 +62,15 @@ def test_unpicklable_constructor_argument():
 
 def test_connect_modes():
     parl.connect()
-    parl.connect("local")
+    parl.connect("local", linger=0)
     actor = Sampler()
     assert actor.add(1, 1) == 2
     with pytest.raises(NotImplementedError, match="not available in this version"):
         parl.connect("localhost:8010")
     with pytest.raises(TypeError, match="address"):
         parl.connect(8010)
+    with pytest.raises(ValueError, match="linger"):
+        parl.connect(linger=-1)
     assert actor.add(2, 2) == 4
 
 

@@ -150,6 +150,36 @@ def test_no_process_runs_when_no_actor_exists():
     assert wait_until(lambda: not psutil.Process().children(recursive=True))
 
 
+def test_worker_pool_lingers_after_the_last_actor():
+    parl.connect(linger=60)
+    first = Sampler()
+    server = current().carrier.server_pid
+    del first
+    gc.collect()
+    assert current().carrier.live_actors == 0
+    second = Sampler()  # no new fork server: the lingering one serves it
+    assert current().carrier.server_pid == server
+    del second
+    gc.collect()
+    assert not gone(server)
+    parl.disconnect()
+    assert wait_until(lambda: gone(server))
+
+    parl.connect(linger=0.05)
+    third = Sampler()
+    server = current().carrier.server_pid
+    del third
+    gc.collect()
+    assert wait_until(lambda: gone(server))  # stops by itself once the linger is over
+
+
+def test_output_can_be_turned_off():
+    parl.connect(forward_output=False, linger=0)
+    actor = Sampler()
+    assert actor.apply(lambda: os.readlink("/proc/self/fd/1")) == "/dev/null"
+    assert actor.speak("nobody hears this")
+
+
 def test_actor_as_a_context_manager():
     with Sampler() as actor:
         pid = actor.pid()
