@@ -8,7 +8,8 @@ child shares the already-imported modules, so actor creation is cheap and an idl
 Control messages (pickled tuples on a socket pair shared only with the caller):
   caller -> server  ("spawn", token, options) with three descriptors: protocol socket, stdout
                     and stderr pipes
-  server -> caller  ("spawned", token, pid) and ("exited", pid, exit_code) for every child
+  server -> caller  ("spawned", token, pid) or ("failed", token, reason), and
+                    ("exited", pid, exit_code) for every child
 End of stream from the caller stops every child and the server.
 """
 
@@ -63,7 +64,13 @@ def main() -> None:
             if frame is None:
                 break
             _, token, options = pickle.loads(frame.meta)
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:  # e.g. out of memory or processes: the others live on
+                for fd in frame.fds:
+                    os.close(fd)
+                _send(ctrl, ("failed", token, f"{type(exc).__name__}: {exc}"))
+                continue
             if pid == 0:
                 code = 1
                 try:

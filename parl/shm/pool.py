@@ -74,6 +74,8 @@ class ForkServer:
                     raise self._server_gone()
                 if message[0] == "spawned" and message[1] == token:
                     return int(message[2])
+                if message[0] == "failed" and message[1] == token:
+                    raise ParlError(f"the fork server could not start a worker: {message[2]}")
 
     def exit_code(self, pid: int, timeout: float) -> int | None:
         """The exit status of worker ``pid`` (negative: killed by that signal), if known."""
