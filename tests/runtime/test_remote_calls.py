@@ -31,6 +31,21 @@ def test_actor_runs_in_another_process(sampler):
     assert sampler.pid() != os.getpid()
 
 
+def test_proxy_class_is_built_once_from_the_methods():
+    assert {"add", "rollout", "apply"} <= set(vars(Sampler))  # stubs made at decoration
+    assert Sampler.add.__doc__ == Sampler._original.add.__doc__
+    assert isinstance(Sampler.__dict__.get("size"), type(None))  # a property: forwarded as data
+
+
+def test_workers_are_forked_by_the_fork_server_not_by_the_caller(sampler):
+    import psutil
+
+    from parl.remote.context import current
+
+    worker = psutil.Process(sampler.pid())
+    assert worker.ppid() == current().carrier.server_pid != os.getpid()
+
+
 def test_original_class_is_kept():
     assert Sampler._original.__name__ == "Sampler"
     assert Sampler._original(2).add(2, 3) == 5  # the plain class, in this process
