@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from parl.errors import ParlError
@@ -23,24 +25,33 @@ class Future:
     again and returns the same result (or raises the same exception).
     """
 
-    __slots__ = ("_conn", "_call_id", "_value", "_error", "__weakref__")
+    __slots__ = ("_conn", "_call_id", "_value", "_error", "_lock", "__weakref__")
 
     def __init__(self, conn: Connection, call_id: int) -> None:
         self._conn = conn
         self._call_id = call_id
         self._value: Any = _UNSET
         self._error: BaseException | None = None
+        self._lock = threading.Lock()  # one thread collects the result; others then read it
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         if self._value is _UNSET and self._error is None:
             if not block:
                 return self.get_nowait()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+                raise CallTimeout(f"no reply from {self._conn.label} within {timeout} s")
             try:
-                self._value = self._conn.wait(self._call_id, timeout)
-            except CallTimeout:
-                raise
-            except BaseException as exc:
-                self._error = exc
+                if self._value is _UNSET and self._error is None:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    try:
+                        self._value = self._conn.wait(self._call_id, remaining, keep=True)
+                    except CallTimeout:
+                        raise
+                    except Exception as exc:
+                        self._error = exc
+            finally:
+                self._lock.release()
         if self._error is not None:
             raise self._error
         return self._value

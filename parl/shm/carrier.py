@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import resource
-import select
 import signal
 import socket
 import sys
@@ -23,7 +22,7 @@ from parl.shm.pool import ForkServer
 from parl.shm.segment import segment_table
 from parl.shm.worker import EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
-from parl.wire.framing import FrameSocket
+from parl.wire.framing import FrameSocket, wait_readable
 
 _EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
 DEFAULT_LINGER_S = 1.0
@@ -181,8 +180,7 @@ class _WorkerLiveness:
 
     def is_alive(self) -> bool:
         if self._pidfd is not None:
-            readable, _, _ = select.select([self._pidfd], [], [], 0)
-            return not readable
+            return not wait_readable([self._pidfd], 0)
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -210,10 +208,16 @@ class _WorkerLiveness:
         )
 
     def close(self) -> None:
+        """The connection is closed: nobody can see this worker any more. An idle worker has
+        left on end of stream already; a busy one is stopped rather than left running."""
         if self._closed:
             return
         self._closed = True
         if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
+            except OSError:
+                pass  # already gone
             os.close(self._pidfd)
             self._pidfd = None
         self._carrier._actor_gone()

@@ -18,14 +18,13 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
-import select
 import signal
 import socket
 import sys
 import time
 import traceback
 
-from parl.wire.framing import FrameSocket
+from parl.wire.framing import FrameSocket, wait_readable
 
 _PRELOAD = ("numpy", "parl.wire.dispatch", "parl.shm.link", "parl.shm.worker")
 # imported while idle, so that the first spawn requests need not wait for them (a worker forked
@@ -49,9 +48,7 @@ def main() -> None:
     try:
         while True:
             if not ctrl.has_buffered_frame():
-                readable, _, _ = select.select(
-                    [ctrl.fileno(), wake_r], [], [], 0.0 if when_idle else None
-                )
+                readable = wait_readable([ctrl.fileno(), wake_r], 0.0 if when_idle else None)
                 if not readable and when_idle:
                     _preload(when_idle.pop(0))
                     continue

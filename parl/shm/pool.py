@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import socket
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 
 import parl
 from parl.errors import ParlError
-from parl.wire.framing import FrameSocket
+from parl.wire.framing import FrameSocket, wait_readable
 
 _START_TIMEOUT_S = 60.0
 
@@ -90,8 +89,7 @@ class ForkServer:
         """One control message (exit notices are filed on the way); None on timeout or EOF."""
         while True:
             if not self._ctrl.has_buffered_frame():
-                readable, _, _ = select.select([self._ctrl], [], [], max(0.0, timeout))
-                if not readable:
+                if not wait_readable([self._ctrl.fileno()], max(0.0, timeout)):
                     return None
             try:
                 frame = self._ctrl.recv()

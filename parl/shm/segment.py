@@ -19,6 +19,7 @@ import itertools
 import mmap
 import os
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -26,6 +27,8 @@ import numpy as np
 
 MIN_SEGMENT = 1 << 16  # smallest segment; sizes are rounded up to a power of two
 DEFAULT_CACHE_BYTES = 1 << 29  # free segments kept for reuse (512 MiB of address space)
+_SWEEP_INTERVAL_S = 0.1
+MAX_FREE_SEGMENTS = 256  # and at most this many (each holds descriptors)
 
 
 class Segment:
@@ -53,8 +56,13 @@ class Segment:
             self.mmap.close()
         except BufferError:
             return False
-        os.close(self.fd)
+        self.close_fd()
         return True
+
+    def close_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _size_class(nbytes: int) -> int:
@@ -71,12 +79,16 @@ class SegmentTable:
         self._starts: list[int] = []  # sorted start addresses
         self._by_start: dict[int, Segment] = {}
         self._counter = itertools.count(1)
+        self._retired: list[Segment] = []  # to unmap once their last view is gone
+        self._sweeper: threading.Thread | None = None
         self.allocator = Allocator(self, cache_bytes)
         self._dropped_listeners: weakref.WeakSet[_DropListener] = weakref.WeakSet()
 
     # -- registry -----------------------------------------------------------------------------
 
     def new_segment(self, size: int) -> Segment:
+        if self._retired:
+            self.sweep()
         fd = os.memfd_create(f"parl-{self.pid}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, size)
@@ -89,6 +101,8 @@ class SegmentTable:
 
     def attach(self, segment_id: int, size: int, fd: int) -> None:
         """Map a peer's segment (or close the descriptor when it is mapped already)."""
+        if self._retired:
+            self.sweep()
         with self._lock:
             known = segment_id in self._by_id
         if known:
@@ -134,17 +148,43 @@ class SegmentTable:
             self._by_start[segment.address] = segment
 
     def _remove(self, segment: Segment) -> bool:
+        """Unmap a segment; while views of it exist it is retired instead and unmapped by a
+        later :meth:`sweep` (a finalizer cannot do it: the view still exports the buffer then).
+        """
         with self._lock:
-            if not segment.close():
-                return False
             self._by_id.pop(segment.segment_id, None)
-            self._by_start.pop(segment.address, None)
-            i = bisect.bisect_left(self._starts, segment.address)
-            if i < len(self._starts) and self._starts[i] == segment.address:
-                del self._starts[i]
+            if self._by_start.get(segment.address) is segment:
+                del self._by_start[segment.address]
+                i = bisect.bisect_left(self._starts, segment.address)
+                if i < len(self._starts) and self._starts[i] == segment.address:
+                    del self._starts[i]
+            closed = segment.close()
+            if not closed:
+                segment.close_fd()  # no longer forwarded; the mapping keeps the memory
+                self._retired.append(segment)
+                self._start_sweeper()
         for listener in list(self._dropped_listeners):
             listener.segment_dropped(segment.segment_id)
-        return True
+        return closed
+
+    def _start_sweeper(self) -> None:
+        """Unmap retired segments soon after their last view goes, in the background (called
+        with the lock held)."""
+        if self._sweeper is None or not self._sweeper.is_alive():
+            self._sweeper = threading.Thread(
+                target=self._sweep_loop, name="parl-shm-sweep", daemon=True
+            )
+            self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while self.sweep():
+            time.sleep(_SWEEP_INTERVAL_S)
+
+    def sweep(self) -> int:
+        """Unmap retired segments whose views are gone; returns how many are still retired."""
+        with self._lock:
+            self._retired = [s for s in self._retired if not s.close()]
+            return len(self._retired)
 
     def add_drop_listener(self, listener: _DropListener) -> None:
         self._dropped_listeners.add(listener)
@@ -219,7 +259,9 @@ class Allocator:
             self._free.setdefault(segment.size, []).append(segment)
             self._free_order.append(segment)
             self._free_bytes += segment.size
-            while self._free_bytes > self._cache_bytes and self._free_order:
+            while self._free_order and (
+                self._free_bytes > self._cache_bytes or len(self._free_order) > MAX_FREE_SEGMENTS
+            ):
                 old = self._free_order.pop(0)
                 self._free[old.size].remove(old)
                 self._free_bytes -= old.size

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import io
 import os
-import select
 import signal
 import socket
 import sys
@@ -95,7 +94,9 @@ def _watch_caller(caller_pid: int) -> None:
         return
 
     def watch() -> None:
-        select.select([pidfd], [], [])
+        from parl.wire.framing import wait_readable
+
+        wait_readable([pidfd], None)
         os._exit(0)
 
     threading.Thread(target=watch, name="parl-caller-watch", daemon=True).start()

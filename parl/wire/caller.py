@@ -12,7 +12,6 @@ Death of the peer is seen as end of stream or through the carrier's ``liveness``
 from __future__ import annotations
 
 import itertools
-import select
 import threading
 import time
 import weakref
@@ -21,7 +20,7 @@ from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError, RemoteError
 from parl.wire import protocol
-from parl.wire.framing import SPIN_S, FrameSocket
+from parl.wire.framing import SPIN_S, FrameSocket, wait_readable
 from parl.wire.protocol import ERROR, RESULT, Link, RemoteFailure
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
@@ -75,27 +74,35 @@ class Connection:
             self._check_usable()
             call_id = next(self._ids)
             meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
-            self._pending.add(call_id)
+            self._pending.add(call_id)  # before sending: another thread may read the reply
             try:
                 self._sock.send(meta, bodies, fds, on_blocked=self._on_send_blocked)
-            except OSError as exc:
+            except (BrokenPipeError, ConnectionResetError) as exc:
                 self._pending.discard(call_id)
                 self._fail_from_peer(exc)
                 raise self._failure from None  # type: ignore[misc]
+            except BaseException:
+                self._pending.discard(call_id)
+                if self._sock.broken:  # e.g. Ctrl-C with half a message sent
+                    self._break("interrupted in the middle of sending a message")
+                raise
         return call_id
 
     def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
         return self.wait(self.submit(kind, payload), timeout)
 
-    def wait(self, call_id: int, timeout: float | None = None) -> Any:
-        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout."""
+    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
+        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout.
+
+        When the wait itself is interrupted (Ctrl-C), the call is forgotten unless ``keep``
+        (a future, whose owner may wait again)."""
         try:
             return self._wait(call_id, timeout)
         except CallTimeout:
             raise  # still pending: the caller may wait again
         except BaseException as exc:
-            if not isinstance(exc, ParlError) or call_id in self._pending:
-                self.discard(call_id)  # e.g. Ctrl-C: nobody will collect this reply
+            if not keep and (not isinstance(exc, ParlError) or call_id in self._pending):
+                self.discard(call_id)  # nobody will collect this reply
             raise
 
     def _wait(self, call_id: int, timeout: float | None) -> Any:
@@ -179,17 +186,15 @@ class Connection:
     def _drain(self) -> None:
         """Read every reply that is already available (with the receive lock held)."""
         while self._failure is None:
-            if not self._sock.has_buffered_frame():
-                readable, _, _ = select.select(self._wait_fds, [], [], 0)
-                if not readable:
-                    return
+            if not self._sock.has_buffered_frame() and not wait_readable(self._wait_fds, 0):
+                return
             self._read_one(0)
 
     def _read_one(self, timeout: float | None) -> None:
         sock = self._sock
         if not sock.has_buffered_frame() and not sock.spin(SPIN_S if timeout != 0 else 0.0):
             wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
-            readable, _, _ = select.select(self._wait_fds, [], [], wait)
+            readable = wait_readable(self._wait_fds, wait)
             if not readable:
                 if len(self._wait_fds) == 1 and not self._liveness.is_alive():
                     self._fail_from_peer(None)
@@ -202,6 +207,10 @@ class Connection:
         except OSError as exc:
             self._fail_from_peer(exc)
             return
+        except BaseException:
+            if sock.broken:  # e.g. Ctrl-C with half a reply read
+                self._break("interrupted in the middle of receiving a message")
+            raise
         if frame is None:
             self._fail_from_peer(None)
             return
@@ -220,6 +229,8 @@ class Connection:
                 ),
             )
             return
+        if call_id not in self._pending:
+            return  # its future was dropped while the payload was loading
         if incoming.kind == RESULT:
             self._results[call_id] = (True, payload)
         elif incoming.kind == ERROR:
@@ -229,6 +240,14 @@ class Connection:
                 False,
                 RemoteError(f"unexpected message kind {incoming.kind}"),
             )
+
+    def _break(self, why: str) -> None:
+        """The stream is out of step: no later message can be trusted. Close the actor."""
+        if self._failure is None:
+            self._failure = ActorClosedError(
+                f"actor {self.label} was closed: {why}; create a new actor"
+            )
+        self.close()
 
     def _fail_from_peer(self, exc: BaseException | None) -> None:
         if self._failure is None:

@@ -12,7 +12,6 @@ import importlib
 import traceback
 from typing import Any, NamedTuple
 
-from parl.errors import SerializationError
 from parl.wire import protocol
 from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import (
@@ -50,13 +49,11 @@ def serve(sock: FrameSocket, link: Link) -> None:
         frame = sock.recv()
         if frame is None:
             return
-        incoming = protocol.decode(frame, link)
-        kind, call_id = incoming.kind, incoming.call_id
-        frame = None
+        kind, call_id = protocol.peek(frame)
         what = "the result"
         try:
-            request = incoming.payload()
-            incoming = None  # type: ignore[assignment]
+            request = protocol.decode(frame, link).payload()
+            frame = None
             if kind == CALL:
                 name, args, kwargs = request
                 request = None
@@ -85,10 +82,12 @@ def serve(sock: FrameSocket, link: Link) -> None:
         except Exception as exc:  # noqa: BLE001 - reported to the caller
             result, reply = failure_of(exc), ERROR
             del exc
-        request = args = kwargs = None  # drop argument views now: their releases ride this reply
+        frame = request = args = kwargs = (
+            None  # drop argument views: their releases ride this reply
+        )
         try:
             meta, bodies, fds = protocol.encode(reply, call_id, result, link)
-        except SerializationError as exc:
+        except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
             meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
         result = None
@@ -99,8 +98,15 @@ def failure_of(exc: BaseException) -> RemoteFailure:
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next  # start at user code, not at serve()
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+    except Exception:  # noqa: BLE001
+        text = "".join(traceback.format_tb(tb)) + f"{type(exc).__qualname__} (unprintable)\n"
     exc.__traceback__ = None
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that fails must not take the actor down
+        message = f"<{type(exc).__name__} whose str() failed>"
     exception: BaseException | None = exc
     try:
         stream, buffers = dumps(exc)
@@ -108,4 +114,4 @@ def failure_of(exc: BaseException) -> RemoteFailure:
     except Exception:  # noqa: BLE001
         exception = None
     type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    return RemoteFailure(exception, type_name, str(exc), text)
+    return RemoteFailure(exception, type_name, message, text)

@@ -2,12 +2,13 @@
 
 A frame is ``prefix | body lengths | meta | bodies``::
 
-    prefix  <I meta_len> <I body_count> <H fd_count> <H reserved>
+    prefix  <Q meta_len> <I body_count> <I fd_count>
     lengths body_count x <Q length>
 
 ``meta`` is opaque to this layer (the protocol puts its header and pickle stream there); each
 body is one out-of-band buffer sent inline. File descriptors (shared-memory segments) ride with
-the first byte of the frame as ``SCM_RIGHTS`` on Unix sockets and are handed back with it.
+the first bytes of the frame as ``SCM_RIGHTS`` on Unix sockets (at most ``MAX_FDS`` per byte)
+and are handed back with the frame.
 
 Sending is one ``sendmsg`` with a gather list: payloads are never joined. Receiving reads ahead
 into a reusable buffer, so a burst of small frames costs one system call, and reads a large body
@@ -25,10 +26,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-PREFIX = struct.Struct("<IIHH")
-MAX_FDS = 250  # the kernel accepts at most 253 descriptors per message
+PREFIX = struct.Struct("<QII")
+MAX_FDS = 250  # descriptors per sendmsg (the kernel takes at most 253); a frame may carry more
 _READ_AHEAD = 1 << 16
 _ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * 4)
+_IOV_MAX = 512  # parts per sendmsg (the kernel's limit is 1024)
 SPIN_S = 50e-6  # how long a reader polls before it sleeps (see FrameSocket.spin)
 
 
@@ -54,6 +56,8 @@ class FrameSocket:
         self._start = 0
         self._end = 0
         self._fds: deque[int] = deque()
+        self._sending = False
+        self.broken = False  # a frame was cut by an exception: the stream is out of step
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -75,37 +79,59 @@ class FrameSocket:
         on_blocked: Callable[[], None] | None = None,
     ) -> None:
         """Send one frame. ``on_blocked`` runs when the socket is full and readable data is
-        waiting: the caller drains replies there, so two peers can never block each other."""
-        if len(fds) > MAX_FDS:
-            raise ValueError(f"a frame carries at most {MAX_FDS} file descriptors, got {len(fds)}")
+        waiting: the caller drains replies there, so two peers can never block each other.
+
+        If this raises after part of the frame went out (``self.broken``), the stream is out of
+        step and the socket must be dropped."""
+        if self.broken:
+            raise ConnectionResetError("the connection broke in the middle of a frame")
         if fds and not self._unix:
             raise ValueError("file descriptors can only be passed over a Unix socket")
         lengths = struct.pack(f"<{len(bodies)}Q", *(memoryview(b).nbytes for b in bodies))
-        head = PREFIX.pack(len(meta), len(bodies), len(fds), 0) + lengths + meta
-        parts: list[memoryview] = [memoryview(head)]
+        head = memoryview(PREFIX.pack(len(meta), len(bodies), len(fds)) + lengths + meta)
+        parts: list[memoryview] = []
+        # descriptors ride on the head's first bytes, MAX_FDS on each byte
+        chunks = [list(fds[i : i + MAX_FDS]) for i in range(0, len(fds), MAX_FDS)]
+        for i, chunk in enumerate(chunks[:-1]):
+            self._send_parts([head[i : i + 1]], chunk, on_blocked)
+        skip = max(0, len(chunks) - 1)
+        parts.append(head[skip:])
         parts.extend(m for m in (memoryview(b).cast("B") for b in bodies) if m.nbytes)
+        self._send_parts(parts, chunks[-1] if chunks else [], on_blocked)
+
+    def _send_parts(
+        self, parts: list[memoryview], fds: list[int], on_blocked: Callable[[], None] | None
+    ) -> None:
         ancillary = (
             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         )
         flags = socket.MSG_DONTWAIT if on_blocked is not None else 0
-        while parts:
-            try:
-                sent = self.sock.sendmsg(parts, ancillary, flags)
-            except BlockingIOError:
-                assert on_blocked is not None
-                readable, _, _ = select.select([self.sock], [self.sock], [], 1.0)
-                if readable:
-                    on_blocked()
-                continue
-            ancillary = []
-            while sent:
-                first = parts[0]
-                if sent >= first.nbytes:
-                    sent -= first.nbytes
-                    parts.pop(0)
-                else:
-                    parts[0] = first[sent:]
-                    sent = 0
+        try:
+            while parts:
+                try:
+                    sent = self.sock.sendmsg(parts[:_IOV_MAX], ancillary, flags)
+                except BlockingIOError:
+                    assert on_blocked is not None
+                    poller = select.poll()
+                    poller.register(self.sock.fileno(), select.POLLIN | select.POLLOUT)
+                    if any(ev & ~select.POLLOUT for _, ev in poller.poll(1000)):
+                        on_blocked()  # replies are waiting: read them so the peer can go on
+                    continue
+                self._sending = True
+                ancillary = []
+                while sent:
+                    first = parts[0]
+                    if sent >= first.nbytes:
+                        sent -= first.nbytes
+                        parts.pop(0)
+                    else:
+                        parts[0] = first[sent:]
+                        sent = 0
+        except BaseException:
+            if self._sending:
+                self.broken = True
+            raise
+        self._sending = False
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -115,18 +141,28 @@ class FrameSocket:
 
     def recv(self) -> Frame | None:
         """Receive one frame; None on a clean end of stream between frames."""
+        if self.broken:
+            raise ConnectionResetError("the connection broke in the middle of a frame")
         if not self._fill_to(PREFIX.size, eof_ok=True):
             return None
-        meta_len, body_count, fd_count, _ = PREFIX.unpack_from(self._buf, self._start)
+        try:
+            return self._recv_rest()
+        except BaseException:
+            self.broken = True  # part of the frame is consumed: the stream is out of step
+            raise
+
+    def _recv_rest(self) -> Frame:
+        meta_len, body_count, fd_count = PREFIX.unpack_from(self._buf, self._start)
         self._start += PREFIX.size
         lengths: tuple[int, ...] = ()
         if body_count:
             self._fill_to(8 * body_count)
             lengths = struct.unpack_from(f"<{body_count}Q", self._buf, self._start)
             self._start += 8 * body_count
-        fds = [self._fds.popleft() for _ in range(fd_count)] if fd_count else []
         meta = bytearray(meta_len)
         self._read_into(memoryview(meta))
+        # every descriptor rode on the head, which has been read by now
+        fds = [self._fds.popleft() for _ in range(fd_count)] if fd_count else []
         bodies = []
         for length in lengths:
             body = bytearray(length)
@@ -168,7 +204,8 @@ class FrameSocket:
 
     def _fill_to(self, n: int, eof_ok: bool = False) -> bool:
         """Make at least ``n`` bytes available in the read-ahead buffer."""
-        if n > len(self._buf):
+        if n > len(self._buf):  # e.g. the length table of a frame with 70,000 buffers
+            self._view.release()
             self._buf.extend(bytes(n - len(self._buf)))
             self._view = memoryview(self._buf)
         while self._end - self._start < n:
@@ -203,6 +240,18 @@ class FrameSocket:
             return -1
         self._end += got
         return got
+
+
+def wait_readable(fds: Sequence[int], timeout: float | None) -> list[int]:
+    """The descriptors of ``fds`` that are readable (or failed) within ``timeout`` seconds.
+
+    ``poll`` rather than ``select``: descriptor numbers above 1024 are normal here (each shared
+    segment holds one)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    ms = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+    return [fd for fd, _ in poller.poll(ms)]
 
 
 def _close_quietly(fd: int) -> None:

@@ -4,7 +4,7 @@ A message is a kind, a call id and one Python object (the payload), encoded as o
 
     meta = header | buffer refs | releases | new segments | dropped segments | pickle stream
 
-    header   <B kind> <B unused> <H refs> <H releases> <H new> <H dropped> <Q call_id>
+    header   <B kind> <B unused> <I refs> <I releases> <I new> <I dropped> <Q call_id>
     ref      <B where> <Q segment> <Q offset> <Q length> <Q lease>  (where: 0 inline, 1 shared)
     release  <Q lease>                                  leases of the peer's buffers we dropped
     new      <Q segment> <Q size>                       one per attached file descriptor
@@ -34,7 +34,7 @@ SETATTR = 4  # caller -> actor: (attribute name, value)
 RESULT = 5  # actor -> caller: the return value
 ERROR = 6  # actor -> caller: RemoteFailure
 
-HEADER = struct.Struct("<BBHHHHQ")
+HEADER = struct.Struct("<BBIIIIQ")
 REF = struct.Struct("<BQQQQ")
 _Q = struct.Struct("<Q")
 _QQ = struct.Struct("<QQ")
@@ -147,6 +147,12 @@ def encode(kind: int, call_id: int, payload: Any, link: Link) -> tuple[bytes, li
     parts.extend(_Q.pack(segment) for segment in dropped)
     parts.append(stream)
     return b"".join(parts), bodies, [fd for _, _, fd in new]
+
+
+def peek(frame: Frame) -> tuple[int, int]:
+    """The kind and call id of a frame, without touching its buffers."""
+    kind, _, _, _, _, _, call_id = HEADER.unpack_from(frame.meta, 0)
+    return kind, call_id
 
 
 def decode(frame: Frame, link: Link) -> Incoming:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import types
 from typing import Any
 
 from parl.errors import SerializationError
@@ -20,7 +21,14 @@ from parl.errors import SerializationError
 PROTOCOL = 5
 
 # torch dtypes that numpy lacks, moved as the integer type of the same width
-_VIEW_AS_INT = {"bfloat16": "int16", "float8_e4m3fn": "int8", "float8_e5m2": "int8"}
+_VIEW_AS_INT = {
+    "bfloat16": "int16",
+    "complex32": "int32",
+    "float8_e4m3fn": "int8",
+    "float8_e5m2": "int8",
+    "float8_e4m3fnuz": "int8",
+    "float8_e5m2fnuz": "int8",
+}
 
 
 def _rebuild_tensor(array: Any, requires_grad: bool, is_parameter: bool, view_dtype: str) -> Any:
@@ -62,8 +70,20 @@ def _reduce_tensor(obj: Any) -> Any:
     return _rebuild_tensor, (array, obj.requires_grad, is_parameter, view_dtype)
 
 
+class _ByValue(Exception):
+    """Raised inside pickle for what only dill can save (by value)."""
+
+
+_BY_REFERENCE_KINDS = (type, types.FunctionType)
+
+
 class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
+        # Plain pickle saves objects of __main__ by reference, which the receiver cannot import.
+        if type(obj).__module__ == "__main__" or (
+            isinstance(obj, _BY_REFERENCE_KINDS) and getattr(obj, "__module__", "") == "__main__"
+        ):
+            raise _ByValue
         return _reduce_tensor(obj)
 
 

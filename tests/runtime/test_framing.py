@@ -105,7 +105,34 @@ def test_blocked_sender_drains_the_peer(pair):
     assert all(bytes(f.bodies[0]) == chunk for f in received)
 
 
-def test_too_many_descriptors_is_refused(pair):
-    left, _ = pair
-    with pytest.raises(ValueError, match="at most"):
-        left.send(b"m", [], list(range(300)))
+def test_a_frame_carries_more_descriptors_than_one_sendmsg(pair, tmp_path):
+    left, right = pair
+    path = tmp_path / "f"
+    path.write_text("x")
+    fds = [os.open(path, os.O_RDONLY) for _ in range(600)]
+    try:
+        left.send(b"many", [b"body"], fds)
+        left.send(b"next", [], fds[:1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    frame = right.recv()
+    assert bytes(frame.meta) == b"many" and len(frame.fds) == 600
+    assert bytes(right.recv().meta) == b"next"
+    for fd in frame.fds:
+        os.close(fd)
+
+
+def test_interrupted_send_marks_the_stream_broken(pair):
+    left, right = pair
+    right.send(b"a reply is waiting")  # so a blocked send calls on_blocked
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    left.sock.setblocking(False)
+    with pytest.raises(KeyboardInterrupt):
+        left.send(b"m", [b"x" * (8 << 20)], on_blocked=interrupt)
+    assert left.broken
+    with pytest.raises(ConnectionResetError):
+        left.send(b"again")
