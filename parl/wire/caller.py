@@ -15,7 +15,6 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError, RemoteError
@@ -62,7 +61,6 @@ class Connection:
         live_fd = liveness.fileno()
         self._wait_fds = [sock.fileno()] + ([live_fd] if live_fd is not None else [])
         self._finalizer = weakref.finalize(self, _close_resources, sock, link, liveness)
-        self.on_close: list[Callable[[], None]] = []
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -166,8 +164,6 @@ class Connection:
         if self._failure is None:
             self._failure = ActorClosedError(f"actor {self.label} was closed")
         self._finalizer()
-        for callback in self.on_close:
-            callback()
 
     def _check_usable(self) -> None:
         if self._failure is not None:

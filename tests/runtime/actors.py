@@ -123,14 +123,6 @@ class Sampler:
     def size(self):
         return self.buf.size
 
-    def rendezvous(self, fifo, role):
-        # Blocks until the other actor opens the FIFO: proves that two actors run at once.
-        with open(fifo, "w" if role == "writer" else "r") as f:
-            if role == "writer":
-                f.write("hi")
-                return "wrote"
-            return f.read()
-
 
 @parl.remote_class(wait=False)
 class AsyncSampler:
