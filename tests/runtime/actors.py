@@ -165,3 +165,24 @@ class Capped:
 class FailsInInit:
     def __init__(self, message):
         raise CustomError(message)
+
+
+@parl.remote_class
+class Leaf:
+    def work(self, x):
+        return np.full(1 << 18, x, np.float32)
+
+
+@parl.remote_class
+class Boss:
+    """An actor that has actors of its own (a learner with its samplers, say)."""
+
+    def __init__(self, n):
+        self.leaves = [Leaf() for _ in range(n)]
+
+    def run(self):
+        outs = [leaf.work(i) for i, leaf in enumerate(self.leaves)]
+        return float(sum(o.sum() for o in outs))
+
+    def pids(self):
+        return [leaf._parl_conn.label.split("pid=")[1] for leaf in self.leaves]

@@ -189,6 +189,16 @@ def test_actor_as_a_context_manager():
     assert wait_until(lambda: gone(pid))
 
 
+def test_actors_can_have_actors():
+    from tests.runtime.actors import Boss
+
+    boss = Boss(3)
+    assert boss.run() == (0 + 1 + 2) * (1 << 18)
+    leaves = [int(p) for p in boss.pids()]
+    parl.close_actor(boss)
+    assert wait_until(lambda: all(gone(p) for p in leaves))  # they end with their owner
+
+
 def test_future_keeps_its_actor_alive():
     future = AsyncSampler().add(20, 22)  # the proxy is dropped at once
     assert future.get(timeout=30) == 42
