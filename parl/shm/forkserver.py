@@ -33,9 +33,23 @@ _WHEN_IDLE = ("dill",)
 _STOP_GRACE_S = 1.0
 
 
+EXIT_OTHER_PARL = 3  # the server imported another installation of parl than its caller
+
+
 def main() -> None:
-    ctrl_fd = int(sys.argv[1])
-    for name in (*_PRELOAD, *sys.argv[2:]):
+    ctrl_fd, caller_parl = int(sys.argv[1]), sys.argv[2]
+    import parl
+
+    ours = os.path.dirname(os.path.abspath(parl.__file__))
+    if ours != caller_parl:  # e.g. an editable install of another checkout takes precedence
+        print(
+            f"parl fork server: this interpreter imports parl from {ours}, but the caller runs "
+            f"parl from {caller_parl}; the two would not understand each other. Use one "
+            "installation (check `pip show parl-torch` and PYTHONPATH).",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_OTHER_PARL)
+    for name in (*_PRELOAD, *sys.argv[3:]):
         _preload(name)
     ctrl = FrameSocket(socket.socket(fileno=ctrl_fd))
     wake_r, wake_w = os.pipe()

@@ -13,6 +13,7 @@ from typing import Any
 
 import parl
 from parl.errors import ParlError
+from parl.shm.forkserver import EXIT_OTHER_PARL
 from parl.wire.framing import FrameSocket, wait_readable
 
 _START_TIMEOUT_S = 60.0
@@ -25,9 +26,10 @@ class ForkServer:
     (``["torch"]`` saves each torch-using actor the import).
     """
 
-    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, preload: tuple[str, ...] = (), parl_dir: str | None = None) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(parl.__file__)))
+        self.parl_dir = parl_dir or os.path.dirname(os.path.abspath(parl.__file__))
+        package_root = os.path.dirname(self.parl_dir)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
@@ -39,6 +41,7 @@ class ForkServer:
                     "-c",
                     "from parl.shm.forkserver import main; main()",
                     str(child.fileno()),
+                    self.parl_dir,
                     *preload,
                 ],
                 pass_fds=(child.fileno(),),
@@ -81,30 +84,29 @@ class ForkServer:
         deadline = time.monotonic() + timeout
         with self._lock:
             while pid not in self._exits and not self._closed:
-                if self._read(deadline - time.monotonic()) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._read(remaining) is None:
                     break
             return self._exits.pop(pid, None)
 
     def _read(self, timeout: float) -> tuple | None:
-        """One control message (exit notices are filed on the way); None on timeout or EOF."""
-        while True:
-            if not self._ctrl.has_buffered_frame():
-                if not wait_readable([self._ctrl.fileno()], max(0.0, timeout)):
-                    return None
-            try:
-                frame = self._ctrl.recv()
-            except OSError:
-                frame = None
-            if frame is None:
-                self._closed = True
+        """One control message, exit notices filed on the way; None on timeout or EOF."""
+        if not self._ctrl.has_buffered_frame():
+            if not wait_readable([self._ctrl.fileno()], max(0.0, timeout)):
                 return None
-            message = pickle.loads(frame.meta)
-            if message[0] == "exited":
-                self._exits[message[1]] = message[2]
-                if len(self._exits) > 10_000:
-                    self._exits.pop(next(iter(self._exits)))
-                continue
-            return message
+        try:
+            frame = self._ctrl.recv()
+        except OSError:
+            frame = None
+        if frame is None:
+            self._closed = True
+            return None
+        message = pickle.loads(frame.meta)
+        if message[0] == "exited":
+            self._exits[message[1]] = message[2]
+            if len(self._exits) > 10_000:
+                self._exits.pop(next(iter(self._exits)))
+        return message
 
     def _server_gone(self) -> ParlError:
         self._closed = True
@@ -112,6 +114,11 @@ class ForkServer:
             code = self._proc.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             code = None
+        if code == EXIT_OTHER_PARL:
+            return ParlError(
+                "the local fork server imported another installation of parl than this process "
+                f"(which runs {self.parl_dir}); see its message on stderr"
+            )
         return ParlError(
             f"the local fork server (pid {self.pid}) exited unexpectedly (code {code})"
         )
