@@ -1,7 +1,7 @@
 """The local carrier: actors in worker processes on this machine, data through shared memory.
 
-The fork server starts with the first actor and stops when the last one is gone, so nothing runs
-while no actor exists. Each actor gets a Unix socket pair for the protocol (shared-memory
+The fork server starts with the first actor and stops ``linger`` seconds (default 1) after the
+last one is gone, so nothing of ours runs while no actor exists. Each actor gets a Unix socket pair for the protocol (shared-memory
 segments travel on it as descriptors) and two pipes for its stdout and stderr.
 """
 
