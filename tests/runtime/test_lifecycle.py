@@ -75,6 +75,18 @@ def test_max_memory_exceeded():
         capped.ok()
 
 
+def test_closing_a_busy_actor_stops_its_worker(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    actor = AsyncSampler()
+    pid = actor.pid().get()
+    pending = actor.block(str(fifo))  # busy until someone opens the FIFO: nobody will
+    parl.close_actor(actor)
+    assert wait_until(lambda: gone(pid))
+    with pytest.raises(parl.ActorClosedError):
+        pending.get(timeout=5)
+
+
 def test_call_on_a_closed_actor():
     actor = Sampler()
     method = actor.add
