@@ -74,7 +74,7 @@ class Connection:
             meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
             self._pending.add(call_id)  # before sending: another thread may read the reply
             try:
-                self._sock.send(meta, bodies, fds, on_blocked=self._on_send_blocked)
+                self._sock.send(meta, bodies, fds, on_blocked=self._drain_if_free)
             except (BrokenPipeError, ConnectionResetError) as exc:
                 self._pending.discard(call_id)
                 self._fail_from_peer(exc)
@@ -132,11 +132,7 @@ class Connection:
         """True when the reply for ``call_id`` (or the connection's failure) is in."""
         if call_id in self._results or self._failure is not None:
             return True
-        if self._recv_lock.acquire(blocking=False):
-            try:
-                self._drain()
-            finally:
-                self._recv_lock.release()
+        self._drain_if_free()
         return call_id in self._results or self._failure is not None
 
     def discard(self, call_id: int) -> None:
@@ -171,8 +167,11 @@ class Connection:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _on_send_blocked(self) -> None:
-        # The actor is waiting for us to read its replies before it reads more requests.
+    def _drain_if_free(self) -> None:
+        """Read the replies already here, unless another thread is reading (then it will).
+
+        Also what a blocked send calls: the actor may be waiting for us to read its replies
+        before it reads more requests."""
         if self._recv_lock.acquire(blocking=False):
             try:
                 self._drain()
@@ -217,7 +216,8 @@ class Connection:
         try:
             payload = incoming.payload()
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
-            self._results[call_id] = (
+            self._file(
+                call_id,
                 False,
                 RemoteError(
                     f"the reply of {self.label} could not be unpickled here: "
@@ -225,17 +225,16 @@ class Connection:
                 ),
             )
             return
-        if call_id not in self._pending:
-            return  # its future was dropped while the payload was loading
         if incoming.kind == RESULT:
-            self._results[call_id] = (True, payload)
+            self._file(call_id, True, payload)
         elif incoming.kind == ERROR:
-            self._results[call_id] = (False, rebuild_exception(payload, self.label))
+            self._file(call_id, False, rebuild_exception(payload, self.label))
         else:
-            self._results[call_id] = (
-                False,
-                RemoteError(f"unexpected message kind {incoming.kind}"),
-            )
+            self._file(call_id, False, RemoteError(f"unexpected message kind {incoming.kind}"))
+
+    def _file(self, call_id: int, ok: bool, value: Any) -> None:
+        if call_id in self._pending:  # else its future was dropped while the payload loaded
+            self._results[call_id] = (ok, value)
 
     def _break(self, why: str) -> None:
         """The stream is out of step: no later message can be trusted. Close the actor."""
