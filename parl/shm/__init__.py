@@ -1,8 +1,10 @@
 """Local workers and shared memory.
 
-The public part is the explicit shared-array API: arrays made here live in shared memory from
-the start, so handing one to an actor (as an argument or attribute) passes a handle, not a copy,
-and what the actor writes into it is what the caller sees::
+The public part is the explicit shared-array API. Arrays made here are *shared handles*: they
+live in shared memory from the start, handing one to an actor (as an argument, a return value or
+an attribute) passes a handle, not a copy, and what any process holding it writes, every other
+holder sees. (Every other array crosses as a *value*: the receiver's copy-on-write view is its
+own.) ::
 
     buf = parl.shm.zeros((n_steps, obs_dim), np.float32)
     sampler.rollout_into(buf)      # the actor fills buf in place; nothing is copied
@@ -29,7 +31,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape_tuple):
         raise ValueError(f"shape must be non-negative integers, got {shape!r}")
     nbytes = int(np.prod(shape_tuple, dtype=np.int64)) * dtype.itemsize
-    block = segment_table().allocator.block(nbytes)
+    block = segment_table().allocator.block(nbytes, handle=True)
     return block.view(dtype).reshape(shape_tuple)
 
 
@@ -55,12 +57,28 @@ def copy(array: Any) -> np.ndarray:
     return out
 
 
-def is_shared(array: np.ndarray) -> bool:
-    """True when ``array``'s memory is in a shared segment (it crosses to actors by handle)."""
+def memory_kind(array: Any) -> str | None:
+    """Where ``array``'s memory lives: ``"handle"`` (a shared handle, see :func:`is_shared`),
+    ``"value"`` (a large array received from another process: a zero-copy, copy-on-write view
+    that is this process's own) or None (ordinary memory)."""
     if not isinstance(array, np.ndarray) or array.nbytes == 0:
-        return False
-    start = array.__array_interface__["data"][0]
-    return segment_table().find(start, 1) is not None
+        return None
+    table = segment_table()
+    found = table.find(array.__array_interface__["data"][0], 1)
+    if found is None:
+        return None
+    if found.mapping.private:
+        return "value"
+    segment = found.segment
+    handle = not segment.owned or table.allocator.block_of(segment, found.offset)[1]
+    return "handle" if handle else "value"
 
 
-__all__ = ["copy", "empty", "full", "is_shared", "zeros"]
+def is_shared(array: np.ndarray) -> bool:
+    """True when ``array`` is a shared handle (made here, or received as one): it crosses to
+    actors by handle and writes to it are seen by every process holding it. A large array
+    received as a value is a private copy-on-write view: False."""
+    return memory_kind(array) == "handle"
+
+
+__all__ = ["copy", "empty", "full", "is_shared", "memory_kind", "zeros"]

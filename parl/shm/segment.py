@@ -5,59 +5,95 @@ mapping of it, and the kernel frees it when the last one goes, even when every p
 is killed with SIGKILL. Nothing can leak into ``/dev/shm`` and there is nothing to reap.
 Segments reach other processes as descriptors passed over the local carrier's Unix socket.
 
+Each process maps a segment in up to two ways:
+
+- **shared** (``MAP_SHARED``): what one process writes, every shared mapping sees. The owner
+  writes outgoing copies through it, and ``parl.shm`` arrays (deliberate shared handles) are
+  views of it.
+- **private** (``MAP_PRIVATE``): copy-on-write. Reading costs nothing (the pages are the
+  segment's own); the first write to a page gives this process a copy of that page and no other
+  process ever sees it. Every array *received as a value* is a view of a private mapping, which is
+  what makes values stay values: nobody but its holder can change it, and its holder's writes
+  stay its own. The owner never writes a value block while a lease on it is out, so the file
+  under a private view is frozen for as long as the view lives.
+
 The :class:`SegmentTable` of a process knows every segment it maps (its own and its peers'),
-finds the segment that holds a given address, and owns the :class:`Allocator` that hands out
-blocks of its own segments and takes them back for reuse (a fresh 128 MiB segment costs tens of
-milliseconds of page faults; a reused one costs nothing).
+finds the segment and mapping that hold a given address, and owns the :class:`Allocator` that
+carves page-aligned blocks out of its own segments (many small blocks share a segment: a
+descriptor and a mapping serve hundreds of them) and takes them back for reuse.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
+import errno
 import itertools
 import mmap
 import os
 import threading
-import time
 import weakref
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-MIN_SEGMENT = 1 << 16  # smallest segment; sizes are rounded up to a power of two
-DEFAULT_CACHE_BYTES = 1 << 29  # free segments kept for reuse (512 MiB of address space)
-_SWEEP_INTERVAL_S = 0.1
-MAX_FREE_SEGMENTS = 256  # and at most this many (each holds descriptors)
+from parl.errors import ParlError
+
+PAGE = mmap.PAGESIZE
+SLAB_SIZE = 1 << 26  # segments that hold many small blocks
+MAX_SLOT = 1 << 22  # blocks above this get a segment of their own
+DEFAULT_CACHE_BYTES = 1 << 29  # free memory kept for reuse (512 MiB)
+MAX_FREE_SEGMENTS = 64  # whole free segments kept (each holds a descriptor)
+MIN_SEGMENT = PAGE  # the smallest block
+
+
+class Mapping:
+    """One mapping of a segment in this process.
+
+    ``busy`` holds the slots of a private mapping that a live view uses: one slot (one block of
+    the owner) is seen by at most one live view of a private mapping, since each value must see
+    only its own writes. A second view of the same block gets another private mapping.
+    """
+
+    __slots__ = ("segment", "mmap", "address", "private", "busy", "__weakref__")
+
+    def __init__(self, segment: Segment, private: bool) -> None:
+        flags = mmap.MAP_PRIVATE if private else mmap.MAP_SHARED
+        try:
+            self.mmap = mmap.mmap(segment.fd, segment.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            raise _limit_error(exc, "map a shared-memory segment") from exc
+        self.segment = segment
+        self.private = private
+        probe = ctypes.c_char.from_buffer(self.mmap)
+        self.address = ctypes.addressof(probe)
+        del probe
+        self.busy: set[int] = set()
+
+    def view(self, offset: int, length: int) -> np.ndarray:
+        """A writable uint8 array over ``[offset, offset + length)`` of this mapping."""
+        return np.frombuffer(self.mmap, np.uint8, length, offset)
 
 
 class Segment:
-    """One memfd and its mapping in this process."""
+    """One memfd: its descriptor and this process's mappings of it.
 
-    __slots__ = ("segment_id", "size", "fd", "mmap", "address", "owned")
+    ``slot`` is the size of its blocks: a slab segment holds ``size // slot`` blocks of one size
+    class; a large block has a segment of its own (``slot == size``).
+    """
 
-    def __init__(self, segment_id: int, size: int, fd: int, owned: bool) -> None:
+    __slots__ = ("segment_id", "size", "fd", "owned", "slot", "shared", "privates", "blocks")
+
+    def __init__(self, segment_id: int, size: int, fd: int, owned: bool, slot: int) -> None:
         self.segment_id = segment_id
         self.size = size
         self.fd = fd
         self.owned = owned
-        self.mmap = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        probe = ctypes.c_char.from_buffer(self.mmap)
-        self.address = ctypes.addressof(probe)
-        del probe
-
-    def view(self, offset: int, length: int) -> np.ndarray:
-        """A writable uint8 array over ``[offset, offset + length)`` of the segment."""
-        return np.frombuffer(self.mmap, np.uint8, length, offset)
-
-    def close(self) -> bool:
-        """Unmap and close; False (and nothing done) while views of the mapping exist."""
-        try:
-            self.mmap.close()
-        except BufferError:
-            return False
-        self.close_fd()
-        return True
+        self.slot = slot
+        self.shared: Mapping | None = None
+        self.privates: list[Mapping] = []
+        # owner only: slot offset -> (weak reference to the block, is a parl.shm handle)
+        self.blocks: dict[int, tuple[weakref.ref, bool]] = {}
 
     def close_fd(self) -> None:
         if self.fd >= 0:
@@ -65,55 +101,81 @@ class Segment:
             self.fd = -1
 
 
-def _size_class(nbytes: int) -> int:
-    return max(MIN_SEGMENT, 1 << max(0, nbytes - 1).bit_length())
+class Location(NamedTuple):
+    """Where an address lives: the mapping and the offset in its segment."""
+
+    mapping: Mapping
+    offset: int
+
+    @property
+    def segment(self) -> Segment:
+        return self.mapping.segment
+
+
+class _DropListener(Protocol):
+    """Told when a segment leaves this process's table (links tell their peers)."""
+
+    def segment_dropped(self, segment_id: int) -> None: ...
 
 
 class SegmentTable:
-    """Every segment mapped in this process, by id and by address; one per process."""
+    """Every segment mapped in this process, by id and by address; one per process.
+
+    Forgetting a segment closes its descriptor and drops the table's references to its mappings;
+    a mapping itself goes away with its last view, so a view stays valid while it is held.
+    """
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.pid = os.getpid()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._by_id: dict[int, Segment] = {}
-        self._starts: list[int] = []  # sorted start addresses
-        self._by_start: dict[int, Segment] = {}
+        self._holders: dict[int, int] = {}  # peer segment -> links that announced it
+        self._starts: list[int] = []  # sorted start addresses of live mappings
+        self._by_start: dict[int, weakref.ref[Mapping]] = {}
         self._counter = itertools.count(1)
-        self._retired: list[Segment] = []  # to unmap once their last view is gone
-        self._sweeper: threading.Thread | None = None
         self.allocator = Allocator(self, cache_bytes)
         self._dropped_listeners: weakref.WeakSet[_DropListener] = weakref.WeakSet()
 
-    # -- registry -----------------------------------------------------------------------------
+    # -- segments -----------------------------------------------------------------------------
 
-    def new_segment(self, size: int) -> Segment:
-        if self._retired:
-            self.sweep()
-        fd = os.memfd_create(f"parl-{self.pid}", os.MFD_CLOEXEC)
+    def new_segment(self, size: int, slot: int) -> Segment:
+        try:
+            fd = os.memfd_create(f"parl-{self.pid}", os.MFD_CLOEXEC)
+        except OSError as exc:
+            raise _limit_error(exc, "create a shared-memory segment") from exc
         try:
             os.ftruncate(fd, size)
-            segment = Segment((self.pid << 32) | next(self._counter), size, fd, owned=True)
+            segment = Segment((self.pid << 32) | next(self._counter), size, fd, True, slot)
+            self.mapping(segment, private=False)
         except BaseException:
             os.close(fd)
             raise
-        self._add(segment)
+        with self._lock:
+            self._by_id[segment.segment_id] = segment
         return segment
 
-    def attach(self, segment_id: int, size: int, fd: int) -> None:
-        """Map a peer's segment (or close the descriptor when it is mapped already)."""
-        if self._retired:
-            self.sweep()
+    def attach(self, segment_id: int, size: int, slot: int, fd: int) -> None:
+        """Take a peer's segment (or close the descriptor when it is known already); each call
+        is one holder, released by :meth:`forget`."""
         with self._lock:
-            known = segment_id in self._by_id
-        if known:
-            os.close(fd)
-            return
-        try:
-            segment = Segment(segment_id, size, fd, owned=False)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._add(segment)
+            self._holders[segment_id] = self._holders.get(segment_id, 0) + 1
+            if segment_id in self._by_id:
+                os.close(fd)
+                return
+            self._by_id[segment_id] = Segment(segment_id, size, fd, False, slot or size)
+
+    def forget(self, segment_id: int) -> None:
+        """One holder of a peer's segment is gone; the last one closes it (views stay valid)."""
+        with self._lock:
+            left = self._holders.get(segment_id, 0) - 1
+            if left > 0:
+                self._holders[segment_id] = left
+                return
+            self._holders.pop(segment_id, None)
+            segment = self._by_id.get(segment_id)
+            if segment is None or segment.owned:
+                return
+        self._remove(segment)
 
     def get(self, segment_id: int) -> Segment:
         try:
@@ -121,70 +183,76 @@ class SegmentTable:
         except KeyError:
             raise KeyError(f"shared-memory segment {segment_id:#x} is not mapped here") from None
 
-    def forget(self, segment_id: int) -> None:
-        """Unmap a peer's segment that its owner retired (kept while views of it exist)."""
+    def mapping(self, segment: Segment, private: bool) -> Mapping:
+        """The shared mapping of ``segment``, or a new private one."""
+        if not private and segment.shared is not None:
+            return segment.shared
+        mapping = Mapping(segment, private)
         with self._lock:
-            segment = self._by_id.get(segment_id)
-        if segment is not None and not segment.owned:
-            self._remove(segment)
+            if private:
+                segment.privates.append(mapping)
+            elif segment.shared is None:
+                segment.shared = mapping
+            else:
+                return segment.shared
+            if mapping.address not in self._by_start:
+                bisect.insort(self._starts, mapping.address)
+            self._by_start[mapping.address] = weakref.ref(mapping)
+            weakref.finalize(mapping, self._unlist, mapping.address)
+        return mapping
 
-    def find(self, address: int, nbytes: int) -> tuple[Segment, int] | None:
-        """The segment holding ``[address, address + nbytes)`` and the offset, if any."""
+    def private_view(self, segment: Segment, offset: int, length: int) -> tuple[Mapping, int, Any]:
+        """A view of a private mapping of ``segment`` that no other live view shares a block
+        with; returns the mapping, the slot it claimed (to give back with ``busy.discard``) and
+        the view."""
+        slot = offset // segment.slot
+        with self._lock:
+            for mapping in segment.privates:
+                if slot not in mapping.busy:
+                    mapping.busy.add(slot)
+                    return mapping, slot, mapping.view(offset, length)
+        mapping = self.mapping(segment, private=True)
+        with self._lock:
+            mapping.busy.add(slot)
+        return mapping, slot, mapping.view(offset, length)
+
+    def find(self, address: int, nbytes: int) -> Location | None:
+        """The mapping holding ``[address, address + nbytes)`` and the offset, if any."""
         starts = self._starts
-        if not starts:
-            return None
         i = bisect.bisect_right(starts, address) - 1
         if i < 0:
             return None
-        segment = self._by_start.get(starts[i])
-        if segment is None or address + nbytes > segment.address + segment.size:
+        ref = self._by_start.get(starts[i])
+        mapping = ref() if ref is not None else None
+        if mapping is None or address + nbytes > mapping.address + mapping.segment.size:
             return None
-        return segment, address - segment.address
+        return Location(mapping, address - mapping.address)
 
-    def _add(self, segment: Segment) -> None:
+    def _unlist(self, address: int) -> None:
         with self._lock:
-            self._by_id[segment.segment_id] = segment
-            bisect.insort(self._starts, segment.address)
-            self._by_start[segment.address] = segment
-
-    def _remove(self, segment: Segment) -> bool:
-        """Unmap a segment; while views of it exist it is retired instead and unmapped by a
-        later :meth:`sweep` (a finalizer cannot do it: the view still exports the buffer then).
-        """
-        with self._lock:
-            self._by_id.pop(segment.segment_id, None)
-            if self._by_start.get(segment.address) is segment:
-                del self._by_start[segment.address]
-                i = bisect.bisect_left(self._starts, segment.address)
-                if i < len(self._starts) and self._starts[i] == segment.address:
+            ref = self._by_start.get(address)
+            if ref is not None and ref() is None:
+                del self._by_start[address]
+                i = bisect.bisect_left(self._starts, address)
+                if i < len(self._starts) and self._starts[i] == address:
                     del self._starts[i]
-            closed = segment.close()
-            if not closed:
-                segment.close_fd()  # no longer forwarded; the mapping keeps the memory
-                self._retired.append(segment)
-                self._start_sweeper()
+
+    def _remove(self, segment: Segment) -> None:
+        """Forget a segment: close its descriptor and drop the table's hold on its mappings."""
+        with self._lock:
+            if self._by_id.get(segment.segment_id) is segment:
+                del self._by_id[segment.segment_id]
+            for mapping in [segment.shared, *segment.privates]:
+                if mapping is not None:
+                    self._by_start.pop(mapping.address, None)
+                    i = bisect.bisect_left(self._starts, mapping.address)
+                    if i < len(self._starts) and self._starts[i] == mapping.address:
+                        del self._starts[i]
+            segment.shared = None
+            segment.privates = []
+            segment.close_fd()
         for listener in list(self._dropped_listeners):
             listener.segment_dropped(segment.segment_id)
-        return closed
-
-    def _start_sweeper(self) -> None:
-        """Unmap retired segments soon after their last view goes, in the background (called
-        with the lock held)."""
-        if self._sweeper is None or not self._sweeper.is_alive():
-            self._sweeper = threading.Thread(
-                target=self._sweep_loop, name="parl-shm-sweep", daemon=True
-            )
-            self._sweeper.start()
-
-    def _sweep_loop(self) -> None:
-        while self.sweep():
-            time.sleep(_SWEEP_INTERVAL_S)
-
-    def sweep(self) -> int:
-        """Unmap retired segments whose views are gone; returns how many are still retired."""
-        with self._lock:
-            self._retired = [s for s in self._retired if not s.close()]
-            return len(self._retired)
 
     def add_drop_listener(self, listener: _DropListener) -> None:
         self._dropped_listeners.add(listener)
@@ -196,87 +264,175 @@ class SegmentTable:
                 "segments": len(self._by_id),
                 "owned": len(owned),
                 "owned_bytes": sum(s.size for s in owned),
+                "blocks": sum(len(s.blocks) for s in owned),
                 "free": self.allocator.free_count(),
             }
 
     def close_all(self) -> None:
         with self._lock:
             segments = list(self._by_id.values())
+            self._holders.clear()
         for segment in segments:
             self._remove(segment)
 
 
-class _DropListener(Protocol):
-    """Told when one of this process's segments is unmapped (links tell their peers)."""
-
-    def segment_dropped(self, segment_id: int) -> None: ...
-
-
 class Allocator:
-    """Hands out whole segments as blocks and takes them back when their block is dropped.
+    """Carves page-aligned blocks out of this process's segments and reuses them.
 
-    A block is a uint8 numpy array over a segment. When the last view of it goes away the
-    segment returns to a free list of its size class and the next request of that class reuses
-    it. At most ``cache_bytes`` of free segments are kept; older ones are unmapped.
+    A block of up to ``MAX_SLOT`` bytes takes a slot of its power-of-two size class in a slab
+    segment of ``SLAB_SIZE`` bytes shared with other blocks of that class; a larger block has a
+    segment of its own. A block is a uint8 array over the owner's shared mapping; when the last
+    reference to it goes (the caller's arrays, a lease lent to a peer, a view received back), its
+    slot is free again. Up to ``cache_bytes`` of free memory is kept for reuse (a reused block
+    costs no page faults); beyond that, whole free segments are closed (oldest first, but never
+    the most recent one, so that a program moving one huge array again and again reuses it) and
+    free slots of slabs still in use give their memory back to the kernel.
     """
 
     def __init__(self, table: SegmentTable, cache_bytes: int) -> None:
         self._table = table
         self._cache_bytes = cache_bytes
         self._lock = threading.Lock()
-        self._free: dict[int, list[Segment]] = {}
+        # size class -> segment id -> free slot offsets (only slabs that have a free slot)
+        self._open: dict[int, dict[int, list[int]]] = {}
+        self._segments: dict[int, Segment] = {}
+        self._used: dict[int, int] = {}  # segment id -> blocks in use
+        self._free_segments: list[Segment] = []  # whole free segments, oldest first
         self._free_bytes = 0
-        self._free_order: list[Segment] = []  # oldest first
 
-    def block(self, nbytes: int) -> np.ndarray:
-        """A block of ``nbytes`` bytes (uint8); its segment is reused once the block is gone."""
-        return self.allocate(nbytes)[0]
+    def block(self, nbytes: int, handle: bool = False) -> np.ndarray:
+        """A block of ``nbytes`` bytes (uint8). ``handle``: a ``parl.shm`` array, shared with
+        every process it is sent to, rather than a value."""
+        return self.allocate(nbytes, handle)[0]
 
-    def allocate(self, nbytes: int) -> tuple[np.ndarray, Segment]:
-        """A block of ``nbytes`` bytes and the segment that holds it."""
+    def allocate(self, nbytes: int, handle: bool = False) -> tuple[np.ndarray, Segment, int]:
+        """A block of ``nbytes`` bytes, the segment that holds it and its offset there."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        size = _size_class(nbytes)
+        slot = max(PAGE, 1 << max(0, nbytes - 1).bit_length())
+        segment, offset = self._take(slot)
+        assert segment.shared is not None
+        block = segment.shared.view(offset, nbytes)
+        segment.blocks[offset] = (weakref.ref(block), handle)
+        weakref.finalize(block, self._give_back, segment, offset)
+        return block, segment, offset
+
+    def _take(self, slot: int) -> tuple[Segment, int]:
         with self._lock:
-            free = self._free.get(size)
-            segment = free.pop() if free else None
-            if segment is not None:
-                self._free_order.remove(segment)
-                self._free_bytes -= size
-        if segment is None:
-            segment = self._table.new_segment(size)
-        block = segment.view(0, nbytes)
-        weakref.finalize(block, self._give_back, segment)
-        return block, segment
+            if slot <= MAX_SLOT:
+                open_slabs = self._open.get(slot)
+                if open_slabs:
+                    segment_id, offsets = next(iter(open_slabs.items()))
+                    offset = offsets.pop()
+                    if not offsets:
+                        del open_slabs[segment_id]
+                    self._claim(self._segments[segment_id], slot)
+                    return self._segments[segment_id], offset
+            else:
+                for i, segment in enumerate(self._free_segments):
+                    if segment.slot == slot:
+                        self._claim(segment, slot)
+                        return segment, 0
+        size = max(SLAB_SIZE, slot)
+        segment = self._table.new_segment(size, slot)
+        with self._lock:
+            self._segments[segment.segment_id] = segment
+            self._used[segment.segment_id] = 1
+            if slot < size:
+                offsets = list(range(size - slot, 0, -slot))  # hand out from offset 0 up
+                self._open.setdefault(slot, {})[segment.segment_id] = offsets
+                self._free_bytes += size - slot
+            return segment, 0
+
+    def _claim(self, segment: Segment, slot: int) -> None:
+        """Called with the lock held: one more block in use in ``segment``."""
+        used = self._used[segment.segment_id]
+        if used == 0:
+            self._free_segments.remove(segment)
+        self._free_bytes -= slot
+        self._used[segment.segment_id] = used + 1
 
     def free_count(self) -> int:
+        """Whole segments kept free for reuse."""
         with self._lock:
-            return len(self._free_order)
+            return len(self._free_segments)
 
-    def _give_back(self, segment: Segment) -> None:
+    def _give_back(self, segment: Segment, offset: int) -> None:
+        slot = segment.slot
         evicted: list[Segment] = []
+        remove_slot = False
         with self._lock:
-            self._free.setdefault(segment.size, []).append(segment)
-            self._free_order.append(segment)
-            self._free_bytes += segment.size
-            while self._free_order and (
-                self._free_bytes > self._cache_bytes or len(self._free_order) > MAX_FREE_SEGMENTS
+            segment.blocks.pop(offset, None)
+            if segment.segment_id not in self._segments:
+                return  # trimmed
+            used = self._used[segment.segment_id] - 1
+            self._used[segment.segment_id] = used
+            self._free_bytes += slot
+            if slot < segment.size:
+                self._open.setdefault(slot, {}).setdefault(segment.segment_id, []).append(offset)
+            if used == 0:
+                self._free_segments.append(segment)
+            while self._free_bytes > self._cache_bytes or (
+                len(self._free_segments) > MAX_FREE_SEGMENTS
             ):
-                old = self._free_order.pop(0)
-                self._free[old.size].remove(old)
-                self._free_bytes -= old.size
-                evicted.append(old)
+                if len(self._free_segments) > 1 or (
+                    self._free_segments and self._free_segments[0] is not segment
+                ):
+                    old = self._free_segments.pop(0)
+                    self._forget_segment(old)
+                    evicted.append(old)
+                else:
+                    remove_slot = slot < segment.size and used > 0
+                    break
+        if remove_slot and segment.shared is not None:
+            # over the budget in a slab still in use: give this slot's memory back
+            segment.shared.mmap.madvise(mmap.MADV_REMOVE, offset, slot)
         for old in evicted:
             self._table._remove(old)
+
+    def _forget_segment(self, segment: Segment) -> None:
+        """Called with the lock held: a whole free ``segment`` leaves the allocator."""
+        self._segments.pop(segment.segment_id, None)
+        self._used.pop(segment.segment_id, None)
+        self._free_bytes -= segment.size
+        if segment.slot < segment.size:
+            self._open[segment.slot].pop(segment.segment_id, None)
 
     def trim(self) -> None:
-        """Unmap every free segment."""
+        """Close every whole free segment."""
         with self._lock:
-            evicted, self._free_order = self._free_order, []
-            self._free.clear()
-            self._free_bytes = 0
-        for old in evicted:
-            self._table._remove(old)
+            evicted, self._free_segments = self._free_segments, []
+            for segment in evicted:
+                self._forget_segment(segment)
+        for segment in evicted:
+            self._table._remove(segment)
+
+    def block_of(self, segment: Segment, offset: int) -> tuple[np.ndarray, bool]:
+        """The live block holding ``offset`` of an owned segment, and whether it is a handle."""
+        start = offset - offset % segment.slot
+        entry = segment.blocks.get(start)
+        block = entry[0]() if entry is not None else None
+        if block is None or entry is None:
+            raise ParlError(
+                f"shared-memory block {segment.segment_id:#x}+{start} was referenced after it was "
+                "freed (a bug in parl: please report it)"
+            )
+        return block, entry[1]
+
+
+def _limit_error(exc: OSError, what: str) -> BaseException:
+    """A clear error for running out of descriptors or mappings; other errors unchanged."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ParlError(
+            f"cannot {what}: too many open files ({exc}). Each shared-memory segment holds a "
+            "descriptor; raise the limit (`ulimit -n`) or hold fewer received arrays"
+        )
+    if exc.errno == errno.ENOMEM:
+        return ParlError(
+            f"cannot {what}: out of memory or of memory mappings ({exc}); hold fewer received "
+            "arrays or raise vm.max_map_count"
+        )
+    return exc
 
 
 _table: SegmentTable | None = None

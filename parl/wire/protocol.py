@@ -5,13 +5,16 @@ A message is a kind, a call id and one Python object (the payload), encoded as o
     meta = header | buffer refs | releases | new segments | dropped segments | pickle stream
 
     header   <B kind> <B unused> <I refs> <I releases> <I new> <I dropped> <Q call_id>
-    ref      <B where> <Q segment> <Q offset> <Q length> <Q lease>  (where: 0 inline, 1 shared)
+    ref      <B where> <Q segment> <Q offset> <Q length> <Q lease>
+             (where: 0 inline, 1 a value in shared memory, 2 a shared handle)
     release  <Q lease>                                  leases of the peer's buffers we dropped
-    new      <Q segment> <Q size>                       one per attached file descriptor
+    new      <Q segment> <Q size> <Q slot>              one per attached file descriptor
     dropped  <Q segment>                                segments the sender no longer reuses
 
 Out-of-band buffers either travel inline as frame bodies or, when the :class:`Link` can share
-memory with the peer, as (segment, offset, length) references. A reference carries a lease: the
+memory with the peer, as (segment, offset, length) references: a *value* (the receiver's view is
+its own: writes on either side never reach the other) or a *handle* (memory both sides share on
+purpose). A reference carries a lease: the
 sender keeps the memory alive until the receiver's view of it is dropped and the lease comes
 back in a later message's ``releases``. The local carrier implements a sharing link
 (:mod:`parl.shm.link`); :class:`InlineLink` is the link of carriers that cannot share memory.
@@ -37,7 +40,8 @@ ERROR = 6  # actor -> caller: RemoteFailure
 HEADER = struct.Struct("<BBIIIIQ")
 REF = struct.Struct("<BQQQQ")
 _Q = struct.Struct("<Q")
-_QQ = struct.Struct("<QQ")
+_QQQ = struct.Struct("<QQQ")
+_INLINE, _VALUE, _HANDLE = 0, 1, 2
 
 
 class SharedRef(NamedTuple):
@@ -45,6 +49,7 @@ class SharedRef(NamedTuple):
     offset: int
     length: int
     lease: int
+    handle: bool = False  # shared on purpose (parl.shm arrays), else a value
 
 
 class Link(Protocol):
@@ -57,15 +62,22 @@ class Link(Protocol):
     def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
         """Share ``buffer`` with the peer (a reference) or return None to send it inline."""
 
-    def take_attachments(self) -> tuple[list[tuple[int, int, int]], list[int]]:
-        """Segments first referenced since the last call, as (segment, size, fd), and the
-        segments the peer may forget."""
+    def stage(self, nbytes: int) -> Any:
+        """Writable memory to build an outgoing buffer of ``nbytes`` in (a non-contiguous
+        array is copied there once and then sent like any buffer), or None."""
+
+    def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
+        """Segments first referenced since the last call, as (segment, size, slot, fd), and
+        the segments the peer may forget."""
 
     def take_releases(self) -> list[int]:
         """Leases of the peer's memory that this side no longer uses."""
 
-    def attach(self, segments: list[tuple[int, int]], fds: list[int], dropped: list[int]) -> None:
-        """Map segments received from the peer and forget the ones it dropped."""
+    def attach(
+        self, segments: list[tuple[int, int, int]], fds: list[int], dropped: list[int]
+    ) -> None:
+        """Take segments (segment, size, slot) received from the peer and forget the ones it
+        dropped."""
 
     def open(self, ref: SharedRef) -> Any:
         """A writable buffer over a shared reference, releasing its lease when dropped."""
@@ -83,13 +95,18 @@ class InlineLink:
     def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
         return None
 
-    def take_attachments(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+    def stage(self, nbytes: int) -> Any:
+        return None
+
+    def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         return [], []
 
     def take_releases(self) -> list[int]:
         return []
 
-    def attach(self, segments: list[tuple[int, int]], fds: list[int], dropped: list[int]) -> None:
+    def attach(
+        self, segments: list[tuple[int, int, int]], fds: list[int], dropped: list[int]
+    ) -> None:
         if fds:
             raise ValueError("this connection cannot receive shared-memory segments")
 
@@ -128,25 +145,26 @@ def encode(kind: int, call_id: int, payload: Any, link: Link) -> tuple[bytes, li
     Raises :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link
     is left untouched in that case.
     """
-    stream, buffers = dumps(payload)
+    stream, buffers = dumps(payload, link.stage)
     refs = bytearray()
     bodies: list[Any] = []
     for buffer in buffers:
         shared = link.place(buffer)
         if shared is None:
-            refs += REF.pack(0, 0, 0, 0, 0)
+            refs += REF.pack(_INLINE, 0, 0, 0, 0)
             bodies.append(buffer.raw())
         else:
-            refs += REF.pack(1, *shared)
+            where = _HANDLE if shared.handle else _VALUE
+            refs += REF.pack(where, shared.segment, shared.offset, shared.length, shared.lease)
     new, dropped = link.take_attachments()
     releases = link.take_releases()
     parts = [HEADER.pack(kind, 0, len(buffers), len(releases), len(new), len(dropped), call_id)]
     parts.append(bytes(refs))
     parts.extend(_Q.pack(lease) for lease in releases)
-    parts.extend(_QQ.pack(segment, size) for segment, size, _ in new)
+    parts.extend(_QQQ.pack(segment, size, slot) for segment, size, slot, _ in new)
     parts.extend(_Q.pack(segment) for segment in dropped)
     parts.append(stream)
-    return b"".join(parts), bodies, [fd for _, _, fd in new]
+    return b"".join(parts), bodies, [fd for _, _, _, fd in new]
 
 
 def peek(frame: Frame) -> tuple[int, int]:
@@ -168,8 +186,8 @@ def decode(frame: Frame, link: Link) -> Incoming:
     pos += n_refs * REF.size
     releases = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_releases)]
     pos += 8 * n_releases
-    new = [_QQ.unpack_from(meta, pos + 16 * i) for i in range(n_new)]
-    pos += 16 * n_new
+    new = [_QQQ.unpack_from(meta, pos + 24 * i) for i in range(n_new)]
+    pos += 24 * n_new
     dropped = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_dropped)]
     pos += 8 * n_dropped
     if releases:
@@ -178,7 +196,8 @@ def decode(frame: Frame, link: Link) -> Incoming:
         link.attach(new, frame.fds, dropped)
     bodies = iter(frame.bodies)
     buffers = [
-        next(bodies) if where == 0 else link.open(SharedRef(*shared)) for where, *shared in refs
+        next(bodies) if where == _INLINE else link.open(SharedRef(*shared, where == _HANDLE))
+        for where, *shared in refs
     ]
     return Incoming(kind, call_id, meta[pos:], buffers)
 

@@ -14,6 +14,7 @@ import io
 import pickle
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from parl.errors import SerializationError
@@ -77,14 +78,57 @@ class _ByValue(Exception):
 _BY_REFERENCE_KINDS = (type, types.FunctionType)
 
 
+Stage = Callable[[int], Any]  # nbytes -> writable memory to build a buffer in, or None
+
+
+def _rebuild_subclass(base: Any, cls: type) -> Any:
+    return base.view(cls)
+
+
+def _reduce_array(obj: Any, stage: Stage | None) -> Any:
+    """Out-of-band buffers for the arrays numpy itself pickles in band: non-contiguous arrays
+    (copied once, into ``stage`` memory when the link offers it) and plain subclasses (matrix,
+    recarray, memmap...: the data out of band, the class applied again on arrival)."""
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(obj, np.ndarray) or obj.dtype.hasobject:
+        return NotImplemented
+    cls = type(obj)
+    if cls is not np.ndarray and (
+        cls.__reduce_ex__ is not np.ndarray.__reduce_ex__
+        or cls.__reduce__ is not np.ndarray.__reduce__
+        or cls.__setstate__ is not np.ndarray.__setstate__
+    ):
+        return NotImplemented  # e.g. masked arrays: pickled their own way
+    contiguous = obj.flags.c_contiguous or obj.flags.f_contiguous
+    if contiguous and cls is np.ndarray:
+        return NotImplemented  # numpy's own reduction is out of band already
+    base = obj.view(np.ndarray)
+    if not contiguous:
+        memory = stage(obj.nbytes) if stage is not None and obj.nbytes else None
+        if memory is None:
+            base = np.ascontiguousarray(base)
+        else:
+            out = memory.view(obj.dtype).reshape(obj.shape)
+            np.copyto(out, base)
+            base = out
+    if cls is np.ndarray:
+        return base.__reduce_ex__(PROTOCOL)
+    return _rebuild_subclass, (base, cls)
+
+
 class _Pickler(pickle.Pickler):
+    stage: Stage | None = None
+
     def reducer_override(self, obj: Any) -> Any:
         # Plain pickle saves objects of __main__ by reference, which the receiver cannot import.
         if type(obj).__module__ == "__main__" or (
             isinstance(obj, _BY_REFERENCE_KINDS) and getattr(obj, "__module__", "") == "__main__"
         ):
             raise _ByValue
-        return _reduce_tensor(obj)
+        reduced = _reduce_tensor(obj)
+        if reduced is NotImplemented:
+            reduced = _reduce_array(obj, self.stage)
+        return reduced
 
 
 _dill_pickler: type | None = None
@@ -97,14 +141,19 @@ def _dill_pickler_class() -> type:
 
         class _DillPickler(dill.Pickler):
             def reducer_override(self, obj: Any) -> Any:
-                return _reduce_tensor(obj)
+                reduced = _reduce_tensor(obj)
+                if reduced is NotImplemented:
+                    reduced = _reduce_array(obj, None)
+                return reduced
 
         _dill_pickler = _DillPickler
     return _dill_pickler
 
 
-def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps(obj: Any, stage: Stage | None = None) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Serialize ``obj``; returns the pickle stream and its out-of-band buffers.
+
+    ``stage`` (from the link) gives memory that a non-contiguous array is copied into once.
 
     Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when neither pickle nor
     dill can save the object.
@@ -112,7 +161,9 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
-        _Pickler(stream, PROTOCOL, buffer_callback=buffers.append).dump(obj)
+        pickler = _Pickler(stream, PROTOCOL, buffer_callback=buffers.append)
+        pickler.stage = stage
+        pickler.dump(obj)
         return stream.getvalue(), buffers
     except Exception:  # noqa: BLE001 - any failure means "try by value"
         pass

@@ -50,6 +50,7 @@ class Sampler:
 
         return {
             "shared": parl.shm.is_shared(a),
+            "kind": parl.shm.memory_kind(a),
             "owndata": bool(a.flags.owndata),
             "writeable": bool(a.flags.writeable),
             "sum": float(a.sum()),

@@ -224,19 +224,23 @@ def test_regression_select_fails_once_the_caller_has_more_than_1024_descriptors(
     below FD_SETSIZE (1024), while every shared segment holds two descriptors (its fd and
     mmap's dup) and carrier._raise_fd_limit raises the limit for exactly that: with ~520 live
     shared arrays, creating an actor raises 'ValueError: filedescriptor out of range in
-    select()'."""
-    arrays = [parl.shm.zeros(16, np.float32) for _ in range(max(0, 530 - open_fds() // 2))]
+    select()'. Segments now hold many blocks each, so the descriptors are opened by hand."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(max(0, 1100 - open_fds()))]
     try:
         assert open_fds() > 1024
         actor = Sampler()
         try:
             assert actor.add(1, 2) == 3
+            assert float(actor.rollout()[0]) == 1.0
         finally:
             parl.close_actor(actor)
     finally:
-        del arrays
-        gc.collect()
-        segment_table().allocator.trim()
+        for fd in fds:
+            os.close(fd)
 
 
 # -- exceptions -------------------------------------------------------------------------------

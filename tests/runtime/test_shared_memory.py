@@ -27,8 +27,9 @@ def test_segments_are_memfds_not_dev_shm_files():
     block = segment_table().allocator.block(1 << 20)
     block[:] = 1
     assert set(os.listdir("/dev/shm")) == before
-    segment, offset = segment_table().find(block.ctypes.data, block.nbytes)
-    assert offset == 0
+    found = segment_table().find(block.ctypes.data, block.nbytes)
+    assert found is not None and found.offset % 4096 == 0
+    segment = found.segment
     assert os.readlink(f"/proc/self/fd/{segment.fd}").startswith("/memfd:parl-")
 
 
@@ -59,18 +60,36 @@ def test_block_lives_while_any_view_lives():
     assert {first.ctypes.data, second.ctypes.data} == {address, other_address}
 
 
-def test_size_class_and_cache_limit():
+def test_small_blocks_share_a_segment_large_ones_have_their_own():
+    from parl.shm.segment import SLAB_SIZE, SegmentTable
+
+    table = SegmentTable(cache_bytes=1 << 30)
+    small = [table.allocator.block(200_000) for _ in range(100)]
+    assert table.stats()["owned"] == 1  # 100 blocks of 256 KiB in one 64 MiB slab
+    addresses = sorted(b.ctypes.data for b in small)
+    assert all(b - a >= 200_000 for a, b in zip(addresses, addresses[1:]))
+    big = table.allocator.block(SLAB_SIZE)
+    assert table.stats()["owned"] == 2
+    del small, big
+    gc.collect()
+    assert table.stats()["blocks"] == 0 and table.allocator.free_count() == 2
+    table.allocator.trim()
+    assert table.stats()["owned"] == 0
+
+
+def test_cache_limit_keeps_the_most_recent_free_segment():
     from parl.shm.segment import SegmentTable
 
     table = SegmentTable(cache_bytes=2 * 2**20)
-    blocks = [table.allocator.block(2**20) for _ in range(4)]
-    assert table.stats()["owned"] == 4
-    del blocks
+    blocks = [table.allocator.block(2**23) for _ in range(3)]  # 8 MiB: segments of their own
+    assert table.stats()["owned"] == 3
+    last = blocks[-1].ctypes.data
+    while blocks:
+        blocks.pop(0)  # freed in order: the last one freed is the most recent
     gc.collect()
-    assert table.allocator.free_count() == 2  # two fit in the 2 MiB cache, two were unmapped
-    assert table.stats()["owned"] == 2
+    assert table.allocator.free_count() == 1  # over the budget, but the last one is kept
+    assert table.allocator.block(2**23).ctypes.data == last  # and reused
     table.allocator.trim()
-    assert table.stats()["owned"] == 0
 
 
 def test_explicit_shared_arrays():
@@ -107,7 +126,8 @@ def test_large_buffers_are_shared_small_ones_inline():
     out_big, out_small = incoming.payload()
     np.testing.assert_array_equal(out_big, big)
     np.testing.assert_array_equal(out_small, small)
-    assert parl.shm.is_shared(out_big) and not parl.shm.is_shared(out_small)
+    assert parl.shm.memory_kind(out_big) == "value" and parl.shm.memory_kind(out_small) is None
+    assert not parl.shm.is_shared(out_big)
     assert sender.lease_count() == 1
     del out_big, incoming
     gc.collect()
@@ -156,7 +176,8 @@ def sampler():
 def test_returned_large_array_is_a_shared_view(sampler):
     out = sampler.rollout()
     assert out.shape == (1 << 20,) and out.dtype == np.float32
-    assert parl.shm.is_shared(out) and not out.flags.owndata
+    assert parl.shm.memory_kind(out) == "value" and not out.flags.owndata
+    assert not parl.shm.is_shared(out)
     np.testing.assert_array_equal(out[:3], [1, 1, 1])
     out[0] = 5  # writable, and a private copy of the actor's state
     assert sampler.rollout()[0] == 2
@@ -165,7 +186,8 @@ def test_returned_large_array_is_a_shared_view(sampler):
 def test_large_argument_arrives_as_a_view(sampler):
     info = sampler.info(np.ones((1024, 512), np.float32))
     assert info == {
-        "shared": True,
+        "shared": False,
+        "kind": "value",
         "owndata": False,
         "writeable": True,
         "sum": 524288.0,
@@ -173,7 +195,7 @@ def test_large_argument_arrives_as_a_view(sampler):
         "shape": (1024, 512),
     }
     small = sampler.info(np.ones(4, np.int64))
-    assert not small["shared"] and small["sum"] == 4
+    assert small["kind"] is None and small["sum"] == 4
 
 
 def test_return_segments_are_reused(sampler):
@@ -217,7 +239,7 @@ def test_view_from_one_actor_goes_to_another_without_copy(sampler):
     try:
         out = sampler.rollout()
         info = other.info(out)
-        assert info["shared"] and info["sum"] == out.size
+        assert info["kind"] == "value" and info["sum"] == out.size
     finally:
         parl.close_actor(other)
 
