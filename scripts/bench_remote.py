@@ -56,6 +56,18 @@ class Echo:
         return os.getpid()
 
 
+GIB = 1 << 30
+
+
+@parl.remote_class
+class Huge:
+    def __init__(self) -> None:
+        self.buf = np.ones(GIB // 4, np.float32)
+
+    def get(self) -> np.ndarray:
+        return self.buf
+
+
 @parl.remote_class(wait=False)
 class Async:
     def add(self, a: int, b: int) -> int:
@@ -165,14 +177,56 @@ def bench_arrays(table: Table, copy: float, reps: int) -> None:
         start = time.perf_counter()
         out = echo.rollout()  # the previous view is dropped here and its block reused
         best = min(best, time.perf_counter() - start)
-    assert out.nbytes == BIG and parl.shm.is_shared(out)
-    del out
+    assert out.nbytes == BIG and parl.shm.memory_kind(out) == "value"
     table.row(
         "actor returns a 128 MiB float32 array",
         f"{BIG / best / 1e9:.2f} GB/s",
         f"{BIG / best / 1e9 / copy:.2f}x copy",
         ">= 5 GB/s",
     )
+    local = np.ones(BIG // 4, np.float32)
+    local_sum = min(_timed(lambda: local.sum()) for _ in range(reps))
+    read = min(_timed(lambda: echo.rollout().sum()) for _ in range(reps))
+    table.row(
+        "  the same, then the caller sums all of it",
+        f"{BIG / read / 1e9:.2f} GB/s",
+        f"{local_sum / read:.2f}x local np.sum",
+    )
+    # a received value is copy-on-write: the first write to each page copies that page
+    firsts = []
+    for _ in range(reps):
+        out = echo.rollout()
+        firsts.append(_timed(lambda: out.__iadd__(1)))
+    local_add = min(_timed(lambda: local.__iadd__(1)) for _ in range(reps))
+    table.row(
+        "  first write to all of a received 128 MiB array",
+        f"{min(firsts) * 1e3:.1f} ms",
+        f"{BIG / min(firsts) / 1e9 / copy:.2f}x copy",
+    )
+    table.row(
+        "  (baseline: the same write to a local array)",
+        f"{local_add * 1e3:.1f} ms",
+        f"{BIG / local_add / 1e9 / copy:.2f}x copy",
+    )
+    fresh = min(_timed(lambda: local.copy()) for _ in range(reps))
+    table.row(
+        "  (baseline: a copy into fresh memory, as on receive)",
+        f"{fresh * 1e3:.1f} ms",
+        f"{fresh / min(firsts):.2f}x the first write",
+    )
+    del out, local
+    parl.close_actor(echo)
+
+    huge = Huge()
+    for label in ("first", "second", "third"):
+        took = _timed(lambda: huge.get().nbytes)
+        table.row(
+            f"actor returns a 1 GiB array, {label} call",
+            f"{GIB / took / 1e9:.2f} GB/s",
+            f"{GIB / took / 1e9 / copy:.2f}x copy",
+        )
+    parl.close_actor(huge)
+    echo = Echo()
 
     arg = np.ones(BIG // 4, np.float32)
     echo.total(arg)

@@ -20,6 +20,7 @@ import itertools
 import mmap
 import os
 import pickle
+import resource
 import threading
 import weakref
 from collections import deque
@@ -27,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from parl.shm.segment import PAGE, Mapping, Segment, SegmentTable, address_of
+from parl.errors import ParlError
+from parl.shm.segment import PAGE, Mapping, Segment, SegmentTable
 from parl.wire.protocol import SharedRef
 
 DEFAULT_THRESHOLD = 1 << 17  # 128 KiB: below this a buffer is cheaper inline
@@ -54,7 +56,8 @@ class ShmLink:
         nbytes = raw.nbytes
         if not nbytes:
             return None
-        found = self._table.find(address_of(raw), nbytes)
+        source = np.frombuffer(raw, np.uint8)
+        found = self._table.find(source.__array_interface__["data"][0], nbytes)
         keep: Any = buffer
         if found is not None and not found.mapping.private:
             segment, offset = found.segment, found.offset
@@ -68,7 +71,7 @@ class ShmLink:
             segment, offset, handle = found.segment, found.offset, False  # forwarded as it came
         elif nbytes >= self._threshold:
             block, segment, offset = self._table.allocator.allocate(nbytes)
-            np.copyto(block, np.frombuffer(raw, np.uint8))
+            np.copyto(block, source)
             keep, handle = block, False
         else:
             return None
@@ -114,7 +117,12 @@ class ShmLink:
         if len(segments) != len(fds):
             for fd in fds:
                 os.close(fd)
-            raise ValueError(f"{len(segments)} segments announced but {len(fds)} descriptors came")
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            raise ParlError(
+                f"{len(segments)} shared-memory segments were announced but {len(fds)} "
+                f"descriptors arrived: this process ran out of file descriptors (ulimit -n is "
+                f"{soft}); raise the limit or hold fewer received arrays"
+            )
         for (segment_id, size, slot), fd in zip(segments, fds, strict=True):
             if segment_id in self._received:
                 os.close(fd)
@@ -175,13 +183,16 @@ def _value_dropped(
     """The last view of a received value is gone: pages it wrote go back to being the
     segment's (so the next value received in this slot reads the segment, not our old writes),
     the slot is free in this mapping, and the lease goes back to the owner."""
-    if written(mapping, offset, length):
+    if length <= _CHECK_FROM or written(mapping, offset, length):
         start = offset - offset % PAGE
         mapping.mmap.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
     mapping.busy.discard(slot)
     releases.append(lease)
 
 
+# Below this size a dropped value's pages are discarded without asking which were written: a
+# page table lookup costs more than faulting a few pages in again.
+_CHECK_FROM = 1 << 20
 _pagemap: tuple[int, int] | None = None  # (pid, descriptor of /proc/self/pagemap)
 _BIT_PRESENT, _BIT_SWAPPED, _BIT_FILE = np.uint64(63), np.uint64(62), np.uint64(61)
 

@@ -187,3 +187,34 @@ class Boss:
 
     def pids(self):
         return [leaf._parl_conn.label.split("pid=")[1] for leaf in self.leaves]
+
+
+@parl.remote_class
+class Keeper:
+    """Holds arrays by key: the value-semantics tests' actor."""
+
+    def __init__(self):
+        self.store = {}
+
+    def put(self, key, a):
+        self.store[key] = a
+
+    def make(self, key, n, value):
+        self.store[key] = np.full(n, value, np.float64)
+
+    def get(self, key):
+        return self.store[key]
+
+    def add(self, key, x):
+        self.store[key] += x  # in place
+
+    def normalize(self, obs):
+        obs -= obs.mean()
+        return obs
+
+    def drop(self, key):
+        del self.store[key]
+
+    def digest(self):
+        """For each key: (min, max) of the array, to compare with the expected constant."""
+        return {k: (float(v.min()), float(v.max())) for k, v in self.store.items()}

@@ -1,0 +1,293 @@
+"""Values stay values: an array received (a return value, or an argument inside the actor) never
+changes unless the process holding it writes to it, and such writes never reach another process,
+for every size and every order of create / call / forward / close / drop. ``parl.shm`` arrays
+are the one exception: shared handles, documented as such."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import parl
+import parl.shm
+from tests.runtime.actors import Keeper
+
+SMALL, LARGE, HUGE = 1000, 40_000, 700_000  # 8 KB inline; 320 KB in a slab; 5.6 MB alone
+
+
+@pytest.fixture
+def keepers():
+    actors = [Keeper(), Keeper()]
+    yield actors
+    for actor in actors:
+        parl.close_actor(actor)
+
+
+# -- the issue's reproductions -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [SMALL, 1 << 18])
+def test_result_of_a_closed_actor_is_not_reused(n):
+    obs = np.arange(n, dtype=np.float64)
+    with Keeper() as k:
+        out = k.normalize(obs)
+    with Keeper() as k2:
+        k2.normalize(np.ones(n))
+    np.testing.assert_allclose(out, obs - obs.mean())
+    np.testing.assert_array_equal(obs, np.arange(n))  # the caller's argument is untouched
+
+
+@pytest.mark.parametrize("n", [SMALL, LARGE, 1 << 20])
+def test_snapshot_does_not_follow_the_actor(n, keepers):
+    ps = keepers[0]
+    ps.put("w", np.zeros(n))
+    snap = ps.get("w")
+    ps.add("w", -1.0)
+    assert snap.min() == snap.max() == 0.0
+    assert ps.digest()["w"] == (-1.0, -1.0)
+    again, third = ps.get("w"), ps.get("w")
+    again += 5  # two values received from the same memory are still two values
+    assert third.min() == third.max() == -1.0
+    assert ps.digest()["w"] == (-1.0, -1.0)
+
+
+def test_actor_editing_its_argument_changes_nobody_else(keepers):
+    a, b = keepers
+    x = np.full(LARGE, 3.0)
+    a.put("x", x)
+    b.put("x", a.get("x"))  # forwarded: the same memory, no copy
+    a.add("x", 1.0)
+    assert x.min() == x.max() == 3.0
+    assert b.digest()["x"] == (3.0, 3.0)
+    assert a.digest()["x"] == (4.0, 4.0)
+
+
+def test_forwarded_view_survives_closing_the_other_actor(keepers):
+    a, b = keepers
+    a.make("s", LARGE, 7.0)
+    view = a.get("s")
+    b.put("v", view)
+    parl.close_actor(b)
+    del view
+    gc.collect()
+    out = a.get("s")  # used to raise KeyError: segment not mapped here
+    assert out.min() == out.max() == 7.0
+
+
+def test_view_kept_through_a_closed_actor_is_not_overwritten(keepers):
+    a, b = keepers
+    a.make("s", LARGE, 7.0)
+    kept = a.get("s")
+    b.put("v", kept)
+    parl.close_actor(b)
+    for value in (100.0, 200.0):
+        a.make("s", LARGE, value)
+        assert a.get("s").min() == value
+    assert kept.min() == kept.max() == 7.0
+
+
+def test_shm_arrays_are_shared_handles(keepers):
+    a, b = keepers
+    h = parl.shm.full(LARGE, 1.0, np.float64)
+    a.put("h", h)
+    b.put("h", a.get("h"))
+    a.add("h", 1.0)  # every holder sees it: a handle is shared on purpose
+    assert h.min() == 2.0 and b.digest()["h"] == (2.0, 2.0)
+    h[:] = 5.0
+    assert a.digest()["h"] == (5.0, 5.0) and b.digest()["h"] == (5.0, 5.0)
+    assert parl.shm.is_shared(a.get("h"))
+
+
+def test_received_tensor_is_a_value(keepers):
+    a, _ = keepers
+    t = torch.ones(LARGE, dtype=torch.float64)
+    a.put("t", t)
+    back = a.get("t")
+    back += 1  # a private copy-on-write view: the actor's tensor is unchanged
+    assert a.digest()["t"] == (1.0, 1.0)
+    assert float(back.min()) == 2.0 and float(t.max()) == 1.0
+
+
+def test_non_contiguous_and_subclass_arrays_go_through_shared_memory(keepers):
+    a, _ = keepers
+    big = np.arange(4 * LARGE, dtype=np.float64).reshape(2 * LARGE, 2)
+    column = big[:, 1]  # strided: numpy would pickle it in band
+    a.put("c", column)
+    out = a.get("c")
+    np.testing.assert_array_equal(out, column)
+    assert parl.shm.memory_kind(out) == "value"
+    m = np.asmatrix(np.ones((400, 100)))
+    a.put("m", m)
+    back = a.get("m")
+    assert isinstance(back, np.matrix) and back.shape == (400, 100)
+    assert parl.shm.memory_kind(back) == "value"
+
+
+# -- the property: any order of operations -----------------------------------------------------
+
+SIZES = st.sampled_from([SMALL, LARGE, HUGE])
+ACTOR = st.integers(0, 2)
+OPS = st.one_of(
+    st.tuples(st.just("create"), ACTOR),
+    st.tuples(st.just("close"), ACTOR),
+    st.tuples(st.just("send"), ACTOR, SIZES),
+    st.tuples(st.just("make"), ACTOR, SIZES),
+    st.tuples(st.just("get"), ACTOR),
+    st.tuples(st.just("forward"), ACTOR, st.integers(0, 20)),
+    st.tuples(st.just("actor_add"), ACTOR),
+    st.tuples(st.just("caller_add"), st.integers(0, 20)),
+    st.tuples(st.just("drop"), st.integers(0, 20)),
+    st.tuples(st.just("actor_drop"), ACTOR),
+)
+
+
+class _World:
+    """The system under test and its model: every array holds one constant value."""
+
+    def __init__(self) -> None:
+        self.actors: list[Keeper | None] = [None, None, None]
+        self.model: list[dict[str, float]] = [{}, {}, {}]
+        self.held: list[tuple[np.ndarray, float]] = []
+        self.counter = 0
+
+    def value(self) -> float:
+        self.counter += 1
+        return float(self.counter)
+
+    def key(self, i: int) -> str | None:
+        return sorted(self.model[i])[-1] if self.model[i] else None
+
+    def run(self, op: tuple) -> None:
+        kind, *args = op
+        if kind == "create":
+            (i,) = args
+            if self.actors[i] is None:
+                self.actors[i], self.model[i] = Keeper(), {}
+            return
+        if kind in ("caller_add", "drop"):
+            if self.held:
+                h = args[0] % len(self.held)
+                array, expected = self.held[h]
+                if kind == "caller_add":
+                    array += 0.5
+                    self.held[h] = (array, expected + 0.5)
+                else:
+                    del self.held[h], array
+                    gc.collect()
+            return
+        i = args[0]
+        actor = self.actors[i]
+        if actor is None:
+            return
+        key = self.key(i)
+        if kind == "close":
+            parl.close_actor(actor)
+            self.actors[i], self.model[i] = None, {}
+        elif kind == "send":
+            value, new_key = self.value(), f"k{self.counter}"
+            array = np.full(args[1], value)
+            actor.put(new_key, array)
+            array += 1000  # the caller's later writes never reach the actor
+            self.model[i][new_key] = value
+        elif kind == "make":
+            value, new_key = self.value(), f"k{self.counter}"
+            actor.make(new_key, args[1], value)
+            self.model[i][new_key] = value
+        elif kind == "forward" and self.held:
+            array, expected = self.held[args[1] % len(self.held)]
+            new_key = f"k{self.value()}"
+            actor.put(new_key, array)
+            self.model[i][new_key] = expected
+        elif kind == "get" and key is not None:
+            self.held.append((actor.get(key), self.model[i][key]))
+        elif kind == "actor_add" and key is not None:
+            actor.add(key, 0.25)
+            self.model[i][key] += 0.25
+        elif kind == "actor_drop" and key is not None:
+            actor.drop(key)
+            del self.model[i][key]
+
+    def check(self) -> None:
+        for array, expected in self.held:
+            assert array.min() == array.max() == expected
+        for actor, model in zip(self.actors, self.model):
+            if actor is not None:
+                assert actor.digest() == {k: (v, v) for k, v in model.items()}
+
+    def close(self) -> None:
+        for actor in self.actors:
+            if actor is not None:
+                parl.close_actor(actor)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(OPS, min_size=1, max_size=30))
+def test_every_held_array_keeps_its_value(ops):
+    world = _World()
+    try:
+        world.run(("create", 0))
+        for op in ops:
+            world.run(op)
+            world.check()
+    finally:
+        world.close()
+        world.held.clear()
+        gc.collect()
+
+
+# -- many held arrays ----------------------------------------------------------------------------
+
+
+def _many(count, nbytes):
+    return [np.full(nbytes, i % 251, np.uint8) for i in range(count)]
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_thousands_of_held_200kb_arrays_share_a_few_descriptors():
+    from tests.runtime.actors import Sampler
+
+    actor = Sampler()
+    try:
+        before = _open_fds()
+        held = actor.apply(_many, 3000, 200_000)
+        assert len(held) == 3000
+        assert all(int(a[0]) == i % 251 and int(a[-1]) == i % 251 for i, a in enumerate(held))
+        assert all(parl.shm.memory_kind(a) == "value" for a in held[:10])
+        assert _open_fds() - before < 40  # 3000 blocks of 256 KiB: a dozen 64 MiB segments
+    finally:
+        parl.close_actor(actor)
+
+
+def test_a_hundred_thousand_held_arrays():
+    from tests.runtime.actors import Sampler
+
+    parl.connect(linger=0, shm_threshold=4096)
+    try:
+        actor = Sampler()
+        try:
+            held = actor.apply(_many, 100_000, 4096)
+            assert len(held) == 100_000
+            assert parl.shm.memory_kind(held[-1]) == "value"
+            assert all(int(a[100]) == i % 251 for i, a in enumerate(held))
+            assert actor.add(1, 2) == 3
+            del held
+            gc.collect()
+            assert actor.add(1, 2) == 3  # carries 100,000 releases
+        finally:
+            parl.close_actor(actor)
+    finally:
+        parl.connect(linger=0)
