@@ -146,7 +146,14 @@ class ShmLink:
             return view
         mapping, slot, view = table.private_view(segment, ref.offset, ref.length)
         weakref.finalize(
-            view, _value_dropped, mapping, slot, ref.offset, ref.length, self._releases, ref.lease,
+            view,
+            _value_dropped,
+            mapping,
+            slot,
+            ref.offset,
+            ref.length,
+            self._releases,
+            ref.lease,
             pin,
         )
         return view

@@ -330,7 +330,7 @@ class Allocator:
                     self._claim(self._segments[segment_id], slot)
                     return self._segments[segment_id], offset
             else:
-                for i, segment in enumerate(self._free_segments):
+                for segment in self._free_segments:
                     if segment.slot == slot:
                         self._claim(segment, slot)
                         return segment, 0

@@ -196,8 +196,8 @@ def decode(frame: Frame, link: Link) -> Incoming:
         link.attach(new, frame.fds, dropped)
     bodies = iter(frame.bodies)
     buffers = [
-        next(bodies) if where == _INLINE else link.open(SharedRef(*shared, where == _HANDLE))
-        for where, *shared in refs
+        next(bodies) if where == _INLINE else link.open(SharedRef(s, o, n, lease, where == _HANDLE))
+        for where, s, o, n, lease in refs
     ]
     return Incoming(kind, call_id, meta[pos:], buffers)
 

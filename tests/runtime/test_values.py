@@ -215,7 +215,7 @@ class _World:
     def check(self) -> None:
         for array, expected in self.held:
             assert array.min() == array.max() == expected
-        for actor, model in zip(self.actors, self.model):
+        for actor, model in zip(self.actors, self.model, strict=True):
             if actor is not None:
                 assert actor.digest() == {k: (v, v) for k, v in model.items()}
 
