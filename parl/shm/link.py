@@ -123,16 +123,17 @@ class ShmLink:
                 f"descriptors arrived: this process ran out of file descriptors (ulimit -n is "
                 f"{soft}); raise the limit or hold fewer received arrays"
             )
+        # dropped first: a segment may be dropped and announced again in one message
+        for segment_id in dropped:
+            if segment_id in self._received:
+                self._received.discard(segment_id)
+                self._table.forget(segment_id)
         for (segment_id, size, slot), fd in zip(segments, fds, strict=True):
             if segment_id in self._received:
                 os.close(fd)
                 continue
             self._table.attach(segment_id, size, slot, fd)
             self._received.add(segment_id)
-        for segment_id in dropped:
-            if segment_id in self._received:
-                self._received.discard(segment_id)
-                self._table.forget(segment_id)
 
     def open(self, ref: SharedRef) -> Any:
         table = self._table
