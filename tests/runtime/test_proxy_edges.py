@@ -1,5 +1,5 @@
-"""Proxy, future and caller edge cases: forks, ``preload``, closing under a running call,
-timeout messages and remote exception chains.
+"""Proxy, future and caller edge cases: forks, special methods, subclasses, static methods,
+``preload``, closing under a running call, timeout messages and remote exception chains.
 
 Every actor is closed before the test ends (the autouse leak check in conftest.py)."""
 
@@ -16,7 +16,22 @@ import pytest
 
 import parl
 from parl.wire.caller import CallTimeout
-from tests.runtime.actors import AsyncSampler, Sampler
+from tests.runtime.actors import (
+    AsyncCountdown,
+    AsyncIndexed,
+    AsyncSampler,
+    AsyncSubSampler,
+    AsyncTable,
+    Countdown,
+    Falsy,
+    GeneratorIter,
+    Indexed,
+    Sampler,
+    SubAsync,
+    SubSampler,
+    Table,
+    WithStatic,
+)
 from tests.runtime.conftest import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -171,6 +186,184 @@ def test_forked_child_that_exits_normally_leaves_the_parents_workers_alone(tmp_p
         "child status: 0",
         "parent: 7 True",
     ], result.stdout + result.stderr
+
+
+# -- special methods ---------------------------------------------------------------------------
+
+
+def test_iter_forwards_dunder_iter_instead_of_indexing():
+    table = Table(a=1, b=2)
+    try:
+        assert list(table) == ["a", "b"]  # KeyError(0) before: indexing, not __iter__
+        assert dict(zip(table, [10, 20], strict=True)) == {"a": 10, "b": 20}
+        assert len(table) == 2 and "a" in table and "z" not in table
+        assert table["b"] == 2 and table("z") == "missing"
+        table["c"] = 3
+        del table["a"]
+        assert sorted(table) == ["b", "c"]
+        with pytest.raises(KeyError):
+            del table["nope"]
+    finally:
+        parl.close_actor(table)
+
+
+def test_wait_false_protocol_dunders_block_and_others_return_futures():
+    table = AsyncTable(a=1)
+    try:
+        assert len(table) == 1  # an int, not a Future
+        assert ("a" in table) is True
+        assert ("z" in table) is False  # a Future was always truthy
+        assert list(table) == ["a"]
+        table["b"] = 2  # waits: an error here must not be lost with a dropped future
+        with pytest.raises(KeyError):
+            del table["nope"]
+        item = table["b"]
+        assert isinstance(item, parl.Future) and item.get(timeout=30) == 2
+        called = table("a")
+        assert isinstance(called, parl.Future) and called.get(timeout=30) == 1
+    finally:
+        parl.close_actor(table)
+
+
+def test_iter_without_dunder_iter_raises_type_error_at_once():
+    for cls in (Indexed, AsyncIndexed):
+        actor = cls()
+        try:
+            with pytest.raises(TypeError, match="not iterable"):
+                iter(actor)
+            with pytest.raises(TypeError, match="not iterable"):
+                3 in actor  # noqa: B015 - no __contains__: would iterate, and so index forever
+            got = actor[2]
+            assert (got.get(timeout=30) if isinstance(got, parl.Future) else got) == 20
+        finally:
+            parl.close_actor(actor)
+
+
+def test_an_actor_with_dunder_next_is_its_own_iterator():
+    for cls in (Countdown, AsyncCountdown):
+        actor = cls(3)
+        try:
+            assert iter(actor) is actor
+            assert list(actor) == [3, 2, 1]
+            assert list(actor) == []
+        finally:
+            parl.close_actor(actor)
+
+
+def test_truthiness_is_true_unless_the_class_defines_bool():
+    table = AsyncTable()  # empty: len 0, but the proxy stays true
+    falsy = Falsy()
+    try:
+        assert len(table) == 0 and bool(table) is True
+        assert bool(falsy) is False  # forwarded, and waited for despite wait=False
+    finally:
+        parl.close_actor(table)
+        parl.close_actor(falsy)
+
+
+def test_iter_that_returns_a_generator_explains_and_keeps_the_actor():
+    actor = GeneratorIter()
+    try:
+        with pytest.raises(TypeError, match="__iter__"):
+            iter(actor)
+        assert actor.ok() == "ok"
+    finally:
+        parl.close_actor(actor)
+
+
+# -- subclasses of remote classes --------------------------------------------------------------
+
+
+def test_subclass_of_a_remote_class_runs_in_its_actor():
+    actor = SubSampler(4, bonus=1000)
+    try:
+        assert isinstance(actor, Sampler)
+        pid, type_name, class_cell = actor.where()
+        assert pid != os.getpid()  # ran in the caller before
+        assert (type_name, class_cell) == ("SubSampler", "SubSampler")
+        assert actor.add(1, 2) == 1003  # super().add() in the actor
+        assert actor.rollout().sum() == 4  # inherited, with the state super().__init__ made
+        assert actor.bonus == 1000
+        assert issubclass(SubSampler._original, Sampler._original)
+    finally:
+        parl.close_actor(actor)
+
+
+def test_subclass_keeps_or_replaces_its_bases_options():
+    inherited = SubAsync()
+    decorated = AsyncSubSampler()
+    try:
+        future = inherited.twice(4)
+        assert isinstance(future, parl.Future) and future.get(timeout=30) == 8
+        assert inherited.add(1, 2).get(timeout=30) == 3
+        future = decorated.triple(2)
+        assert isinstance(future, parl.Future) and future.get(timeout=30) == 6
+        assert decorated.add(1, 2).get(timeout=30) == 3
+        assert isinstance(decorated, Sampler)  # still a Sampler
+        with pytest.raises(TypeError, match="already a remote class"):
+            parl.remote_class(AsyncSubSampler)
+    finally:
+        parl.close_actor(inherited)
+        parl.close_actor(decorated)
+
+
+def test_subclass_mixing_a_remote_and_a_plain_class_is_refused():
+    class Mixin:
+        def helper(self):
+            return 1
+
+    with pytest.raises(TypeError, match=r"Sampler\._original"):
+
+        class Mixed(Sampler, Mixin):
+            pass
+
+
+def test_subclass_defined_in_main_travels_by_value(tmp_path):
+    result = run_script(
+        tmp_path,
+        """
+        import os
+        import parl
+
+        @parl.remote_class
+        class Base:
+            def __init__(self, n):
+                self.n = n
+            def value(self):
+                return self.n
+
+        class Child(Base):
+            def __init__(self, n):
+                super().__init__(n * 10)
+            def value(self):
+                return super().value() + 1
+            def pid(self):
+                return os.getpid()
+
+        child = Child(4)
+        print(child.value(), child.pid() != os.getpid(), isinstance(child, Base))
+        parl.close_actor(child)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["41", "True", "True"], result.stdout + result.stderr
+
+
+# -- static and class methods ------------------------------------------------------------------
+
+
+def test_static_and_class_methods_run_here_on_the_class_and_remotely_on_an_actor():
+    assert WithStatic.where("here") == ("here", os.getpid())  # 'int' has no _parl_conn before
+    assert WithStatic.limit() == (7, os.getpid())
+    assert WithStatic.LIMIT == 7  # class attributes read from the original class
+    actor = WithStatic.make(5)  # cls is the proxy class: the factory makes an actor
+    try:
+        assert isinstance(actor, WithStatic) and actor.get_x() == 5
+        tag, pid = actor.where("there")
+        assert tag == "there" and pid != os.getpid()
+        assert actor.limit()[1] == pid
+    finally:
+        parl.close_actor(actor)
 
 
 # -- connect(preload=...) ----------------------------------------------------------------------
