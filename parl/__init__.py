@@ -14,6 +14,7 @@ from parl._lazy import lazy_attributes
 from parl.errors import (
     ActorClosedError,
     ActorDiedError,
+    ActorForkedError,
     ActorMemoryError,
     ParlError,
     RemoteError,
@@ -55,6 +56,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 __all__ = [
     "ActorClosedError",
     "ActorDiedError",
+    "ActorForkedError",
     "ActorMemoryError",
     "Agent",
     "Algorithm",

@@ -42,3 +42,11 @@ class ActorClosedError(RemoteError):
 
 class SerializationError(ParlError, TypeError):
     """A value could not be pickled (also a ``TypeError``, as the call site expects)."""
+
+
+class ActorForkedError(ParlError):
+    """An actor was used in a forked child of the process that created it.
+
+    An actor belongs to the process that created it; a child made by ``os.fork`` (or a
+    ``multiprocessing`` fork) must create its own actors.
+    """

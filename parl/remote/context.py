@@ -10,6 +10,7 @@ import atexit
 import os
 import threading
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from parl.shm.carrier import DEFAULT_LINGER_S, LocalCarrier
@@ -42,7 +43,7 @@ def connect(
     address: str | None = None,
     *,
     forward_output: bool = True,
-    preload: tuple[str, ...] | list[str] = (),
+    preload: str | tuple[str, ...] | list[str] = (),
     shm_threshold: int = 1 << 17,
     linger: float = DEFAULT_LINGER_S,
 ) -> None:
@@ -50,7 +51,7 @@ def connect(
 
     ``address`` None or ``"local"``: local worker processes (the default without any call).
     ``forward_output``: print actors' stdout and stderr here, prefixed with the actor's name.
-    ``preload``: modules imported once by the worker pool (e.g. ``["torch"]``).
+    ``preload``: modules imported once by the worker pool (``"torch"`` or ``["torch", ...]``).
     ``shm_threshold``: arrays of at least this many bytes cross through shared memory.
     ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
     Existing actors keep running where they are.
@@ -69,9 +70,7 @@ def connect(
         raise ValueError(f"shm_threshold must be an int >= 0 (bytes), got {shm_threshold!r}")
     if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
         raise ValueError(f"linger must be a number of seconds >= 0, got {linger!r}")
-    preload = tuple(preload)
-    if not all(isinstance(name, str) for name in preload):
-        raise TypeError(f"preload must be a list of module names, got {preload!r}")
+    preload = _module_names(preload)
     global _context
     with _lock:
         _options.update(
@@ -83,6 +82,19 @@ def connect(
         if _context is not None and _context.pid == os.getpid():
             old, _context = _context, None
             _retire(old)
+
+
+def _module_names(preload: object) -> tuple[str, ...]:
+    """``preload`` as a tuple of module names; one name alone is one module (not its letters)."""
+    if isinstance(preload, str):
+        return (preload,) if preload else ()
+    names: tuple[object, ...] = tuple(preload) if isinstance(preload, Iterable) else (None,)
+    if not all(isinstance(name, str) and name for name in names):
+        raise TypeError(
+            f"preload must be a module name or a list of module names (e.g. preload='torch' "
+            f"or preload=['torch', 'gymnasium']), got {preload!r}"
+        )
+    return names  # type: ignore[return-value]  # all str, checked above
 
 
 def disconnect() -> None:
@@ -111,8 +123,15 @@ def current() -> _Context:
             _context = _Context(carrier)
             if not _atexit_registered:
                 atexit.register(_shutdown_at_exit)
+                os.register_at_fork(after_in_child=_new_lock)
                 _atexit_registered = True
         return _context
+
+
+def _new_lock() -> None:
+    """In a forked child: the lock may have been held by another thread of the parent."""
+    global _lock
+    _lock = threading.Lock()
 
 
 def _retire(context: _Context) -> None:

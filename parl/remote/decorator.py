@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parl.remote.proxy import RemoteOptions, build_proxy_class
+from parl.remote.proxy import RemoteOptions, RemoteProxy, build_proxy_class
 
 _VALID_KEYWORDS = ("max_memory", "wait")
 
@@ -22,7 +22,8 @@ def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
     ``max_memory`` (megabytes, default unlimited): the worker is stopped when its private
     memory exceeds this; calls then raise :class:`parl.ActorMemoryError`.
 
-    The decorated name is a proxy class; ``._original`` is the undecorated class.
+    The decorated name is a proxy class; ``._original`` is the undecorated class. A subclass
+    of a remote class is a remote class too (with its base's options, or those given here).
     """
     unknown = sorted(set(kwargs) - set(_VALID_KEYWORDS))
     if unknown:
@@ -49,6 +50,9 @@ def _decorate(cls: Any, options: RemoteOptions) -> type:
             f"@parl.remote_class decorates a class, got {type(cls).__name__} {cls!r}; "
             "put it on a class definition (or use @parl.remote_class(wait=..., max_memory=...))"
         )
-    if getattr(cls, "_original", None) is not None and hasattr(cls, "_parl_options"):
-        raise TypeError(f"{cls.__qualname__} is already a remote class")
+    if issubclass(cls, RemoteProxy):
+        if cls.__dict__.get("_parl_decorated"):
+            raise TypeError(f"{cls.__qualname__} is already a remote class")
+        # a subclass of a remote class (already remote with its base's options): new options
+        return build_proxy_class(cls._original, options, base=cls)
     return build_proxy_class(cls, options)

@@ -40,14 +40,14 @@ class Future:
                 return self.get_nowait()
             deadline = None if timeout is None else time.monotonic() + timeout
             if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-                raise CallTimeout(f"no reply from {self._conn.label} within {timeout} s")
+                raise self._timeout(timeout)
             try:
                 if self._value is _UNSET and self._error is None:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     try:
                         self._value = self._conn.wait(self._call_id, remaining, keep=True)
                     except CallTimeout:
-                        raise
+                        raise self._timeout(timeout) from None  # it says what is left
                     except Exception as exc:
                         self._error = exc
             finally:
@@ -55,6 +55,11 @@ class Future:
         if self._error is not None:
             raise self._error
         return self._value
+
+    def _timeout(self, timeout: float | None) -> CallTimeout:
+        return CallTimeout(
+            f"no reply to call {self._call_id} from {self._conn.label} within {timeout} s"
+        )
 
     def get_nowait(self) -> Any:
         if self.empty():

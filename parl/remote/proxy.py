@@ -1,29 +1,26 @@
 """Proxy classes: built once per remote class from its methods.
 
-A proxy instance owns one actor connection. Its methods send the method name and arguments
-(never the instance's state) and return the result, or a :class:`Future` with ``wait=False``.
-Reading and writing other attributes is forwarded to the actor.
+A proxy instance owns one actor connection. Its methods (see :mod:`parl.remote.methods`) send
+the method name and arguments (never the instance's state) and return the result, or a
+:class:`Future` with ``wait=False``. Reading and writing other attributes is forwarded to the
+actor. A subclass of a proxy class is made a remote class as well, so that its methods run in
+the actor too.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
-from collections.abc import Callable
+import types
 from dataclasses import dataclass
 from typing import Any
 
 from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
-from parl.remote.future import Future
+from parl.remote.methods import argument_error, make_method, proxy_methods
 from parl.wire.caller import Connection
 from parl.wire.dispatch import ClassRef
-from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR, MethodRef
-from parl.wire.serialization import dumps
-
-# special methods forwarded when the remote class defines them (Python looks them up on the type)
-_FORWARDED_DUNDERS = ("__call__", "__len__", "__getitem__", "__setitem__", "__contains__")
+from parl.wire.protocol import GETATTR, INIT, SETATTR, MethodRef
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,18 @@ class RemoteOptions:
                 )
 
 
-class RemoteProxy:
+class ProxyType(type):
+    """The type of proxy classes: what a proxy class lacks is read from the original class
+    (``Sampler.BATCH``, or ``cls.BATCH`` in a class method), as it would be without the
+    decorator. Reads on an actor never come here: they go to the actor."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith(("__", "_parl_", "_original")):
+            raise AttributeError(name)
+        return getattr(type.__getattribute__(cls, "_original"), name)
+
+
+class RemoteProxy(metaclass=ProxyType):
     """Base of every proxy class; see :func:`parl.remote_class`."""
 
     _original: type
@@ -66,19 +74,25 @@ class RemoteProxy:
             call_id = conn.submit(INIT, (_class_spec(original), args, kwargs))
         except SerializationError as exc:
             conn.close()
-            raise _argument_error(original, "__init__", args, kwargs, exc) from None
+            raise argument_error(original, "__init__", args, kwargs, exc) from None
         try:
             conn.wait(call_id)
         except BaseException:
             conn.close()
             raise
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """``class Sub(SomeRemoteClass)`` makes ``Sub`` a remote class too: see
+        :func:`_make_subclass_remote`."""
+        if "_original" not in cls.__dict__:  # else built by build_proxy_class
+            _make_subclass_remote(cls, kwargs)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_parl_") or (name.startswith("__") and name.endswith("__")):
             raise AttributeError(name)
         value = self._parl_conn.call(GETATTR, name)
         if isinstance(value, MethodRef):
-            method = _make_method(value.name, type(self)._parl_options.wait, None)
+            method = make_method(value.name, type(self)._parl_options.wait, None)
             return method.__get__(self, type(self))
         return value
 
@@ -109,6 +123,10 @@ class RemoteProxy:
             "pass the data it needs instead"
         )
 
+    def __bool__(self) -> bool:
+        """An actor is true (no remote call), unless its class defines ``__bool__``."""
+        return True
+
     def __repr__(self) -> str:
         conn = self.__dict__.get("_parl_conn")
         where = conn.label if conn is not None else "not started"
@@ -126,7 +144,13 @@ def close_actor(actor: RemoteProxy) -> None:
     actor._parl_conn.close()
 
 
-def build_proxy_class(cls: type, options: RemoteOptions) -> type:
+def build_proxy_class(cls: type, options: RemoteOptions, base: type = RemoteProxy) -> type:
+    namespace = _proxy_namespace(cls, options)
+    namespace["_parl_decorated"] = True
+    return ProxyType(cls.__name__, (base,), namespace)
+
+
+def _proxy_namespace(cls: type, options: RemoteOptions) -> dict[str, Any]:
     namespace: dict[str, Any] = {
         "_original": cls,
         "_parl_options": options,
@@ -134,45 +158,79 @@ def build_proxy_class(cls: type, options: RemoteOptions) -> type:
         "__qualname__": cls.__qualname__,
         "__doc__": cls.__doc__,
     }
-    for name, member in inspect.getmembers(cls):
-        if name.startswith("__") and name not in _FORWARDED_DUNDERS:
-            continue
-        if name.startswith("_parl_"):
-            raise TypeError(f"{cls.__qualname__}.{name}: names starting with _parl_ are reserved")
-        static = inspect.getattr_static(cls, name, None)
-        if isinstance(static, property) or not callable(member):
-            continue
-        if inspect.isclass(member):
-            continue
-        namespace[name] = _make_method(name, options.wait, member)
-    return type(cls.__name__, (RemoteProxy,), namespace)
+    namespace.update(proxy_methods(cls, options.wait))
+    return namespace
 
 
-def _make_method(name: str, wait: bool, original: Callable[..., Any] | None) -> Callable[..., Any]:
-    if wait:
-
-        def method(self: RemoteProxy, *args: Any, **kwargs: Any) -> Any:
-            conn = self._parl_conn
-            return conn.wait(_submit_call(self, conn, name, args, kwargs))
-
-    else:
-
-        def method(self: RemoteProxy, *args: Any, **kwargs: Any) -> Any:
-            conn = self._parl_conn
-            return Future(conn, _submit_call(self, conn, name, args, kwargs))
-
-    method.__name__ = name
-    method.__qualname__ = name
-    if original is not None:
-        method.__doc__ = original.__doc__
-    return method
+_KEPT = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__"})
 
 
-def _submit_call(proxy: RemoteProxy, conn: Connection, name: str, args: tuple, kwargs: dict) -> int:
-    try:
-        return conn.submit(CALL, (name, args, kwargs))
-    except SerializationError as exc:
-        raise _argument_error(type(proxy)._original, name, args, kwargs, exc) from None
+def _make_subclass_remote(cls: type, class_kwargs: dict[str, Any]) -> None:
+    """``class Sub(Remote): body``: the body joins the original classes instead, as the class
+    ``Sub(Remote._original): body``, and ``cls`` becomes its proxy, with the options of its
+    first base. Without this, the body's methods would run here, on the proxy."""
+    bases = cls.__bases__
+    local = [b for b in bases if not issubclass(b, RemoteProxy)]
+    if local:
+        remote = ", ".join(b.__qualname__ for b in bases if b not in local)
+        raise TypeError(
+            f"class {cls.__qualname__} derives from the remote class {remote} and from the "
+            f"ordinary class {local[0].__qualname__}; an actor cannot be partly here: derive "
+            f"from the undecorated class ({remote}._original) and decorate the subclass with "
+            "@parl.remote_class"
+        )
+    cell = types.CellType()
+    body = {
+        k: _with_class_cell(v, cell)
+        for k, v in cls.__dict__.items()
+        if k not in ("__dict__", "__weakref__")
+    }
+    for slot in _slot_names(body):
+        body.pop(slot, None)
+    original = types.new_class(
+        cls.__name__,
+        tuple(b._original for b in bases),  # type: ignore[attr-defined]
+        class_kwargs,
+        lambda ns: ns.update(body),
+    )
+    cell.cell_contents = original
+    for name in list(cls.__dict__):
+        if name not in _KEPT:
+            delattr(cls, name)
+    for name, value in _proxy_namespace(original, cls._parl_options).items():  # type: ignore[attr-defined]
+        setattr(cls, name, value)
+
+
+def _slot_names(body: dict[str, Any]) -> list[str]:
+    slots = body.get("__slots__", ())
+    return [slots] if isinstance(slots, str) else list(slots)
+
+
+def _with_class_cell(value: Any, cell: types.CellType) -> Any:
+    """``value`` (a function, or a static/class method or property made of functions) with its
+    ``__class__`` cell replaced by ``cell``. ``super()`` and ``__class__`` in a class body refer
+    to the class the ``class`` statement made, which is the proxy: the copies in the original
+    class must refer to the original class instead."""
+    if isinstance(value, (staticmethod, classmethod)):
+        return type(value)(_with_class_cell(value.__func__, cell))
+    if isinstance(value, property):
+        fget, fset, fdel = (_with_class_cell(f, cell) for f in (value.fget, value.fset, value.fdel))
+        return property(fget, fset, fdel, value.__doc__)
+    if not isinstance(value, types.FunctionType) or value.__closure__ is None:
+        return value
+    names = value.__code__.co_freevars
+    if "__class__" not in names:
+        return value
+    closure = list(value.__closure__)
+    closure[names.index("__class__")] = cell
+    copy = types.FunctionType(
+        value.__code__, value.__globals__, value.__name__, value.__defaults__, tuple(closure)
+    )
+    copy.__kwdefaults__ = value.__kwdefaults__
+    copy.__dict__.update(value.__dict__)
+    for attr in ("__qualname__", "__module__", "__doc__", "__annotations__"):
+        setattr(copy, attr, getattr(value, attr))
+    return copy
 
 
 def _class_spec(cls: type) -> Any:
@@ -187,28 +245,11 @@ def _class_spec(cls: type) -> Any:
     return cls
 
 
-def _argument_error(
-    cls: type, method: str, args: tuple, kwargs: dict, exc: SerializationError
-) -> SerializationError:
-    """Name the first argument that cannot be pickled."""
-    named: list[tuple[str, Any]]
-    try:
-        signature = inspect.signature(getattr(cls, method))
-        bound = signature.bind(None, *args, **kwargs)
-        named = list(bound.arguments.items())[1:]
-    except (TypeError, ValueError):
-        named = [(f"#{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-    for arg_name, value in named:
-        try:
-            dumps(value)
-        except SerializationError as arg_exc:
-            return SerializationError(
-                f"argument {arg_name!r} of {cls.__qualname__}.{method}() cannot be pickled to send "
-                f"it to the actor ({type(value).__name__}): {arg_exc}"
-            )
-    return SerializationError(
-        f"the arguments of {cls.__qualname__}.{method}() cannot be pickled: {exc}"
-    )
-
-
-__all__ = ["ActorClosedError", "RemoteOptions", "RemoteProxy", "build_proxy_class", "close_actor"]
+__all__ = [
+    "ActorClosedError",
+    "ProxyType",
+    "RemoteOptions",
+    "RemoteProxy",
+    "build_proxy_class",
+    "close_actor",
+]

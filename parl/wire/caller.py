@@ -7,20 +7,27 @@ the socket is full, the sender drains replies first, so caller and actor never b
 
 Death of the peer is seen as end of stream or through the carrier's ``liveness`` descriptor
 (a pidfd for local workers) and turns every pending and later call into the carrier's error.
+
+A connection belongs to the process that opened it. A forked child inherits the socket, but a
+call from it would interleave with the parent's on the same stream: at fork every connection in
+the child turns into :class:`ActorForkedError` and lets go of its copy of the socket, without
+stopping the parent's worker.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 import weakref
 from typing import Any, Protocol
 
-from parl.errors import ActorClosedError, ParlError, RemoteError
+from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteError
 from parl.wire import protocol
+from parl.wire.failure import rebuild_exception
 from parl.wire.framing import SPIN_S, FrameSocket, wait_readable
-from parl.wire.protocol import ERROR, RESULT, Link, RemoteFailure
+from parl.wire.protocol import ERROR, RESULT, Link
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
 
@@ -61,6 +68,8 @@ class Connection:
         live_fd = liveness.fileno()
         self._wait_fds = [sock.fileno()] + ([live_fd] if live_fd is not None else [])
         self._finalizer = weakref.finalize(self, _close_resources, sock, link, liveness)
+        self._pid = os.getpid()
+        _track(self)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -71,7 +80,12 @@ class Connection:
         with self._send_lock:
             self._check_usable()
             call_id = next(self._ids)
-            meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+            try:
+                meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+            except Exception:
+                if self._closed:
+                    raise self._failure from None  # type: ignore[misc]
+                raise
             self._pending.add(call_id)  # before sending: another thread may read the reply
             try:
                 self._sock.send(meta, bodies, fds, on_blocked=self._drain_if_free)
@@ -79,8 +93,10 @@ class Connection:
                 self._pending.discard(call_id)
                 self._fail_from_peer(exc)
                 raise self._failure from None  # type: ignore[misc]
-            except BaseException:
+            except BaseException as exc:
                 self._pending.discard(call_id)
+                if self._closed and isinstance(exc, Exception):
+                    raise self._failure from None  # type: ignore[misc]  # closed meanwhile
                 if self._sock.broken:  # e.g. Ctrl-C with half a message sent
                     self._break("interrupted in the middle of sending a message")
                 raise
@@ -120,6 +136,11 @@ class Connection:
             try:
                 if call_id not in results and self._failure is None:
                     self._read_one(remaining)
+            except Exception:
+                if not self._closed:
+                    raise
+                # closed by another thread under the read (EBADF, or anything): the loop
+                # raises the close's error
             finally:
                 self._recv_lock.release()
         self._pending.discard(call_id)
@@ -156,14 +177,29 @@ class Connection:
         """Close the connection (the actor's worker exits). Idempotent."""
         if self._closed:
             return
-        self._closed = True
         if self._failure is None:
             self._failure = ActorClosedError(f"actor {self.label} was closed")
+        self._closed = True  # after the failure: a reader that sees it raises that failure
         self._finalizer()
 
     def _check_usable(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+    def _orphan(self) -> None:
+        """In a forked child: the actor is the parent's. Refuse every call, drop this process's
+        copy of the socket, and never stop the worker (the finalizer would, at exit)."""
+        self._finalizer.detach()
+        self._failure = ActorForkedError(
+            f"actor {self.label} belongs to process {self._pid}, and this process "
+            f"(pid {os.getpid()}) is a fork of it: an actor can only be used by the process "
+            "that created it; create the actors this process needs after the fork, in it"
+        )
+        self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -183,7 +219,12 @@ class Connection:
         while self._failure is None:
             if not self._sock.has_buffered_frame() and not wait_readable(self._wait_fds, 0):
                 return
-            self._read_one(0)
+            try:
+                self._read_one(0)
+            except Exception:
+                if not self._closed:
+                    raise
+                return  # closed by another thread under the read: waiters raise its error
 
     def _read_one(self, timeout: float | None) -> None:
         sock = self._sock
@@ -252,18 +293,27 @@ class Connection:
         self._finalizer()
 
 
-def rebuild_exception(failure: RemoteFailure, label: str) -> BaseException:
-    """The exception to raise at the call site for an ERROR reply."""
-    note = f"\nRemote traceback (actor {label}):\n{failure.traceback.rstrip()}"
-    exc = failure.exception
-    if exc is None:
-        return RemoteError(
-            f"{failure.type_name}: {failure.message}{note}", failure.type_name, failure.traceback
-        )
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    exc.remote_traceback = failure.traceback  # type: ignore[attr-defined]
-    return exc
+_live: weakref.WeakSet[Connection] | None = None
+_live_lock = threading.Lock()
+
+
+def _track(conn: Connection) -> None:
+    """Remember ``conn`` so that a fork can orphan it in the child (the hook is installed with
+    the first connection, not at import)."""
+    global _live
+    with _live_lock:
+        if _live is None:
+            _live = weakref.WeakSet()
+            os.register_at_fork(after_in_child=_orphan_all)
+        _live.add(conn)
+
+
+def _orphan_all() -> None:
+    global _live_lock
+    _live_lock = threading.Lock()  # another thread of the parent may have held it
+    if _live is not None:
+        for conn in list(_live):
+            conn._orphan()
 
 
 def _close_resources(sock: FrameSocket, link: Link, liveness: Liveness) -> None:

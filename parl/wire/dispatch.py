@@ -1,18 +1,18 @@
 """The actor's end: receive requests in order, run them on the instance, send replies.
 
 Calls run one at a time in arrival order. An exception raised by user code goes back to the
-caller (the original object when it survives pickling, else its type name and message) with the
-formatted remote traceback, and the loop goes on. ``SystemExit`` and ``KeyboardInterrupt`` are
-not caught: they end the worker, which the caller reports as a dead actor.
+caller (see :mod:`parl.wire.failure`), and the loop goes on. ``SystemExit`` and
+``KeyboardInterrupt`` are not caught: they end the worker, which the caller reports as a dead
+actor.
 """
 
 from __future__ import annotations
 
 import importlib
-import traceback
 from typing import Any, NamedTuple
 
 from parl.wire import protocol
+from parl.wire.failure import failure_of
 from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import (
     CALL,
@@ -23,9 +23,7 @@ from parl.wire.protocol import (
     SETATTR,
     Link,
     MethodRef,
-    RemoteFailure,
 )
-from parl.wire.serialization import dumps, loads
 
 
 class ClassRef(NamedTuple):
@@ -92,26 +90,3 @@ def serve(sock: FrameSocket, link: Link) -> None:
             meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
         result = None
         sock.send(meta, bodies, fds)
-
-
-def failure_of(exc: BaseException) -> RemoteFailure:
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next  # start at user code, not at serve()
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, tb))
-    except Exception:  # noqa: BLE001
-        text = "".join(traceback.format_tb(tb)) + f"{type(exc).__qualname__} (unprintable)\n"
-    exc.__traceback__ = None
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001 - a __str__ that fails must not take the actor down
-        message = f"<{type(exc).__name__} whose str() failed>"
-    exception: BaseException | None = exc
-    try:
-        stream, buffers = dumps(exc)
-        loads(stream, buffers)  # some exceptions pickle but cannot be rebuilt
-    except Exception:  # noqa: BLE001
-        exception = None
-    type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    return RemoteFailure(exception, type_name, message, text)

@@ -218,3 +218,139 @@ class Keeper:
     def digest(self):
         """For each key: (min, max) of the array, to compare with the expected constant."""
         return {k: (float(v.min()), float(v.max())) for k, v in self.store.items()}
+
+
+# -- proxy edge cases (test_proxy_edges.py) ----------------------------------------------------
+
+
+class _TableBase:
+    """A dict-like actor: ``__getitem__`` raises KeyError, never IndexError."""
+
+    def __init__(self, **items):
+        self.items = dict(items)
+
+    def __getitem__(self, key):
+        return self.items[key]
+
+    def __setitem__(self, key, value):
+        self.items[key] = value
+
+    def __delitem__(self, key):
+        del self.items[key]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __contains__(self, key):
+        return key in self.items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __call__(self, key):
+        return self.items.get(key, "missing")
+
+
+Table = parl.remote_class(_TableBase)
+AsyncTable = parl.remote_class(wait=False)(_TableBase)
+
+
+@parl.remote_class
+class Indexed:
+    """``__getitem__`` without ``__iter__`` or ``__contains__``."""
+
+    def __getitem__(self, i):
+        return i * 10
+
+
+@parl.remote_class(wait=False)
+class AsyncIndexed:
+    def __getitem__(self, i):
+        return i * 10
+
+
+class _CountdownBase:
+    """Its own iterator: ``__iter__`` returns self, ``__next__`` counts down."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n + 1
+
+
+Countdown = parl.remote_class(_CountdownBase)
+AsyncCountdown = parl.remote_class(wait=False)(_CountdownBase)
+
+
+@parl.remote_class(wait=False)
+class Falsy:
+    def __bool__(self):
+        return False
+
+
+@parl.remote_class
+class GeneratorIter:
+    def __iter__(self):
+        yield 1
+
+    def ok(self):
+        return "ok"
+
+
+@parl.remote_class
+class WithStatic:
+    LIMIT = 7
+
+    def __init__(self, x=0):
+        self.x = x
+
+    @staticmethod
+    def where(tag):
+        return tag, os.getpid()
+
+    @classmethod
+    def make(cls, x):
+        return cls(x)
+
+    @classmethod
+    def limit(cls):
+        return cls.LIMIT, os.getpid()
+
+    def get_x(self):
+        return self.x
+
+
+class SubSampler(Sampler):
+    """A subclass of a remote class: remote too, with Sampler's options."""
+
+    def __init__(self, n=4, bonus=100):
+        super().__init__(n)
+        self.bonus = bonus
+
+    def add(self, a, b):
+        return super().add(a, b) + self.bonus
+
+    def where(self):
+        return os.getpid(), type(self).__name__, __class__.__name__
+
+
+class SubAsync(AsyncSampler):
+    """Inherits wait=False."""
+
+    def twice(self, x):
+        return 2 * x
+
+
+@parl.remote_class(wait=False)
+class AsyncSubSampler(Sampler):
+    """A subclass decorated with options of its own."""
+
+    def triple(self, x):
+        return 3 * x
