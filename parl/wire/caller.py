@@ -228,7 +228,12 @@ class Connection:
 
     def _read_one(self, timeout: float | None) -> None:
         sock = self._sock
-        if not sock.has_buffered_frame() and not sock.spin(SPIN_S if timeout != 0 else 0.0):
+        try:
+            arrived = sock.has_buffered_frame() or sock.spin(SPIN_S if timeout != 0 else 0.0)
+        except OSError as exc:  # e.g. ECONNRESET: the worker was killed with replies unread
+            self._fail_from_peer(exc)
+            return
+        if not arrived:
             wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
             readable = wait_readable(self._wait_fds, wait)
             if not readable:
@@ -250,7 +255,15 @@ class Connection:
         if frame is None:
             self._fail_from_peer(None)
             return
-        incoming = protocol.decode(frame, self._link)
+        try:
+            incoming = protocol.decode(frame, self._link)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of descriptors: fail this call only
+            call_id = protocol.peek(frame)[1]
+            error = (
+                exc if isinstance(exc, ParlError) else RemoteError(f"{type(exc).__name__}: {exc}")
+            )
+            self._file(call_id, False, error)
+            return
         call_id = incoming.call_id
         if call_id not in self._pending:
             return  # its future was dropped

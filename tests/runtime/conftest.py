@@ -32,8 +32,10 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def _shm_entries() -> set[str]:
+    """Entries of /dev/shm, less multiprocessing's semaphores (``sem.mp-*``): other processes
+    on the machine (and tests that use multiprocessing) make those, parl never does."""
     try:
-        return set(os.listdir("/dev/shm"))
+        return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
     except FileNotFoundError:
         return set()
 

@@ -121,7 +121,7 @@ def test_non_contiguous_and_subclass_arrays_go_through_shared_memory(keepers):
     out = a.get("c")
     np.testing.assert_array_equal(out, column)
     assert parl.shm.memory_kind(out) == "value"
-    m = np.asmatrix(np.ones((400, 100)))
+    m = np.ones((400, 100)).view(np.matrix)  # asmatrix warns (PendingDeprecationWarning)
     a.put("m", m)
     back = a.get("m")
     assert isinstance(back, np.matrix) and back.shape == (400, 100)
