@@ -29,6 +29,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "disconnect": ("parl.remote.context", "disconnect"),
     "close_actor": ("parl.remote.proxy", "close_actor"),
     "Future": ("parl.remote.future", "Future"),
+    "wait": ("parl.remote.waiting", "wait"),
+    "get": ("parl.remote.waiting", "get"),
+    "GetTimeoutError": ("parl.remote.waiting", "GetTimeoutError"),
     "remote": ("parl.remote", None),
     "Model": ("parl.core.model", "Model"),
     "Algorithm": ("parl.core.algorithm", "Algorithm"),
@@ -48,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.remote.decorator import remote_class
     from parl.remote.future import Future
     from parl.remote.proxy import close_actor
+    from parl.remote.waiting import GetTimeoutError, get, wait
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
@@ -61,6 +65,7 @@ __all__ = [
     "Agent",
     "Algorithm",
     "Future",
+    "GetTimeoutError",
     "Model",
     "ParlError",
     "RemoteError",
@@ -69,7 +74,9 @@ __all__ = [
     "core",
     "connect",
     "disconnect",
+    "get",
     "remote_class",
     "shm",
     "utils",
+    "wait",
 ]

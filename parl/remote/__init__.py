@@ -6,5 +6,15 @@ from parl.remote.context import connect, disconnect
 from parl.remote.decorator import remote_class
 from parl.remote.future import Future
 from parl.remote.proxy import close_actor
+from parl.remote.waiting import GetTimeoutError, get, wait
 
-__all__ = ["Future", "close_actor", "connect", "disconnect", "remote_class"]
+__all__ = [
+    "Future",
+    "GetTimeoutError",
+    "close_actor",
+    "connect",
+    "disconnect",
+    "get",
+    "remote_class",
+    "wait",
+]

@@ -149,6 +149,12 @@ class Connection:
             return value
         raise value
 
+    @property
+    def wait_fds(self) -> list[int]:
+        """Descriptors that become readable when a reply arrives or the actor dies (to poll
+        many connections at once, see ``parl.wait``); empty once the connection failed."""
+        return [] if self._failure is not None else self._wait_fds
+
     def ready(self, call_id: int) -> bool:
         """True when the reply for ``call_id`` (or the connection's failure) is in."""
         if call_id in self._results or self._failure is not None:

@@ -1,0 +1,92 @@
+"""``parl.wait`` and ``parl.get``: results of futures of many actors, whichever come first.
+
+One ``poll`` covers the connections of every pending future (their sockets and their workers'
+liveness descriptors), so an asynchronous learner takes the first actor that answers instead of
+blocking on one future after another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from parl.errors import ParlError
+from parl.remote.future import Future
+from parl.wire.framing import wait_readable
+
+_POLL_S = 0.25  # re-check at least this often (a reply read by another thread wakes nobody)
+
+
+class GetTimeoutError(ParlError, TimeoutError):
+    """``parl.get`` or ``parl.wait`` ran out of time; ``pending`` holds the futures left."""
+
+    def __init__(self, message: str, pending: list[Future] | None = None) -> None:
+        super().__init__(message)
+        self.pending = pending or []
+
+
+def wait(
+    futures: Sequence[Future], num_returns: int = 1, timeout: float | None = None
+) -> tuple[list[Future], list[Future]]:
+    """Wait until ``num_returns`` of ``futures`` are done (a result, a remote error or a dead
+    actor all count) or ``timeout`` seconds pass; returns ``(done, pending)``, each in the order
+    of ``futures``, with at most ``num_returns`` futures in ``done``."""
+    futures = _check(futures, "wait")
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns must be an int, got {num_returns!r}")
+    if not 0 <= num_returns <= len(futures):
+        raise ValueError(
+            f"num_returns must be between 0 and the number of futures ({len(futures)}), got "
+            f"{num_returns}"
+        )
+    deadline = None if timeout is None else time.monotonic() + _check_timeout(timeout)
+    while True:
+        done = [f for f in futures if not f.empty()]
+        if len(done) >= num_returns:
+            break
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            break
+        finished = {id(f) for f in done}
+        fds = {fd for f in futures if id(f) not in finished for fd in f._conn.wait_fds}
+        wait_readable(sorted(fds), _POLL_S if remaining is None else min(remaining, _POLL_S))
+    chosen = {id(f) for f in done[:num_returns]}
+    return [f for f in futures if id(f) in chosen], [f for f in futures if id(f) not in chosen]
+
+
+def get(futures: Future | Sequence[Future], timeout: float | None = None) -> Any:
+    """The results of ``futures`` in their order (one future: its result). Re-raises the first
+    remote error in that order; raises :class:`GetTimeoutError` naming how many futures were
+    still pending when ``timeout`` seconds passed."""
+    if isinstance(futures, Future):
+        return futures.get(timeout=_check_timeout(timeout) if timeout is not None else None)
+    futures = _check(futures, "get")
+    _, pending = wait(futures, len(futures), timeout)
+    if pending:
+        raise GetTimeoutError(
+            f"parl.get: {len(pending)} of {len(futures)} futures still pending after {timeout} s",
+            pending,
+        )
+    return [f.get() for f in futures]
+
+
+def _check(futures: Any, name: str) -> list[Future]:
+    if isinstance(futures, Future) or not isinstance(futures, (list, tuple)):
+        raise TypeError(
+            f"parl.{name}() takes a list of futures (from @parl.remote_class(wait=False) actors), "
+            f"got {type(futures).__name__}"
+        )
+    for i, future in enumerate(futures):
+        if not isinstance(future, Future):
+            raise TypeError(
+                f"parl.{name}(): item {i} is a {type(future).__name__}, not a parl.Future; call "
+                "the methods of a @parl.remote_class(wait=False) actor to get futures"
+            )
+    return list(futures)
+
+
+def _check_timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
