@@ -18,6 +18,7 @@ from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
 from parl.remote.future import Future
 from parl.wire.caller import Connection
+from parl.wire.classes import MAIN_MODULES
 from parl.wire.dispatch import ClassRef
 from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR, MethodRef
 from parl.wire.serialization import dumps
@@ -62,11 +63,14 @@ class RemoteProxy:
         conn = context.carrier.create(original.__name__, options)
         object.__setattr__(self, "_parl_conn", conn)
         context.connections.add(conn)
+        spec = _class_spec(original)
         try:
-            call_id = conn.submit(INIT, (_class_spec(original), args, kwargs))
+            call_id = conn.submit(INIT, (spec, args, kwargs))
         except SerializationError as exc:
             conn.close()
-            raise _argument_error(original, "__init__", args, kwargs, exc) from None
+            raise _class_error(spec) or _argument_error(
+                original, "__init__", args, kwargs, exc
+            ) from None
         try:
             conn.wait(call_id)
         except BaseException:
@@ -176,15 +180,36 @@ def _submit_call(proxy: RemoteProxy, conn: Connection, name: str, args: tuple, k
 
 
 def _class_spec(cls: type) -> Any:
-    """How the worker finds the class: by name when importable, else the class by value."""
+    """How the worker finds the class: by name when importable, else the class by value (the
+    main script, ``__mp_main__`` in a multiprocessing child, or a class made in a function)."""
     module = sys.modules.get(cls.__module__)
-    if cls.__module__ != "__main__" and module is not None and "<locals>" not in cls.__qualname__:
+    if (
+        cls.__module__ not in MAIN_MODULES
+        and module is not None
+        and "<locals>" not in cls.__qualname__
+    ):
         obj: Any = module
         for part in cls.__qualname__.split("."):
             obj = getattr(obj, part, None)
         if obj is cls or getattr(obj, "_original", None) is cls:
             return ClassRef(cls.__module__, cls.__qualname__)
     return cls
+
+
+def _class_error(spec: Any) -> SerializationError | None:
+    """When a class travelling by value cannot be pickled, say so and what in it fails."""
+    if isinstance(spec, ClassRef):
+        return None
+    try:
+        dumps(spec)
+    except SerializationError as exc:
+        where = "the main script" if spec.__module__ in MAIN_MODULES else "a function"
+        return SerializationError(
+            f"class {spec.__qualname__} is defined in {where}, so it travels to its worker by "
+            f"value, and part of it cannot be pickled: {exc}. Move what fails into an "
+            "importable module, or create it inside the method or in __init__"
+        )
+    return None
 
 
 def _argument_error(

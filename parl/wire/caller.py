@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError, RemoteError
 from parl.wire import protocol
+from parl.wire.classes import ClassTable
 from parl.wire.framing import SPIN_S, FrameSocket, wait_readable
 from parl.wire.protocol import ERROR, RESULT, Link, RemoteFailure
 
@@ -56,6 +57,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._results: dict[int, tuple[bool, Any]] = {}
         self._pending: set[int] = set()  # submitted, result not collected yet
+        self._classes = ClassTable("caller")  # by-value classes the actor holds
         self._failure: ParlError | None = None
         self._closed = False
         live_fd = liveness.fileno()
@@ -71,7 +73,8 @@ class Connection:
         with self._send_lock:
             self._check_usable()
             call_id = next(self._ids)
-            meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+            with self._classes.sending():
+                meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
             self._pending.add(call_id)  # before sending: another thread may read the reply
             try:
                 self._sock.send(meta, bodies, fds, on_blocked=self._drain_if_free)
@@ -214,7 +217,8 @@ class Connection:
         if call_id not in self._pending:
             return  # its future was dropped
         try:
-            payload = incoming.payload()
+            with self._classes.receiving():
+                payload = incoming.payload()
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
             self._file(
                 call_id,
