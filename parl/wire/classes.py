@@ -147,6 +147,12 @@ def reference(cls: type) -> tuple[Callable[..., type], tuple[str, str]] | None:
 def definition(cls: type, reduced: tuple) -> tuple:
     """Wrap cloudpickle's reduction of ``cls`` (a 6-tuple whose state is set by a function)."""
     make, args, state, _, _, set_state = reduced
+    slots = vars(cls).get("__slots__")
+    if slots is not None and getattr(make, "__name__", "") == "_make_skeleton_class":
+        # cloudpickle sets __slots__ after creating the class, where it does nothing: instances
+        # would get a __dict__ and fail to load where the class has real slots
+        kind, name, bases, type_kwargs, *rest = args
+        args = (kind, name, bases, {**type_kwargs, "__slots__": slots}, *rest)
     cid = class_id(cls)
     send = current_send()
     if send is not None:

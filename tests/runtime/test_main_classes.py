@@ -19,6 +19,7 @@ import pytest
 import parl
 from parl.wire.classes import ClassTable
 from parl.wire.serialization import dumps, loads
+from tests.runtime.actors import Sampler
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -202,6 +203,66 @@ def test_a_definition_travels_once_per_connection():
     assert type(first) is Transition and type(second) is Transition
     assert first_size > 1000  # the definition
     assert second_size < dict_size + 150, (second_size, dict_size)  # an id, not a definition
+
+
+def test_a_class_that_comes_back_is_the_original_untouched():
+    class Local:
+        def method(self):
+            return 1
+
+    method = Local.method
+    stream, buffers = dumps(Local)  # a definition, as the first message of a connection
+    assert loads(stream, buffers) is Local
+    assert Local.method is method  # not replaced by a rebuilt copy
+
+
+def test_a_caller_sends_again_what_it_only_received():
+    """The caller may drop a reply unread (a dropped future), so a class that came from the
+    actor does not count as held by it; a class the caller sent does."""
+
+    class FromActor:
+        pass
+
+    class FromCaller:
+        pass
+
+    caller, actor = ClassTable("caller"), ClassTable("actor")
+    with actor.sending():
+        stream, buffers = dumps(FromActor)
+    with caller.receiving():
+        loads(stream, buffers)
+    assert not caller.held
+    with caller.sending():
+        assert b"define_class" in dumps(FromActor)[0]  # the definition again
+        dumps(FromCaller)
+    with caller.sending():
+        stream = dumps(FromCaller)[0]
+        assert b"known_class" in stream and b"define_class" not in stream  # a reference
+
+
+def test_classes_with_slots_travel_by_value():
+    """A rebuilt class had no real slots: its instances came back with a __dict__ and failed
+    to load where the class has real slots."""
+
+    class Slotted:
+        __slots__ = ("a", "b")
+
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    @dataclasses.dataclass(slots=True)
+    class Pair:
+        x: int
+        y: int = 0
+
+    actor = Sampler()
+    try:
+        back = actor.echo(Slotted(1, 2))
+        assert type(back) is Slotted and (back.a, back.b) == (1, 2)
+        assert actor.echo(Pair(3, 4)) == Pair(3, 4)
+        assert actor.apply(lambda p: hasattr(p, "__dict__"), Pair(1)) is False
+    finally:
+        parl.close_actor(actor)
 
 
 def test_closures_lambdas_and_local_classes_still_travel_by_value(tmp_path):
