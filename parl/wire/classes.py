@@ -35,16 +35,18 @@ _lock = threading.Lock()
 _class_by_id: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
 _id_by_class: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
 _unfilled: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()  # new skeletons
-_by_reference: weakref.WeakSet[type] = weakref.WeakSet()  # importable classes seen so far
+# importable classes seen so far: module attributes, which live as long as their module anyway
+# (a plain set, as this is asked for every class in every message)
+_by_reference: set[type] = set()
 _local = threading.local()  # .sending: _Send | None, .receiving: ClassTable | None
 
 
 def travels_by_value(cls: type) -> bool:
     """True when a receiver could not import ``cls`` by its module and qualified name."""
-    if cls in _id_by_class:
-        return True
     if cls in _by_reference:
         return False
+    if cls in _id_by_class:
+        return True
     module_name = getattr(cls, "__module__", None)
     if not isinstance(module_name, str) or module_name in MAIN_MODULES:
         return True

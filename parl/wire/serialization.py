@@ -85,12 +85,13 @@ class _Reducer:
     """What both picklers share: classes by id or by value, functions, tensors."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, type):
+        kind = type(obj)
+        if kind is types.FunctionType:
+            return self._function(obj)
+        if issubclass(kind, type):
             if classes.travels_by_value(obj):
                 return classes.reference(obj) or self._class_by_value(obj)
             return self._class_by_reference(obj)
-        if isinstance(obj, types.FunctionType):
-            return self._function(obj)
         return _reduce_tensor(obj)
 
     def _class_by_value(self, obj: type) -> Any:
