@@ -73,7 +73,7 @@ class Connection:
         with self._send_lock:
             self._check_usable()
             call_id = next(self._ids)
-            with self._classes.sending():
+            with self._classes.sending:
                 meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
             self._pending.add(call_id)  # before sending: another thread may read the reply
             try:
@@ -217,8 +217,7 @@ class Connection:
         if call_id not in self._pending:
             return  # its future was dropped
         try:
-            with self._classes.receiving():
-                payload = incoming.payload()
+            payload = incoming.payload()
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
             self._file(
                 call_id,

@@ -33,19 +33,21 @@ MAIN_MODULES = ("__main__", "__mp_main__")
 
 _lock = threading.Lock()
 _class_by_id: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
-_id_by_class: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+# id(class) -> (weak reference, class id): asked for every by-value class in every message, so
+# a plain dict rather than a WeakKeyDictionary (which makes a weak reference per lookup)
+_id_by_class: dict[int, tuple[weakref.ref[type], str]] = {}
 _unfilled: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()  # new skeletons
 # importable classes seen so far: module attributes, which live as long as their module anyway
 # (a plain set, as this is asked for every class in every message)
 _by_reference: set[type] = set()
-_local = threading.local()  # .sending: _Send | None, .receiving: ClassTable | None
+_local = threading.local()  # .sending: _Send | None, .receiving: ClassTable | None (an actor's)
 
 
 def travels_by_value(cls: type) -> bool:
     """True when a receiver could not import ``cls`` by its module and qualified name."""
     if cls in _by_reference:
         return False
-    if cls in _id_by_class:
+    if _known_id(cls) is not None:
         return True
     module_name = getattr(cls, "__module__", None)
     if not isinstance(module_name, str) or module_name in MAIN_MODULES:
@@ -62,47 +64,64 @@ def travels_by_value(cls: type) -> bool:
 
 def class_id(cls: type) -> str:
     """The id of a class that travels by value (assigned on first use)."""
-    found = _id_by_class.get(cls)
+    found = _known_id(cls)
     if found is not None:
         return found
     with _lock:
-        found = _id_by_class.get(cls)
+        found = _known_id(cls)
         if found is None:
             found = uuid.uuid4().hex
-            _id_by_class[cls] = found
-            _class_by_id[found] = cls
+            _remember(cls, found)
     return found
+
+
+def _known_id(cls: type) -> str | None:
+    entry = _id_by_class.get(id(cls))
+    if entry is not None and entry[0]() is cls:
+        return entry[1]
+    return None
+
+
+def _remember(cls: type, cid: str) -> None:
+    """Map ``cls`` and ``cid`` both ways, until ``cls`` is garbage (call with the lock held)."""
+    key = id(cls)
+
+    def forget(ref: weakref.ref[type]) -> None:
+        entry = _id_by_class.get(key)
+        if entry is not None and entry[0] is ref:
+            del _id_by_class[key]
+
+    _id_by_class[key] = (weakref.ref(cls, forget), cid)
+    _class_by_id[cid] = cls
 
 
 class ClassTable:
     """The by-value classes that one connection's peer holds, by id (see the module doc).
 
-    ``role`` is ``"caller"`` (a class is held by the peer once sent) or ``"actor"`` (once
-    received). Use :meth:`sending` around encoding a message and :meth:`receiving` around
-    loading one."""
+    ``role`` is ``"caller"`` (a class counts as held by the peer once sent) or ``"actor"``
+    (once received). Encode each message inside ``with table.sending:``; an actor loads each
+    request inside ``with table.receiving:`` (a caller needs no scope to load replies)."""
 
     def __init__(self, role: str) -> None:
         if role not in ("caller", "actor"):
             raise ValueError(f"role must be 'caller' or 'actor', got {role!r}")
         self.held: dict[str, type] = {}
         self.held_on_send = role == "caller"
-
-    def sending(self) -> _Send:
-        return _Send(self)
-
-    def receiving(self) -> _Receive:
-        return _Receive(self)
+        # one scope object each, reused: a connection encodes (and loads) one message at a time
+        self.sending = _Send(self)
+        self.receiving = _Receive(self)
 
 
 class _Send:
-    """While encoding one message: short references for held classes; definitions sent are
-    counted as held only if the message was encoded whole."""
+    """While encoding one message: short references for held classes; the definitions sent
+    count as held (by a caller's peer) only if the whole message was encoded."""
 
     __slots__ = ("table", "defined", "_outer")
 
     def __init__(self, table: ClassTable) -> None:
         self.table = table
         self.defined: dict[str, type] = {}
+        self._outer: _Send | None = None
 
     def __enter__(self) -> _Send:
         self._outer = getattr(_local, "sending", None)
@@ -111,8 +130,10 @@ class _Send:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         _local.sending = self._outer
-        if exc_type is None and self.table.held_on_send:
-            self.table.held.update(self.defined)
+        if self.defined:
+            if exc_type is None and self.table.held_on_send:
+                self.table.held.update(self.defined)
+            self.defined = {}
 
 
 class _Receive:
@@ -120,6 +141,7 @@ class _Receive:
 
     def __init__(self, table: ClassTable) -> None:
         self.table = table
+        self._outer: ClassTable | None = None
 
     def __enter__(self) -> _Receive:
         self._outer = getattr(_local, "receiving", None)
@@ -130,14 +152,9 @@ class _Receive:
         _local.receiving = self._outer
 
 
-def current_send() -> _Send | None:
-    """The message being encoded on this thread, if it belongs to a connection."""
-    return getattr(_local, "sending", None)
-
-
 def reference(cls: type) -> tuple[Callable[..., type], tuple[str, str]] | None:
     """A short reduction of ``cls`` when the peer of the message being encoded holds it."""
-    send = current_send()
+    send: _Send | None = getattr(_local, "sending", None)
     if send is None:
         return None
     cid = class_id(cls)
@@ -156,7 +173,7 @@ def definition(cls: type, reduced: tuple) -> tuple:
         kind, name, bases, type_kwargs, *rest = args
         args = (kind, name, bases, {**type_kwargs, "__slots__": slots}, *rest)
     cid = class_id(cls)
-    send = current_send()
+    send: _Send | None = getattr(_local, "sending", None)
     if send is not None:
         send.defined[cid] = cls
     return define_class, (cid, make, args), (set_state, state), None, None, fill_class
@@ -170,7 +187,7 @@ def define_class(cid: str, make: Callable[..., type], args: tuple) -> type:
     cls = _class_by_id.get(cid)
     if cls is None:
         cls = make(*args)  # cloudpickle's own tracking may return a class it knows
-        if cls not in _id_by_class:
+        if _known_id(cls) is None:
             _unfilled[cls] = cid
             return cls
         _class_by_id.setdefault(cid, cls)
@@ -186,17 +203,16 @@ def fill_class(cls: type, payload: tuple[Callable[[type, Any], Any], Any]) -> No
     set_state, state = payload
     set_state(cls, state)
     with _lock:
-        cls = _class_by_id.setdefault(cid, cls)
-        _id_by_class.setdefault(cls, cid)
+        cls = _class_by_id.setdefault(cid, cls)  # another thread may have been first
+        if _known_id(cls) is None:
+            _remember(cls, cid)
     _note_received(cid, cls)
 
 
 def known_class(cid: str, qualname: str) -> type:
-    """A class sent by id alone: the peer sent its definition earlier on this connection."""
-    table: ClassTable | None = getattr(_local, "receiving", None)
-    cls = table.held.get(cid) if table is not None else None
-    if cls is None:
-        cls = _class_by_id.get(cid)
+    """A class sent by id alone: its definition came earlier on this connection (so a class
+    table holds it, and it is alive in the registry)."""
+    cls = _class_by_id.get(cid)
     if cls is None:
         raise LookupError(
             f"class {qualname} arrived by reference to its definition (id {cid}), but this "

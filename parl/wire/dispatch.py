@@ -54,7 +54,7 @@ def serve(sock: FrameSocket, link: Link) -> None:
         kind, call_id = protocol.peek(frame)
         what = "the result"
         try:
-            with classes.receiving():
+            with classes.receiving:
                 request = protocol.decode(frame, link).payload()
             frame = None
             if kind == CALL:
@@ -89,11 +89,11 @@ def serve(sock: FrameSocket, link: Link) -> None:
             None  # drop argument views: their releases ride this reply
         )
         try:
-            with classes.sending():
+            with classes.sending:
                 meta, bodies, fds = protocol.encode(reply, call_id, result, link)
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
-            with classes.sending():
+            with classes.sending:
                 meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
         result = None
         sock.send(meta, bodies, fds)

@@ -192,9 +192,9 @@ def test_a_definition_travels_once_per_connection():
     caller, actor = ClassTable("caller"), ClassTable("actor")
 
     def send(obj):
-        with caller.sending():
+        with caller.sending:
             stream, buffers = dumps(obj)
-        with actor.receiving():
+        with actor.receiving:
             return loads(stream, buffers), len(stream)
 
     first, first_size = send(Transition(0.5, 1))
@@ -227,15 +227,15 @@ def test_a_caller_sends_again_what_it_only_received():
         pass
 
     caller, actor = ClassTable("caller"), ClassTable("actor")
-    with actor.sending():
+    with actor.sending:
         stream, buffers = dumps(FromActor)
-    with caller.receiving():
+    with caller.receiving:
         loads(stream, buffers)
     assert not caller.held
-    with caller.sending():
+    with caller.sending:
         assert b"define_class" in dumps(FromActor)[0]  # the definition again
         dumps(FromCaller)
-    with caller.sending():
+    with caller.sending:
         stream = dumps(FromCaller)[0]
         assert b"known_class" in stream and b"define_class" not in stream  # a reference
 
