@@ -203,9 +203,14 @@ def _class_error(spec: Any) -> SerializationError | None:
     try:
         dumps(spec)
     except SerializationError as exc:
-        where = "the main script" if spec.__module__ in MAIN_MODULES else "a function"
+        if spec.__module__ in MAIN_MODULES:
+            where = "defined in the main script"
+        elif "<locals>" in spec.__qualname__:
+            where = "defined in a function"
+        else:
+            where = f"not found as {spec.__module__}.{spec.__qualname__}"
         return SerializationError(
-            f"class {spec.__qualname__} is defined in {where}, so it travels to its worker by "
+            f"class {spec.__qualname__} is {where}, so it travels to its worker by "
             f"value, and part of it cannot be pickled: {exc}. Move what fails into an "
             "importable module, or create it inside the method or in __init__"
         )
