@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,10 @@ from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
 from parl.remote.methods import argument_error, make_method, proxy_methods
 from parl.wire.caller import Connection
+from parl.wire.classes import MAIN_MODULES
 from parl.wire.dispatch import ClassRef
 from parl.wire.protocol import GETATTR, INIT, SETATTR, MethodRef
+from parl.wire.serialization import dumps
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,22 @@ class ProxyType(type):
             raise AttributeError(name)
         return getattr(type.__getattribute__(cls, "_original"), name)
 
+    def _parl_reduce_class(cls) -> Any:
+        """A proxy class that cannot be imported by name travels as its original class and
+        options (see :mod:`parl.wire.serialization`) and is built again on arrival."""
+        return _rebuild_proxy, (cls._original, cls._parl_options)
+
+
+# original class -> its proxy class, so that a proxy class sent by value comes back as itself
+_proxies: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def _rebuild_proxy(original: type, options: RemoteOptions) -> type:
+    proxy = _proxies.get(original)
+    if proxy is None or proxy._parl_options != options:  # type: ignore[attr-defined]
+        proxy = build_proxy_class(original, options)
+    return proxy
+
 
 class RemoteProxy(metaclass=ProxyType):
     """Base of every proxy class; see :func:`parl.remote_class`."""
@@ -70,11 +89,14 @@ class RemoteProxy(metaclass=ProxyType):
         conn = context.carrier.create(original.__name__, options)
         object.__setattr__(self, "_parl_conn", conn)
         context.connections.add(conn)
+        spec = _class_spec(original)
         try:
-            call_id = conn.submit(INIT, (_class_spec(original), args, kwargs))
+            call_id = conn.submit(INIT, (spec, args, kwargs))
         except SerializationError as exc:
             conn.close()
-            raise argument_error(original, "__init__", args, kwargs, exc) from None
+            raise _class_error(spec) or argument_error(
+                original, "__init__", args, kwargs, exc
+            ) from None
         try:
             conn.wait(call_id)
         except BaseException:
@@ -147,7 +169,9 @@ def close_actor(actor: RemoteProxy) -> None:
 def build_proxy_class(cls: type, options: RemoteOptions, base: type = RemoteProxy) -> type:
     namespace = _proxy_namespace(cls, options)
     namespace["_parl_decorated"] = True
-    return ProxyType(cls.__name__, (base,), namespace)
+    proxy = ProxyType(cls.__name__, (base,), namespace)
+    _proxies[cls] = proxy
+    return proxy
 
 
 def _proxy_namespace(cls: type, options: RemoteOptions) -> dict[str, Any]:
@@ -199,6 +223,7 @@ def _make_subclass_remote(cls: type, class_kwargs: dict[str, Any]) -> None:
             delattr(cls, name)
     for name, value in _proxy_namespace(original, cls._parl_options).items():  # type: ignore[attr-defined]
         setattr(cls, name, value)
+    _proxies[original] = cls
 
 
 def _slot_names(body: dict[str, Any]) -> list[str]:
@@ -234,15 +259,41 @@ def _with_class_cell(value: Any, cell: types.CellType) -> Any:
 
 
 def _class_spec(cls: type) -> Any:
-    """How the worker finds the class: by name when importable, else the class by value."""
+    """How the worker finds the class: by name when importable, else the class by value (the
+    main script, ``__mp_main__`` in a multiprocessing child, or a class made in a function)."""
     module = sys.modules.get(cls.__module__)
-    if cls.__module__ != "__main__" and module is not None and "<locals>" not in cls.__qualname__:
+    if (
+        cls.__module__ not in MAIN_MODULES
+        and module is not None
+        and "<locals>" not in cls.__qualname__
+    ):
         obj: Any = module
         for part in cls.__qualname__.split("."):
             obj = getattr(obj, part, None)
         if obj is cls or getattr(obj, "_original", None) is cls:
             return ClassRef(cls.__module__, cls.__qualname__)
     return cls
+
+
+def _class_error(spec: Any) -> SerializationError | None:
+    """When a class travelling by value cannot be pickled, say so and what in it fails."""
+    if isinstance(spec, ClassRef):
+        return None
+    try:
+        dumps(spec)
+    except SerializationError as exc:
+        if spec.__module__ in MAIN_MODULES:
+            where = "defined in the main script"
+        elif "<locals>" in spec.__qualname__:
+            where = "defined in a function"
+        else:
+            where = f"not found as {spec.__module__}.{spec.__qualname__}"
+        return SerializationError(
+            f"class {spec.__qualname__} is {where}, so it travels to its worker by "
+            f"value, and part of it cannot be pickled: {exc}. Move what fails into an "
+            "importable module, or create it inside the method or in __init__"
+        )
+    return None
 
 
 __all__ = [

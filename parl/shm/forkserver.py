@@ -29,7 +29,7 @@ from parl.wire.framing import FrameSocket, wait_readable
 _PRELOAD = ("numpy", "parl.wire.dispatch", "parl.shm.link", "parl.shm.worker")
 # imported while idle, so that the first spawn requests need not wait for them (a worker forked
 # before then imports what it needs itself)
-_WHEN_IDLE = ("dill",)
+_WHEN_IDLE = ("cloudpickle",)
 _STOP_GRACE_S = 1.0
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteError
 from parl.wire import protocol
+from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
 from parl.wire.framing import SPIN_S, FrameSocket, wait_readable
 from parl.wire.protocol import ERROR, RESULT, Link
@@ -63,6 +64,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._results: dict[int, tuple[bool, Any]] = {}
         self._pending: set[int] = set()  # submitted, result not collected yet
+        self._classes = ClassTable("caller")  # by-value classes the actor holds
         self._failure: ParlError | None = None
         self._closed = False
         live_fd = liveness.fileno()
@@ -81,7 +83,8 @@ class Connection:
             self._check_usable()
             call_id = next(self._ids)
             try:
-                meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+                with self._classes.sending:
+                    meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
             except Exception:
                 if self._closed:
                     raise self._failure from None  # type: ignore[misc]

@@ -12,6 +12,7 @@ import importlib
 from typing import Any, NamedTuple
 
 from parl.wire import protocol
+from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
 from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import (
@@ -42,6 +43,7 @@ class ClassRef(NamedTuple):
 def serve(sock: FrameSocket, link: Link) -> None:
     """Run requests until the caller closes the connection."""
     instance: Any = None
+    classes = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
     while True:
         sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
         frame = sock.recv()
@@ -50,7 +52,8 @@ def serve(sock: FrameSocket, link: Link) -> None:
         kind, call_id = protocol.peek(frame)
         what = "the result"
         try:
-            request = protocol.decode(frame, link).payload()
+            with classes.receiving:
+                request = protocol.decode(frame, link).payload()
             frame = None
             if kind == CALL:
                 name, args, kwargs = request
@@ -84,9 +87,11 @@ def serve(sock: FrameSocket, link: Link) -> None:
             None  # drop argument views: their releases ride this reply
         )
         try:
-            meta, bodies, fds = protocol.encode(reply, call_id, result, link)
+            with classes.sending:
+                meta, bodies, fds = protocol.encode(reply, call_id, result, link)
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
-            meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
+            with classes.sending:
+                meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
         result = None
         sock.send(meta, bodies, fds)

@@ -1,11 +1,16 @@
-"""Pickle protocol 5 with out-of-band buffers, falling back to dill for by-value objects.
+"""Pickle protocol 5 with out-of-band buffers; cloudpickle for what must travel by value.
 
 ``dumps`` separates large payloads (numpy arrays, CPU torch tensors) from the pickle stream as
 :class:`pickle.PickleBuffer` objects so that a carrier can move them without copying through the
-stream. Objects that plain pickle can only save by reference and that the receiver could not
-import (classes and functions defined in ``__main__``, lambdas, closures) are saved by value
-with dill. ``loads`` needs nothing but the standard unpickler: dill's output names its own
-helpers, which the unpickler imports on demand.
+stream. What the receiver could not import travels by value: classes and functions defined in
+the main script (``__main__``, or ``__mp_main__`` in a ``multiprocessing`` child), lambdas,
+closures and classes defined inside functions. Modules always travel by name.
+
+The plain C pickler runs first; the first object that needs saving by value sends the whole
+message to a cloudpickle pickler instead. A class that travels by value keeps its identity and
+is defined once per connection (:mod:`parl.wire.classes`): a message carrying an instance of a
+script class whose definition the peer already holds stays on the plain pickler. ``loads``
+needs nothing but the standard unpickler.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from parl.errors import SerializationError
+from parl.wire import classes
+from parl.wire.unpicklable import find_unpicklable
 
 PROTOCOL = 5
 
@@ -71,13 +78,6 @@ def _reduce_tensor(obj: Any) -> Any:
     return _rebuild_tensor, (array, obj.requires_grad, is_parameter, view_dtype)
 
 
-class _ByValue(Exception):
-    """Raised inside pickle for what only dill can save (by value)."""
-
-
-_BY_REFERENCE_KINDS = (type, types.FunctionType)
-
-
 Stage = Callable[[int], Any]  # nbytes -> writable memory to build a buffer in, or None
 
 
@@ -116,38 +116,89 @@ def _reduce_array(obj: Any, stage: Stage | None) -> Any:
     return _rebuild_subclass, (base, cls)
 
 
-class _Pickler(pickle.Pickler):
+class _ByValue(Exception):
+    """Raised inside the plain pickler for what only cloudpickle can save (by value)."""
+
+
+class _Reducer:
+    """What both picklers share: classes by id or by value, functions, tensors, arrays."""
+
     stage: Stage | None = None
 
     def reducer_override(self, obj: Any) -> Any:
-        # Plain pickle saves objects of __main__ by reference, which the receiver cannot import.
-        if type(obj).__module__ == "__main__" or (
-            isinstance(obj, _BY_REFERENCE_KINDS) and getattr(obj, "__module__", "") == "__main__"
-        ):
-            raise _ByValue
+        kind = type(obj)
+        if kind is types.FunctionType:
+            return self._function(obj)
+        if issubclass(kind, type):
+            if classes.travels_by_value(obj):
+                # a metaclass may say how its classes travel (parl's proxy classes: as their
+                # original class and options, never as generated methods)
+                hook = getattr(kind, "_parl_reduce_class", None)
+                if hook is not None:
+                    return hook(obj)
+                return classes.reference(obj) or self._class_by_value(obj)
+            return self._class_by_reference(obj)
         reduced = _reduce_tensor(obj)
         if reduced is NotImplemented:
             reduced = _reduce_array(obj, self.stage)
         return reduced
 
+    def _class_by_value(self, obj: type) -> Any:
+        raise _ByValue
 
-_dill_pickler: type | None = None
+    def _class_by_reference(self, obj: type) -> Any:
+        return NotImplemented
+
+    def _function(self, obj: types.FunctionType) -> Any:
+        # plain pickle would name a function of __main__, which the receiver cannot import;
+        # lambdas and closures fail by themselves and land in the cloudpickle pickler
+        if obj.__module__ in classes.MAIN_MODULES:
+            raise _ByValue
+        return NotImplemented
 
 
-def _dill_pickler_class() -> type:
-    global _dill_pickler
-    if _dill_pickler is None:
-        import dill
+class _Pickler(_Reducer, pickle.Pickler):
+    pass
 
-        class _DillPickler(dill.Pickler):
-            def reducer_override(self, obj: Any) -> Any:
-                reduced = _reduce_tensor(obj)
-                if reduced is NotImplemented:
-                    reduced = _reduce_array(obj, None)
+
+_full_pickler: type | None = None
+_registered_mains: set[str] = set()
+
+
+def _full_pickler_class() -> type:
+    """A cloudpickle pickler (imported on first use: most programs never need it)."""
+    global _full_pickler
+    if _full_pickler is None:
+        import cloudpickle
+
+        class _FullPickler(_Reducer, cloudpickle.Pickler):
+            def _class_by_value(self, obj: type) -> Any:
+                _by_value_in_cloudpickle(obj)
+                reduced = cloudpickle.Pickler.reducer_override(self, obj)
+                if isinstance(reduced, tuple) and len(reduced) == 6:
+                    return classes.definition(obj, reduced)
                 return reduced
 
-        _dill_pickler = _DillPickler
-    return _dill_pickler
+            def _class_by_reference(self, obj: type) -> Any:
+                return cloudpickle.Pickler.reducer_override(self, obj)  # e.g. NoneType
+
+            def _function(self, obj: types.FunctionType) -> Any:
+                _by_value_in_cloudpickle(obj)
+                return cloudpickle.Pickler.reducer_override(self, obj)
+
+        _full_pickler = _FullPickler
+    return _full_pickler
+
+
+def _by_value_in_cloudpickle(obj: Any) -> None:
+    """cloudpickle saves ``__mp_main__`` (a multiprocessing child's script) by name: tell it
+    that this module, like ``__main__``, travels by value."""
+    name = getattr(obj, "__module__", None)
+    if name == "__mp_main__" and name not in _registered_mains and name in sys.modules:
+        import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[name])
+        _registered_mains.add(name)
 
 
 def dumps(obj: Any, stage: Stage | None = None) -> tuple[bytes, list[pickle.PickleBuffer]]:
@@ -155,28 +206,40 @@ def dumps(obj: Any, stage: Stage | None = None) -> tuple[bytes, list[pickle.Pick
 
     ``stage`` (from the link) gives memory that a non-contiguous array is copied into once.
 
-    Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when neither pickle nor
-    dill can save the object.
+    Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when ``obj`` cannot be
+    pickled, naming the part of it that cannot (``B.run -> global HEADER``).
     """
-    buffers: list[pickle.PickleBuffer] = []
-    stream = io.BytesIO()
     try:
-        pickler = _Pickler(stream, PROTOCOL, buffer_callback=buffers.append)
-        pickler.stage = stage
-        pickler.dump(obj)
-        return stream.getvalue(), buffers
+        return _dump(_Pickler, obj, stage)
     except Exception:  # noqa: BLE001 - any failure means "try by value"
         pass
-    buffers.clear()
-    stream = io.BytesIO()
     try:
-        pickler = _dill_pickler_class()(
-            stream, PROTOCOL, buffer_callback=buffers.append, recurse=True, byref=False
-        )
-        pickler.dump(obj)
+        return _dump(_full_pickler_class(), obj, stage)
     except Exception as exc:  # noqa: BLE001
-        raise SerializationError(f"{type(exc).__name__}: {exc}") from exc
+        message = f"{type(exc).__name__}: {exc}"
+        found = find_unpicklable(obj, _can_pickle)
+        if found is not None:
+            message += f" (found at {found})"
+        raise SerializationError(message) from exc
+
+
+def _dump(
+    pickler_class: type, obj: Any, stage: Stage | None = None
+) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    pickler = pickler_class(stream, PROTOCOL, buffer_callback=buffers.append)
+    pickler.stage = stage
+    pickler.dump(obj)
     return stream.getvalue(), buffers
+
+
+def _can_pickle(obj: Any) -> bool:
+    try:
+        _dump(_full_pickler_class(), obj)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def loads(data: bytes | bytearray | memoryview, buffers: list[Any] | tuple[Any, ...] = ()) -> Any:

@@ -525,4 +525,3 @@ def test_unpicklable_cause_arrives_as_remote_error():
         assert "1-2" in str(cause) and "raise_with_unpicklable_cause" in cause.remote_traceback
     finally:
         parl.close_actor(actor)
-

@@ -349,8 +349,8 @@ def test_regression_interrupt_in_the_middle_of_a_send_hangs_every_later_call(tmp
 
 def test_regression_instance_of_a_main_class_as_an_argument(tmp_path):
     """README: classes defined in __main__ travel by value. Plain pickle saves an *instance*
-    of such a class by reference without failing, so dill is never tried and the worker
-    cannot find __main__.Point."""
+    of such a class by reference without failing, so the by-value path is never tried and the
+    worker cannot find __main__.Point."""
     script = tmp_path / "main_class.py"
     script.write_text(
         textwrap.dedent(
