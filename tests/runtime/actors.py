@@ -186,3 +186,88 @@ class Boss:
 
     def pids(self):
         return [leaf._parl_conn.label.split("pid=")[1] for leaf in self.leaves]
+
+
+def _touch(path):
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+class _Writer:
+    """Writes lines into a buffered file it never flushes; leaves marker files when its
+    ``__del__``, its atexit handler and the ``finally`` of a busy method run."""
+
+    def __init__(self, folder):
+        import atexit
+
+        self.folder = folder
+        self.file = open(os.path.join(folder, "lines.txt"), "w", buffering=1 << 20)
+        atexit.register(_touch, os.path.join(folder, "atexit"))
+
+    def write(self, n):
+        for i in range(n):
+            self.file.write(f"line {i}\n")
+
+    def pid(self):
+        return os.getpid()
+
+    def busy(self):
+        _touch(os.path.join(self.folder, "busy"))
+        try:
+            while True:
+                time.sleep(0.01)
+        finally:
+            _touch(os.path.join(self.folder, "finally"))
+
+    def __del__(self):
+        _touch(os.path.join(self.folder, "del"))
+
+
+Writer = parl.remote_class(_Writer)
+AsyncWriter = parl.remote_class(wait=False)(_Writer)
+
+
+@parl.remote_class
+class Stubborn:
+    """Its ``__del__`` never returns."""
+
+    def pid(self):
+        return os.getpid()
+
+    def __del__(self):
+        while True:
+            time.sleep(0.01)
+
+
+@parl.remote_class
+class Scalars:
+    def write(self, folder, n):
+        from parl.utils import summary
+
+        summary.set_dir(folder)
+        for step in range(n):
+            summary.add_scalar("train/value", float(step), step)
+
+    def pid(self):
+        return os.getpid()
+
+
+class _Draws:
+    def draws(self):
+        import random
+
+        import torch
+
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    def threads(self):
+        import torch
+
+        return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+    def pid(self):
+        return os.getpid()
+
+
+Draws = parl.remote_class(_Draws)
+ThreeThreads = parl.remote_class(num_threads=3)(_Draws)
