@@ -57,6 +57,7 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
     global _worker_pid
     _worker_pid = os.getpid()
     signal.signal(signal.SIGTERM, _on_stop)
+    _keep_unraisable_stops()
     os.register_at_fork(  # processes the actor forks get the default SIGTERM, without a gap
         before=_block_sigterm, after_in_parent=_restore_mask, after_in_child=_default_sigterm
     )
@@ -135,6 +136,32 @@ def _on_stop(signum: int, frame: Any) -> None:
     if _stoppable:
         _stoppable = False  # once: the finish that follows is not interrupted
         raise ActorClosing(f"the actor was closed (signal {signum})")
+
+
+def _keep_unraisable_stops() -> None:
+    """ActorClosing raised inside a finalizer (a weakref callback, a ``__del__``) is dropped
+    by Python there. Say nothing, and raise it again once the frame the finalizer interrupted
+    runs on: from a profile function, whose exceptions propagate into the profiled code."""
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        tb = unraisable.exc_traceback
+        if unraisable.exc_type is not ActorClosing or tb is None or tb.tb_frame.f_back is None:
+            previous_hook(unraisable)
+            return
+        outer = tb.tb_frame.f_back
+        previous_profile = sys.getprofile()
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if frame.f_code is hook.__code__:
+                return  # the events of installing this one
+            if frame is outer or frame.f_back is outer:  # (a finalizer again: same once more)
+                sys.setprofile(previous_profile)
+                raise ActorClosing("the actor was closed")
+
+        sys.setprofile(profile)
+
+    sys.unraisablehook = hook
 
 
 def _block_sigterm() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -193,6 +194,10 @@ def _touch(path):
         f.write(f"{os.getpid()}\n")
 
 
+class _Token:
+    pass
+
+
 class _Writer:
     """Writes lines into a buffered file it never flushes; leaves marker files when its
     ``__del__``, its atexit handler and the ``finally`` of a busy method run."""
@@ -216,6 +221,19 @@ class _Writer:
         try:
             while True:
                 time.sleep(0.01)
+        finally:
+            _touch(os.path.join(self.folder, "finally"))
+
+    def busy_in_finalizers(self):
+        """Spends most of its time in weakref callbacks, where Python drops exceptions."""
+        import weakref
+
+        try:
+            for i in itertools.count():
+                weakref.finalize(_Token(), time.sleep, 0.009)  # runs as the token dies
+                time.sleep(0.001)
+                if i == 10:
+                    _touch(os.path.join(self.folder, "busy"))
         finally:
             _touch(os.path.join(self.folder, "finally"))
 

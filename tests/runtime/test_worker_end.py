@@ -93,12 +93,13 @@ def test_caller_killed_with_sigkill_still_lets_an_idle_worker_finish(tmp_path):
         stream.close()
 
 
-def test_closing_a_busy_actor_interrupts_it_and_still_finishes(tmp_path):
+@pytest.mark.parametrize("method", ["busy", "busy_in_finalizers"])
+def test_closing_a_busy_actor_interrupts_it_and_still_finishes(tmp_path, method, capsys):
     parl.connect(linger=0, stop_timeout=30)
     actor = AsyncWriter(str(tmp_path))
     actor.write(100).get()
     pid = actor.pid().get()
-    pending = actor.busy()  # never returns by itself
+    pending = getattr(actor, method)()  # never returns by itself
     assert wait_until((tmp_path / "busy").exists)
     start = time.monotonic()
     parl.close_actor(actor)
@@ -108,6 +109,7 @@ def test_closing_a_busy_actor_interrupts_it_and_still_finishes(tmp_path):
     assert_finished_cleanly(tmp_path, pid)
     with pytest.raises(parl.ActorClosedError):
         pending.get(timeout=5)
+    assert "ActorClosing" not in capsys.readouterr().err  # no "Exception ignored in ..."
 
 
 def test_a_worker_that_does_not_finish_is_killed_after_stop_timeout():
