@@ -40,7 +40,7 @@ class _Trainer:
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
-        return float(loss)
+        return loss.item()
 
     def threads(self) -> int:
         return self.torch.get_num_threads()
@@ -65,8 +65,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--actors", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()

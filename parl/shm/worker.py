@@ -47,6 +47,7 @@ class ActorClosing(BaseException):
     (SIGTERM), so that a busy method is interrupted with its ``finally`` blocks run."""
 
 
+_serving = False  # in _serve's try block, where ActorClosing is caught
 _stoppable = False  # True while SIGTERM may raise ActorClosing (once)
 _worker_pid = 0
 _mask_before_fork: set[int | signal.Signals] = set()
@@ -97,7 +98,7 @@ def _serve(sock: FrameSocket, threshold: int) -> int:
     """Run the actor until its connection ends or it is told to stop; the exit status.
 
     The instance is dropped here, after stopping can no longer interrupt its ``__del__``."""
-    global _stoppable
+    global _serving, _stoppable
     from parl.shm.link import ShmLink
     from parl.shm.segment import segment_table
     from parl.wire.dispatch import serve
@@ -105,12 +106,12 @@ def _serve(sock: FrameSocket, threshold: int) -> int:
     instance: Any = None
     code = 0
     try:
-        _stoppable = True
+        _serving = _stoppable = True
         instance = serve(sock, ShmLink(segment_table(), threshold))
     except BaseException as exc:  # noqa: BLE001 - how the worker ends
-        _stoppable = False
+        _serving = _stoppable = False
         code = _exit_status(exc)
-    _stoppable = False
+    _serving = _stoppable = False
     instance = None  # noqa: F841 - its __del__ runs now
     return code
 
@@ -146,16 +147,20 @@ def _keep_unraisable_stops() -> None:
 
     def hook(unraisable: Any) -> None:
         tb = unraisable.exc_traceback
-        if unraisable.exc_type is not ActorClosing or tb is None or tb.tb_frame.f_back is None:
+        if unraisable.exc_type is not ActorClosing:
             previous_hook(unraisable)
             return
+        if not _serving or tb is None or tb.tb_frame.f_back is None:
+            return  # the worker is finishing anyway
         outer = tb.tb_frame.f_back
         previous_profile = sys.getprofile()
 
         def profile(frame: Any, event: str, arg: Any) -> None:
             if frame.f_code is hook.__code__:
                 return  # the events of installing this one
-            if frame is outer or frame.f_back is outer:  # (a finalizer again: same once more)
+            if not _serving:  # it ended meanwhile (the instance is being dropped, say)
+                sys.setprofile(previous_profile)
+            elif frame is outer or frame.f_back is outer:  # (a finalizer again: once more)
                 sys.setprofile(previous_profile)
                 raise ActorClosing("the actor was closed")
 
