@@ -283,6 +283,14 @@ class _Draws:
 
         return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
 
+    def threads_with_numpy(self):
+        """This process's threads before and after matrix products (numpy's BLAS pool)."""
+        before = len(os.listdir("/proc/self/task"))
+        a = np.ones((1000, 1000))
+        for _ in range(3):
+            a @ a
+        return before, len(os.listdir("/proc/self/task"))
+
     def pid(self):
         return os.getpid()
 

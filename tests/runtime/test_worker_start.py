@@ -48,3 +48,12 @@ def test_num_threads_must_be_positive(bad):
 def test_num_threads_must_be_an_int(bad):
     with pytest.raises(TypeError, match="num_threads must be a positive int"):
         parl.remote_class(num_threads=bad)
+
+
+def test_numpy_matrix_products_use_num_threads():
+    """numpy's OpenBLAS was loaded by the fork server: the environment is too late for it."""
+    parl.connect(linger=0)
+    with Draws() as default, ThreeThreads() as three:
+        before, after = default.threads_with_numpy()
+        assert after == before  # one thread: no pool
+        assert three.threads_with_numpy()[1] > after
