@@ -45,7 +45,6 @@ EXIT_OTHER_PARL = 3  # the server imported another installation of parl than its
 
 def main() -> None:
     ctrl_fd, caller_parl = int(sys.argv[1]), sys.argv[2]
-    stop_fd = int(sys.argv[3])
     import parl
 
     ours = os.path.dirname(os.path.abspath(parl.__file__))
@@ -57,6 +56,7 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_OTHER_PARL)
+    stop_fd = int(sys.argv[3])  # (after the check: a caller of another version may lack it)
     for name in (*_PRELOAD, *sys.argv[4:]):
         _preload(name)
     ctrl = FrameSocket(socket.socket(fileno=ctrl_fd))
