@@ -80,13 +80,21 @@ def limit_threads(requested: int | None) -> int:
     if from_env is None:
         for name in THREAD_VARIABLES:  # read by libraries that start their threads later
             os.environ[name] = str(count)
-    _limit_openblas(count)
+    if count != 1:  # the fork server's own OpenBLAS has one thread (see server_environment)
+        _limit_openblas(count)
     torch = sys.modules.get("torch")
     if torch is not None:  # preloaded by the fork server: it sized its pool there
         torch.set_num_threads(count)
     else:  # torch would cap the environment's count at the number of cores
         after_import("torch", lambda module: module.set_num_threads(count))
     return count
+
+
+def server_environment(env: dict[str, str]) -> dict[str, str]:
+    """The fork server's environment: libraries it loads start with one thread, and so without
+    a pool of threads to stop or copy in each worker (numpy's OpenBLAS, torch when preloaded);
+    a worker that wants more raises its own count. Workers get the caller's environment."""
+    return {**env, **{name: "1" for name in THREAD_VARIABLES}}
 
 
 def _limit_openblas(count: int) -> None:

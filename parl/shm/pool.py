@@ -14,6 +14,7 @@ from typing import Any
 
 import parl
 from parl.errors import ParlError
+from parl.shm import afterfork
 from parl.shm.forkserver import EXIT_OTHER_PARL, STOP_RECORD
 from parl.wire.framing import FrameSocket, wait_readable
 
@@ -34,7 +35,7 @@ class ForkServer:
         self._stop_finalizer = weakref.finalize(self, os.close, self._stop_w)
         self.parl_dir = parl_dir or os.path.dirname(os.path.abspath(parl.__file__))
         package_root = os.path.dirname(self.parl_dir)
-        env = dict(os.environ)
+        env = afterfork.server_environment(dict(os.environ))
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )

@@ -284,15 +284,21 @@ class _Draws:
         return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
 
     def threads_with_numpy(self):
-        """This process's threads before and after matrix products (numpy's BLAS pool)."""
+        """Python's threads, and all threads before and after matrix products (numpy's BLAS
+        pool is the difference)."""
+        import threading
+
         before = len(os.listdir("/proc/self/task"))
         a = np.ones((1000, 1000))
         for _ in range(3):
             a @ a
-        return before, len(os.listdir("/proc/self/task"))
+        return threading.active_count(), before, len(os.listdir("/proc/self/task"))
 
     def pid(self):
         return os.getpid()
+
+    def apply(self, fn, *args):
+        return fn(*args)
 
 
 Draws = parl.remote_class(_Draws)
