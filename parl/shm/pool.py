@@ -32,7 +32,8 @@ class ForkServer:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         stop_r, self._stop_w = os.pipe()
         os.set_blocking(self._stop_w, False)
-        self._stop_finalizer = weakref.finalize(self, os.close, self._stop_w)
+        # closed when nobody can write to it any more (never at exit, where stops are sent)
+        weakref.finalize(self, os.close, self._stop_w).atexit = False
         self.parl_dir = parl_dir or os.path.dirname(os.path.abspath(parl.__file__))
         package_root = os.path.dirname(self.parl_dir)
         env = afterfork.server_environment(dict(os.environ))
