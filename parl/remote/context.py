@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from parl.shm.carrier import DEFAULT_LINGER_S, LocalCarrier
+from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.wire.caller import Connection
 
 _LOCAL_NAMES = (None, "", "local")
@@ -46,6 +46,7 @@ def connect(
     preload: str | tuple[str, ...] | list[str] = (),
     shm_threshold: int = 1 << 17,
     linger: float = DEFAULT_LINGER_S,
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -54,6 +55,8 @@ def connect(
     ``preload``: modules imported once by the worker pool (``"torch"`` or ``["torch", ...]``).
     ``shm_threshold``: arrays of at least this many bytes cross through shared memory.
     ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
+    ``stop_timeout``: seconds a closed actor's worker may take to finish (its ``__del__``,
+    ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES:
@@ -70,6 +73,15 @@ def connect(
         raise ValueError(f"shm_threshold must be an int >= 0 (bytes), got {shm_threshold!r}")
     if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
         raise ValueError(f"linger must be a number of seconds >= 0, got {linger!r}")
+    if (
+        isinstance(stop_timeout, bool)
+        or not isinstance(stop_timeout, (int, float))
+        or not 0 <= stop_timeout < float("inf")
+    ):
+        raise ValueError(
+            f"stop_timeout must be a finite number of seconds >= 0 (e.g. stop_timeout=5), "
+            f"got {stop_timeout!r}"
+        )
     preload = _module_names(preload)
     global _context
     with _lock:
@@ -78,6 +90,7 @@ def connect(
             preload=preload,
             shm_threshold=shm_threshold,
             linger=float(linger),
+            stop_timeout=float(stop_timeout),
         )
         if _context is not None and _context.pid == os.getpid():
             old, _context = _context, None
@@ -119,6 +132,7 @@ def current() -> _Context:
                 preload=_options.get("preload", ()),
                 threshold=_options.get("shm_threshold", 1 << 17),
                 linger=_options.get("linger", DEFAULT_LINGER_S),
+                stop_timeout=_options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S),
             )
             _context = _Context(carrier)
             if not _atexit_registered:

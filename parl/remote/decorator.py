@@ -7,7 +7,7 @@ from typing import Any
 
 from parl.remote.proxy import RemoteOptions, RemoteProxy, build_proxy_class
 
-_VALID_KEYWORDS = ("max_memory", "wait")
+_VALID_KEYWORDS = ("max_memory", "num_threads", "wait")
 
 
 def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
@@ -21,6 +21,10 @@ def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
 
     ``max_memory`` (megabytes, default unlimited): the worker is stopped when its private
     memory exceeds this; calls then raise :class:`parl.ActorMemoryError`.
+
+    ``num_threads`` (default 1): intra-op threads of torch, OpenMP, MKL and OpenBLAS in each
+    worker, so that actors do not oversubscribe the cores. Without it, a caller environment
+    that sets ``OMP_NUM_THREADS`` gives that count instead.
 
     The decorated name is a proxy class; ``._original`` is the undecorated class. A subclass
     of a remote class is a remote class too (with its base's options, or those given here).

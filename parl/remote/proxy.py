@@ -30,10 +30,23 @@ from parl.wire.serialization import dumps
 class RemoteOptions:
     wait: bool = True
     max_memory: float | None = None  # MB
+    num_threads: int | None = None  # None: 1, or the caller's OMP_NUM_THREADS when set
 
     def __post_init__(self) -> None:
         if not isinstance(self.wait, bool):
             raise TypeError(f"wait must be True or False, got {self.wait!r}")
+        threads = self.num_threads
+        if threads is not None:
+            if isinstance(threads, bool) or not isinstance(threads, int):
+                raise TypeError(
+                    f"num_threads must be a positive int (threads per worker, e.g. "
+                    f"num_threads=4), got {type(threads).__name__} {threads!r}"
+                )
+            if threads < 1:
+                raise ValueError(
+                    f"num_threads must be at least 1, got {threads!r}; leave it out for the "
+                    "default of one thread per worker"
+                )
         memory = self.max_memory
         if memory is not None:
             if isinstance(memory, bool) or not isinstance(memory, (int, float)):
@@ -85,7 +98,10 @@ class RemoteProxy(metaclass=ProxyType):
         cls = type(self)
         original = cls._original
         context = current()
-        options = {"max_memory": cls._parl_options.max_memory}
+        options = {
+            "max_memory": cls._parl_options.max_memory,
+            "num_threads": cls._parl_options.num_threads,
+        }
         conn = context.carrier.create(original.__name__, options)
         object.__setattr__(self, "_parl_conn", conn)
         context.connections.add(conn)

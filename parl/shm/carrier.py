@@ -1,8 +1,13 @@
 """The local carrier: actors in worker processes on this machine, data through shared memory.
 
 The fork server starts with the first actor and stops ``linger`` seconds (default 1) after the
-last one is gone, so nothing of ours runs while no actor exists. Each actor gets a Unix socket pair for the protocol (shared-memory
-segments travel on it as descriptors) and two pipes for its stdout and stderr.
+last one is gone, so nothing of ours runs while no actor exists. Each actor gets a Unix socket
+pair for the protocol (shared-memory segments travel on it as descriptors) and two pipes for its
+stdout and stderr.
+
+A closed actor's worker finishes on its own (see :mod:`parl.shm.worker`); the fork server kills
+it if it is still there ``stop_timeout`` seconds later, and stopping the fork server waits for
+its workers, so that at the caller's exit what the actors wrote is complete.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from parl.shm.link import DEFAULT_THRESHOLD, ShmLink
 from parl.shm.output import OutputForwarder
 from parl.shm.pool import ForkServer
 from parl.shm.segment import segment_table
-from parl.shm.worker import EXIT_MAX_MEMORY
+from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket, wait_readable
 
 _EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
 DEFAULT_LINGER_S = 1.0
+_REAP_MARGIN_S = 5.0  # beyond stop_timeout, how long stopping the fork server may take
 
 
 class LocalCarrier:
@@ -36,6 +42,7 @@ class LocalCarrier:
     ``threshold``: buffers of at least this many bytes cross through shared memory.
     ``linger``: seconds the fork server stays after the last actor ends, so that a program that
     creates actors one after another does not restart it each time (0: stop at once).
+    ``stop_timeout``: seconds a closed actor's worker may take to finish before it is killed.
     """
 
     def __init__(
@@ -44,14 +51,17 @@ class LocalCarrier:
         preload: tuple[str, ...] = (),
         threshold: int = DEFAULT_THRESHOLD,
         linger: float = DEFAULT_LINGER_S,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
         self.forward_output = forward_output
         self.preload = tuple(preload)
         self.threshold = threshold
         self.linger = linger
+        self.stop_timeout = stop_timeout
         self._lock = threading.RLock()
         self._server: ForkServer | None = None
         self._forwarder: OutputForwarder | None = None
+        self._stopping: set[ForkServer] = set()  # being stopped by another thread
         self._live = 0
         self._stop_timer: threading.Timer | None = None
 
@@ -91,6 +101,8 @@ class LocalCarrier:
                 "cwd": os.getcwd(),
                 "env": dict(os.environ),
                 "max_memory": options.get("max_memory"),
+                "num_threads": options.get("num_threads"),
+                "stop_timeout": self.stop_timeout,
                 "label": class_name,
                 "threshold": self.threshold,
             }
@@ -135,18 +147,28 @@ class LocalCarrier:
             server, self._server = self._server, None
             forwarder, self._forwarder = self._forwarder, None
             self._stop_timer = None
+            if server is not None:
+                self._stopping.add(server)
         if server is not None:
-            server.close()
+            try:
+                server.close(self.stop_timeout + _REAP_MARGIN_S)
+            finally:
+                with self._lock:
+                    self._stopping.discard(server)
         if forwarder is not None:
             forwarder.close()
 
     def close(self) -> None:
-        """Stop the fork server now (actors still alive lose their workers)."""
+        """Stop the fork server now (actors still alive lose their workers), and wait for its
+        workers to finish, also when the linger timer is stopping it at the same time."""
         with self._lock:
             if self._stop_timer is not None:
                 self._stop_timer.cancel()
             self._live = 0
+            stopping = list(self._stopping)
         self._stop_if_idle()
+        for server in stopping:
+            server.close(self.stop_timeout + _REAP_MARGIN_S)
 
     @property
     def live_actors(self) -> int:
@@ -208,8 +230,10 @@ class _WorkerLiveness:
         )
 
     def close(self) -> None:
-        """The connection is closed: nobody can see this worker any more. An idle worker has
-        left on end of stream already; a busy one is stopped rather than left running."""
+        """The connection is closed: nobody can see this worker any more. It finishes (an
+        idle one on end of stream; SIGTERM interrupts a busy one) and the fork server kills it
+        if it takes longer than ``stop_timeout``. The stop request takes no lock, as this runs
+        from finalizers."""
         if self._closed:
             return
         self._closed = True
@@ -218,6 +242,8 @@ class _WorkerLiveness:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
             except OSError:
                 pass  # already gone
+            else:
+                self._server.stop(self.pid)
             os.close(self._pidfd)
             self._pidfd = None
         self._carrier._actor_gone()

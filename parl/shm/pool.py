@@ -9,11 +9,13 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import parl
 from parl.errors import ParlError
-from parl.shm.forkserver import EXIT_OTHER_PARL
+from parl.shm import afterfork
+from parl.shm.forkserver import EXIT_OTHER_PARL, STOP_RECORD
 from parl.wire.framing import FrameSocket, wait_readable
 
 _START_TIMEOUT_S = 60.0
@@ -28,9 +30,13 @@ class ForkServer:
 
     def __init__(self, preload: tuple[str, ...] = (), parl_dir: str | None = None) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stop_r, self._stop_w = os.pipe()
+        os.set_blocking(self._stop_w, False)
+        # closed when nobody can write to it any more (never at exit, where stops are sent)
+        weakref.finalize(self, os.close, self._stop_w).atexit = False
         self.parl_dir = parl_dir or os.path.dirname(os.path.abspath(parl.__file__))
         package_root = os.path.dirname(self.parl_dir)
-        env = dict(os.environ)
+        env = afterfork.server_environment(dict(os.environ))
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )
@@ -42,15 +48,17 @@ class ForkServer:
                     "from parl.shm.forkserver import main; main()",
                     str(child.fileno()),
                     self.parl_dir,
+                    str(stop_r),
                     *preload,
                 ],
-                pass_fds=(child.fileno(),),
+                pass_fds=(child.fileno(), stop_r),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal reaches the caller only
                 env=env,
             )
         finally:
             child.close()
+            os.close(stop_r)
         self.pid = self._proc.pid
         self._ctrl = FrameSocket(parent)
         self._lock = threading.Lock()
@@ -78,6 +86,15 @@ class ForkServer:
                     return int(message[2])
                 if message[0] == "failed" and message[1] == token:
                     raise ParlError(f"the fork server could not start a worker: {message[2]}")
+
+    def stop(self, pid: int) -> None:
+        """Worker ``pid`` was sent SIGTERM: have the server SIGKILL it should it still be there
+        after its ``stop_timeout``. Takes no lock and never blocks (it runs from finalizers);
+        the pipe's write end stays open as long as this object, so the descriptor is ours."""
+        try:
+            os.write(self._stop_w, STOP_RECORD.pack(pid))
+        except OSError:
+            pass  # the server is gone (its workers with it) or, absurdly, 512 stops behind
 
     def exit_code(self, pid: int, timeout: float) -> int | None:
         """The exit status of worker ``pid`` (negative: killed by that signal), if known."""
@@ -123,8 +140,10 @@ class ForkServer:
             f"the local fork server (pid {self.pid}) exited unexpectedly (code {code})"
         )
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the server; its remaining workers are stopped with it. Idempotent."""
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the server; its remaining workers are stopped with it, and this waits up to
+        ``timeout`` for them to finish (then kills the server, and the workers die with it).
+        Idempotent; another thread may wait at the same time."""
         with self._lock:
             self._closed = True
             self._ctrl.close()

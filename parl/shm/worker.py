@@ -6,11 +6,21 @@ the protocol stream. The worker ends when the caller closes the connection, when
 process dies (watched through a pidfd, so even a descriptor inherited by some other process
 cannot keep it alive), when the fork server dies (``PR_SET_PDEATHSIG``), or when it exceeds its
 ``max_memory``.
+
+It ends like a Python program, within ``stop_timeout`` seconds: the instance is dropped (its
+``__del__`` runs, the files it holds are flushed and closed), the handlers registered with
+``atexit`` in the worker run (TensorBoard writers of ``parl.utils.summary`` close there), files
+still open are flushed, then the process leaves. Closing an actor sends SIGTERM too: a worker
+busy in a method gets :class:`ActorClosing` raised there (its ``finally`` blocks run), then
+finishes the same way. The fork server kills a worker that has not ended ``stop_timeout``
+seconds after it was told to stop. Only a worker over its ``max_memory`` leaves at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import gc
 import io
 import os
 import signal
@@ -18,14 +28,41 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from parl.shm import afterfork
+
+if TYPE_CHECKING:  # pragma: no cover
+    from parl.wire.framing import FrameSocket
 
 EXIT_MAX_MEMORY = 86  # exit status of a worker stopped for exceeding max_memory
+DEFAULT_STOP_TIMEOUT_S = 5.0  # how long a worker told to stop may take to finish
 _MEMORY_POLL_S = 0.05
+_WRITABLE_FILES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+
+
+class ActorClosing(BaseException):
+    """Raised in a worker's main thread when its actor is closed while the worker serves it
+    (SIGTERM), so that a busy method is interrupted with its ``finally`` blocks run."""
+
+
+_serving = False  # in _serve's try block, where ActorClosing is caught
+_stoppable = False  # True while SIGTERM may raise ActorClosing (once)
+_worker_pid = 0
+_mask_before_fork: set[int | signal.Signals] = set()
 
 
 def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
-    """Serve one actor; returns the exit status."""
+    """Serve one actor, then finish; returns the exit status."""
+    global _worker_pid
+    _worker_pid = os.getpid()
+    signal.signal(signal.SIGTERM, _on_stop)
+    _keep_unraisable_stops()
+    os.register_at_fork(  # processes the actor forks get the default SIGTERM, without a gap
+        before=_block_sigterm, after_in_parent=_restore_mask, after_in_child=_default_sigterm
+    )
+    afterfork.own_exit_handlers()
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     os.close(out_fd)
@@ -33,8 +70,7 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
     sys.stdout = _line_stream(1)
     sys.stderr = _line_stream(2)
     _die_with_parent()
-    caller_pid = options["caller_pid"]
-    _watch_caller(caller_pid)
+    _watch_caller(options["caller_pid"], options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
     if "env" in options:  # the caller's environment now, not when the fork server started
         os.environ.clear()
         os.environ.update(options["env"])
@@ -45,28 +81,138 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
         os.chdir(options.get("cwd") or "/")
     except OSError:
         pass
+    afterfork.fresh_random_streams()
+    afterfork.limit_threads(options.get("num_threads"))
     max_memory = options.get("max_memory")
     if max_memory:
         _watch_memory(int(max_memory * 1024 * 1024), options.get("label", "actor"))
-
-    from parl.shm.link import ShmLink
-    from parl.shm.segment import segment_table
-    from parl.wire.dispatch import serve
     from parl.wire.framing import FrameSocket
 
     sock = FrameSocket(socket.socket(fileno=sock_fd))
+    code = _serve(sock, options.get("threshold", 1 << 17))
+    _finish()  # the connection stays open until the process ends: the caller sees one death
+    return code
+
+
+def _serve(sock: FrameSocket, threshold: int) -> int:
+    """Run the actor until its connection ends or it is told to stop; the exit status.
+
+    The instance is dropped here, after stopping can no longer interrupt its ``__del__``."""
+    global _serving, _stoppable
+    from parl.shm.link import ShmLink
+    from parl.shm.segment import segment_table
+    from parl.wire.dispatch import serve
+
+    instance: Any = None
+    code = 0
     try:
-        serve(sock, ShmLink(segment_table(), options.get("threshold", 1 << 17)))
-    except (ConnectionError, BrokenPipeError):
-        pass  # the caller went away mid-message
-    finally:
-        sock.close()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-    return 0
+        _serving = _stoppable = True
+        instance = serve(sock, ShmLink(segment_table(), threshold))
+    except BaseException as exc:  # noqa: BLE001 - how the worker ends
+        _serving = _stoppable = False
+        code = _exit_status(exc)
+    _serving = _stoppable = False
+    instance = None  # noqa: F841 - its __del__ runs now
+    return code
+
+
+def _exit_status(exc: BaseException) -> int:
+    if isinstance(exc, (ActorClosing, ConnectionError)):
+        return 0  # closed while busy, or the caller went away mid-message
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    return 1
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    global _stoppable
+    if os.getpid() != _worker_pid:  # a child the actor forked, signalled before it reset this
+        _default_sigterm()
+        os.kill(os.getpid(), signum)
+        return
+    if _stoppable:
+        _stoppable = False  # once: the finish that follows is not interrupted
+        raise ActorClosing(f"the actor was closed (signal {signum})")
+
+
+def _keep_unraisable_stops() -> None:
+    """ActorClosing raised inside a finalizer (a weakref callback, a ``__del__``) is dropped
+    by Python there. Say nothing, and raise it again once the frame the finalizer interrupted
+    runs on: from a profile function, whose exceptions propagate into the profiled code."""
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        tb = unraisable.exc_traceback
+        if unraisable.exc_type is not ActorClosing:
+            previous_hook(unraisable)
+            return
+        if not _serving or tb is None or tb.tb_frame.f_back is None:
+            return  # the worker is finishing anyway
+        outer = tb.tb_frame.f_back
+        previous_profile = sys.getprofile()
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if frame.f_code is hook.__code__:
+                return  # the events of installing this one
+            if not _serving:  # it ended meanwhile (the instance is being dropped, say)
+                sys.setprofile(previous_profile)
+            elif frame is outer or frame.f_back is outer:  # (a finalizer again: once more)
+                sys.setprofile(previous_profile)
+                raise ActorClosing("the actor was closed")
+
+        sys.setprofile(profile)
+
+    sys.unraisablehook = hook
+
+
+def _block_sigterm() -> None:
+    """Before a fork: a SIGTERM for the child must wait until the child has the default
+    action, else this process's handler would catch it there and lose it."""
+    global _mask_before_fork
+    _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _restore_mask() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
+
+
+def _default_sigterm() -> None:
+    global _stoppable
+    _stoppable = False
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _restore_mask()
+
+
+def _finish() -> None:
+    """What the end of a Python program does for objects, exit handlers and files (not its
+    wait for non-daemon threads); the fork server's deadline bounds it all."""
+    gc.collect()  # instances caught in reference cycles
+    atexit._run_exitfuncs()
+    _flush_open_files()
+
+
+def _flush_open_files() -> None:
+    """Files still open (say in a module's globals) are flushed, as at interpreter exit; the
+    fork server's own standard streams are not (their buffers hold the server's output)."""
+    inherited = {id(sys.__stdout__), id(sys.__stderr__)}
+    for stream in (sys.__stdout__, sys.__stderr__):
+        inherited.add(id(getattr(stream, "buffer", None)))
+    files = [
+        obj
+        for obj in gc.get_objects()
+        if issubclass(type(obj), _WRITABLE_FILES) and id(obj) not in inherited
+    ]
+    files.sort(key=lambda f: not isinstance(f, io.TextIOWrapper))  # text into its buffer first
+    for file in files:
+        try:
+            if not file.closed:
+                file.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _line_stream(fd: int) -> io.TextIOWrapper:
@@ -85,7 +231,8 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _watch_caller(caller_pid: int) -> None:
+def _watch_caller(caller_pid: int, stop_timeout: float) -> None:
+    """When the caller dies, finish as if closed (the connection ends too) within the bound."""
     try:
         pidfd = os.pidfd_open(caller_pid)
     except ProcessLookupError:
@@ -97,6 +244,8 @@ def _watch_caller(caller_pid: int) -> None:
         from parl.wire.framing import wait_readable
 
         wait_readable([pidfd], None)
+        os.kill(os.getpid(), signal.SIGTERM)  # interrupts a busy method
+        time.sleep(stop_timeout)
         os._exit(0)
 
     threading.Thread(target=watch, name="parl-caller-watch", daemon=True).start()

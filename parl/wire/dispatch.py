@@ -40,15 +40,16 @@ class ClassRef(NamedTuple):
         return getattr(obj, "_original", obj)
 
 
-def serve(sock: FrameSocket, link: Link) -> None:
-    """Run requests until the caller closes the connection."""
+def serve(sock: FrameSocket, link: Link) -> Any:
+    """Run requests until the caller closes the connection; returns the instance, so that the
+    worker chooses when it is dropped (and its ``__del__`` runs)."""
     instance: Any = None
     classes = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
     while True:
         sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
         frame = sock.recv()
         if frame is None:
-            return
+            return instance
         kind, call_id = protocol.peek(frame)
         what = "the result"
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -354,3 +355,119 @@ class AsyncSubSampler(Sampler):
 
     def triple(self, x):
         return 3 * x
+
+
+def _touch(path):
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+class _Token:
+    pass
+
+
+class _Writer:
+    """Writes lines into a buffered file it never flushes; leaves marker files when its
+    ``__del__``, its atexit handler and the ``finally`` of a busy method run."""
+
+    def __init__(self, folder):
+        import atexit
+
+        self.folder = folder
+        self.file = open(os.path.join(folder, "lines.txt"), "w", buffering=1 << 20)
+        atexit.register(_touch, os.path.join(folder, "atexit"))
+
+    def write(self, n):
+        for i in range(n):
+            self.file.write(f"line {i}\n")
+
+    def pid(self):
+        return os.getpid()
+
+    def busy(self):
+        _touch(os.path.join(self.folder, "busy"))
+        try:
+            while True:
+                time.sleep(0.01)
+        finally:
+            _touch(os.path.join(self.folder, "finally"))
+
+    def busy_in_finalizers(self):
+        """Spends most of its time in weakref callbacks, where Python drops exceptions."""
+        import weakref
+
+        try:
+            for i in itertools.count():
+                weakref.finalize(_Token(), time.sleep, 0.009)  # runs as the token dies
+                time.sleep(0.001)
+                if i == 10:
+                    _touch(os.path.join(self.folder, "busy"))
+        finally:
+            _touch(os.path.join(self.folder, "finally"))
+
+    def __del__(self):
+        _touch(os.path.join(self.folder, "del"))
+
+
+Writer = parl.remote_class(_Writer)
+AsyncWriter = parl.remote_class(wait=False)(_Writer)
+
+
+@parl.remote_class
+class Stubborn:
+    """Its ``__del__`` never returns."""
+
+    def pid(self):
+        return os.getpid()
+
+    def __del__(self):
+        while True:
+            time.sleep(0.01)
+
+
+@parl.remote_class
+class Scalars:
+    def write(self, folder, n):
+        from parl.utils import summary
+
+        summary.set_dir(folder)
+        for step in range(n):
+            summary.add_scalar("train/value", float(step), step)
+
+    def pid(self):
+        return os.getpid()
+
+
+class _Draws:
+    def draws(self):
+        import random
+
+        import torch
+
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    def threads(self):
+        import torch
+
+        return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+    def threads_with_numpy(self):
+        """Python's threads, and all threads before and after matrix products (numpy's BLAS
+        pool is the difference)."""
+        import threading
+
+        before = len(os.listdir("/proc/self/task"))
+        a = np.ones((1000, 1000))
+        for _ in range(3):
+            a @ a
+        return threading.active_count(), before, len(os.listdir("/proc/self/task"))
+
+    def pid(self):
+        return os.getpid()
+
+    def apply(self, fn, *args):
+        return fn(*args)
+
+
+Draws = parl.remote_class(_Draws)
+ThreeThreads = parl.remote_class(num_threads=3)(_Draws)

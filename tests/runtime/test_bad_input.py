@@ -9,7 +9,7 @@ from tests.runtime.actors import Sampler
 
 
 def test_unknown_keyword_lists_the_valid_ones():
-    with pytest.raises(TypeError, match="'gpu'.*valid keywords are: max_memory, wait"):
+    with pytest.raises(TypeError, match="'gpu'.*valid keywords are: max_memory, num_threads, wait"):
         parl.remote_class(gpu=1)
 
 
