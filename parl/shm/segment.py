@@ -33,6 +33,7 @@ import mmap
 import os
 import threading
 import weakref
+from collections import deque
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -259,6 +260,7 @@ class SegmentTable:
         self._dropped_listeners.add(listener)
 
     def stats(self) -> dict[str, int]:
+        self.allocator._process_returned()
         with self._lock:
             owned = [s for s in self._by_id.values() if s.owned]
             return {
@@ -300,6 +302,7 @@ class Allocator:
         self._used: dict[int, int] = {}  # segment id -> blocks in use
         self._free_segments: list[Segment] = []  # whole free segments, oldest first
         self._free_bytes = 0
+        self._returned: deque[tuple[Segment, int]] = deque()  # blocks dropped, to file
 
     def block(self, nbytes: int, handle: bool = False) -> np.ndarray:
         """A block of ``nbytes`` bytes (uint8). ``handle``: a ``parl.shm`` array, shared with
@@ -310,8 +313,10 @@ class Allocator:
         """A block of ``nbytes`` bytes, the segment that holds it and its offset there."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        self._process_returned()
         slot = max(PAGE, 1 << max(0, nbytes - 1).bit_length())
         segment, offset = self._take(slot)
+        self._process_returned()  # blocks dropped while _take held the lock
         assert segment.shared is not None
         block = segment.shared.view(offset, nbytes)
         segment.blocks[offset] = (weakref.ref(block), handle)
@@ -360,17 +365,41 @@ class Allocator:
 
     def free_count(self) -> int:
         """Whole segments kept free for reuse."""
+        self._process_returned()
         with self._lock:
             return len(self._free_segments)
 
     def _give_back(self, segment: Segment, offset: int) -> None:
-        slot = segment.slot
+        """A block's last reference is gone (a finalizer: it may run in any thread, and inside
+        this allocator's own locked code when a collection frees a block there). The block is
+        queued and the queue is processed now if the lock is free, else by its holder."""
+        self._returned.append((segment, offset))
+        self._process_returned()
+
+    def _process_returned(self) -> None:
+        while self._returned and self._lock.acquire(blocking=False):
+            try:
+                evicted, removed = self._take_returned()
+            finally:
+                self._lock.release()
+            for segment, offset in removed:
+                if segment.shared is not None:
+                    # over the budget in a slab still in use: give the slot's memory back
+                    segment.shared.mmap.madvise(mmap.MADV_REMOVE, offset, segment.slot)
+            for old in evicted:
+                self._table._remove(old)
+
+    def _take_returned(self) -> tuple[list[Segment], list[tuple[Segment, int]]]:
+        """Called with the lock held: file the returned blocks; returns the segments to close
+        and the slots to give back to the kernel (done after the lock is released)."""
         evicted: list[Segment] = []
-        remove_slot = False
-        with self._lock:
+        removed: list[tuple[Segment, int]] = []
+        while self._returned:
+            segment, offset = self._returned.popleft()
+            slot = segment.slot
             segment.blocks.pop(offset, None)
             if segment.segment_id not in self._segments:
-                return  # trimmed
+                continue  # trimmed
             used = self._used[segment.segment_id] - 1
             self._used[segment.segment_id] = used
             self._free_bytes += slot
@@ -388,13 +417,10 @@ class Allocator:
                     self._forget_segment(old)
                     evicted.append(old)
                 else:
-                    remove_slot = slot < segment.size and used > 0
+                    if slot < segment.size and used > 0:
+                        removed.append((segment, offset))
                     break
-        if remove_slot and segment.shared is not None:
-            # over the budget in a slab still in use: give this slot's memory back
-            segment.shared.mmap.madvise(mmap.MADV_REMOVE, offset, slot)
-        for old in evicted:
-            self._table._remove(old)
+        return evicted, removed
 
     def _forget_segment(self, segment: Segment) -> None:
         """Called with the lock held: a whole free ``segment`` leaves the allocator."""
@@ -406,6 +432,7 @@ class Allocator:
 
     def trim(self) -> None:
         """Close every whole free segment."""
+        self._process_returned()
         with self._lock:
             evicted, self._free_segments = self._free_segments, []
             for segment in evicted:

@@ -289,3 +289,26 @@ def test_leases_come_back_when_views_are_dropped(sampler):
     assert segment_table().stats()["segments"] == before
     assert conn.label.startswith("Sampler pid=")
     del out
+
+
+def test_a_block_dropped_inside_the_allocators_lock_does_not_deadlock():
+    """A block's finalizer may run while its own thread holds the allocator's lock (a garbage
+    collection inside the allocator frees a block in a cycle): it must queue, not wait."""
+    import threading
+
+    from parl.shm.segment import SegmentTable
+
+    table = SegmentTable()
+    holder = {"block": table.allocator.block(1 << 20)}
+    address = holder["block"].ctypes.data
+
+    def drop_under_lock():
+        with table.allocator._lock:
+            del holder["block"]  # the finalizer runs right here
+
+    thread = threading.Thread(target=drop_under_lock, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the finalizer waited for a lock its own thread holds"
+    assert table.allocator.block(1 << 20).ctypes.data == address  # filed, then reused
+    table.close_all()
