@@ -39,7 +39,7 @@ class ShmLink:
     def __init__(self, table: SegmentTable, threshold: int = DEFAULT_THRESHOLD) -> None:
         self._table = table
         self._threshold = threshold
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered when a collection under it drops a segment
         self._peer_has: set[int] = set()  # segments the peer has been given a descriptor of
         self._new: list[tuple[int, int, int, int]] = []
         self._dropped: list[int] = []
