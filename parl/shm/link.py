@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from parl.errors import ParlError
-from parl.shm.segment import PAGE, Mapping, Segment, SegmentTable
+from parl.shm.allocator import PAGE
+from parl.shm.segment import Mapping, Segment, SegmentTable
 from parl.wire.protocol import SharedRef
 
 DEFAULT_THRESHOLD = 1 << 17  # 128 KiB: below this a buffer is cheaper inline

@@ -12,8 +12,9 @@ import torch
 
 import parl
 import parl.shm
+from parl.shm.allocator import MIN_SEGMENT
 from parl.shm.link import ShmLink
-from parl.shm.segment import MIN_SEGMENT, segment_table
+from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
 from tests.runtime.actors import Sampler
@@ -61,7 +62,8 @@ def test_block_lives_while_any_view_lives():
 
 
 def test_small_blocks_share_a_segment_large_ones_have_their_own():
-    from parl.shm.segment import SLAB_SIZE, SegmentTable
+    from parl.shm.allocator import SLAB_SIZE
+    from parl.shm.segment import SegmentTable
 
     table = SegmentTable(cache_bytes=1 << 30)
     small = [table.allocator.block(200_000) for _ in range(100)]
