@@ -123,7 +123,10 @@ class LocalCarrier:
             forwarder.add(err_r, "stderr", f"({label}) ")
         liveness = _WorkerLiveness(self, server, pid, label, options.get("max_memory"))
         return Connection(
-            FrameSocket(ours), ShmLink(segment_table(), self.threshold), liveness, label
+            FrameSocket(ours),
+            ShmLink(segment_table(), self.threshold, ProcessGone(pid)),
+            liveness,
+            label,
         )
 
     def _actor_gone(self) -> None:
@@ -178,6 +181,29 @@ class LocalCarrier:
     def server_pid(self) -> int | None:
         server = self._server
         return server.pid if server is not None else None
+
+
+class ProcessGone:
+    """True once process ``pid`` has ended (its pidfd is readable); for a link's lent memory."""
+
+    def __init__(self, pid: int) -> None:
+        self._gone = False
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self._pidfd, self._gone = None, True
+
+    def __call__(self) -> bool:
+        if not self._gone and self._pidfd is not None and wait_readable([self._pidfd], 0):
+            self._gone = True
+        if self._gone and self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return self._gone
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
 
 
 class _WorkerLiveness:

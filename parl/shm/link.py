@@ -24,6 +24,7 @@ import resource
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,20 @@ DEFAULT_THRESHOLD = 1 << 17  # 128 KiB: below this a buffer is cheaper inline
 
 
 class ShmLink:
-    def __init__(self, table: SegmentTable, threshold: int = DEFAULT_THRESHOLD) -> None:
+    """``peer_gone`` tells when the peer's process has ended: the memory lent to it stays lent
+    after :meth:`close` until then, since a closed peer may still be finishing (running
+    ``__del__``, ``atexit`` handlers) with our blocks in view. Without it (a worker's link to
+    its caller), lent memory stays lent for the life of this process."""
+
+    def __init__(
+        self,
+        table: SegmentTable,
+        threshold: int = DEFAULT_THRESHOLD,
+        peer_gone: Callable[[], bool] | None = None,
+    ) -> None:
         self._table = table
         self._threshold = threshold
+        self._peer_gone = peer_gone
         self._lock = threading.RLock()  # re-entered when a collection under it drops a segment
         self._peer_has: set[int] = set()  # segments the peer has been given a descriptor of
         self._new: list[tuple[int, int, int, int]] = []
@@ -53,6 +65,8 @@ class ShmLink:
     # -- sending side -------------------------------------------------------------------------
 
     def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
+        if _parked:
+            release_parked()
         raw = buffer.raw()
         nbytes = raw.nbytes
         if not nbytes:
@@ -166,13 +180,36 @@ class ShmLink:
             pop(lease, None)
 
     def close(self) -> None:
-        self._leases.clear()
+        leases, self._leases = self._leases, {}
+        if leases:
+            with _parked_lock:
+                _parked.append((self._peer_gone or _never, leases))
+        release_parked()
         for segment_id in list(self._received):
             self._table.forget(segment_id)
         self._received.clear()
 
     def lease_count(self) -> int:
         return len(self._leases)
+
+
+# memory lent to peers that were closed but may still be running: (peer_gone, leases)
+_parked: list[tuple[Callable[[], bool], dict[int, Any]]] = []
+_parked_lock = threading.Lock()
+
+
+def _never() -> bool:
+    return False
+
+
+def release_parked() -> None:
+    """Give back the memory lent to closed peers whose processes have ended."""
+    with _parked_lock:
+        done = [entry for entry in _parked if entry[0]()]
+        if not done:
+            return
+        _parked[:] = [entry for entry in _parked if entry not in done]
+    done.clear()  # the leases' blocks are freed here, outside the lock
 
 
 def _handle_dropped(releases: deque[int], lease: int, pin: Any) -> None:

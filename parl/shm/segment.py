@@ -42,6 +42,9 @@ from parl.shm.allocator import (
     Allocator,
 )
 
+_NONCE_MASK = (1 << 20) - 1
+_COUNTER_MASK = (1 << 22) - 1
+
 
 class Mapping:
     """One mapping of a segment in this process.
@@ -128,6 +131,10 @@ class SegmentTable:
         self._holders: dict[int, int] = {}  # peer segment -> links that announced it
         self._starts: list[int] = []  # sorted start addresses of live mappings
         self._by_start: dict[int, weakref.ref[Mapping]] = {}
+        # ids: pid, a random nonce (a later process with the same pid must not reuse the ids
+        # of a dead one that its peers still know), a counter
+        nonce = int.from_bytes(os.urandom(4), "little") & _NONCE_MASK
+        self._id_base = ((self.pid & 0x3FFFFF) << 42) | (nonce << 22)
         self._counter = itertools.count(1)
         self.allocator = Allocator(self, cache_bytes)
         self._dropped_listeners: weakref.WeakSet[_DropListener] = weakref.WeakSet()
@@ -141,7 +148,8 @@ class SegmentTable:
             raise _limit_error(exc, "create a shared-memory segment") from exc
         try:
             os.ftruncate(fd, size)
-            segment = Segment((self.pid << 32) | next(self._counter), size, fd, True, slot)
+            segment_id = self._id_base | (next(self._counter) & _COUNTER_MASK)
+            segment = Segment(segment_id, size, fd, True, slot)
             self.mapping(segment, private=False)
         except BaseException:
             os.close(fd)

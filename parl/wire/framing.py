@@ -162,7 +162,9 @@ class FrameSocket:
         meta = bytearray(meta_len)
         self._read_into(memoryview(meta))
         # every descriptor rode on the head, which has been read by now
-        fds = [self._fds.popleft() for _ in range(fd_count)] if fd_count else []
+        # (fewer when the kernel dropped some: this process is out of descriptors; the
+        # stream stays in step and the receiver reports the shortfall)
+        fds = [self._fds.popleft() for _ in range(min(fd_count, len(self._fds)))]
         bodies = []
         for length in lengths:
             body = bytearray(length)
