@@ -105,6 +105,13 @@ class ShmLink:
             return None
         return self._table.allocator.block(nbytes)
 
+    def is_handle(self, address: int, nbytes: int) -> bool:
+        found = self._table.find(address, nbytes)
+        if found is None or found.mapping.private:
+            return False
+        segment = found.segment
+        return not segment.owned or self._table.allocator.block_of(segment, found.offset)[1]
+
     def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         with self._lock:
             new, self._new = self._new, []

@@ -66,6 +66,10 @@ class Link(Protocol):
         """Writable memory to build an outgoing buffer of ``nbytes`` in (a non-contiguous
         array is copied there once and then sent like any buffer), or None."""
 
+    def is_handle(self, address: int, nbytes: int) -> bool:
+        """Whether the memory is a shared handle (a strided view of it then travels as the
+        bytes it spans, so that the peer writes into the same memory)."""
+
     def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         """Segments first referenced since the last call, as (segment, size, slot, fd), and
         the segments the peer may forget."""
@@ -97,6 +101,9 @@ class InlineLink:
 
     def stage(self, nbytes: int) -> Any:
         return None
+
+    def is_handle(self, address: int, nbytes: int) -> bool:
+        return False
 
     def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         return [], []
@@ -145,7 +152,7 @@ def encode(kind: int, call_id: int, payload: Any, link: Link) -> tuple[bytes, li
     Raises :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link
     is left untouched in that case.
     """
-    stream, buffers = dumps(payload, link.stage)
+    stream, buffers = dumps(payload, link)
     refs = bytearray()
     bodies: list[Any] = []
     for buffer in buffers:

@@ -19,8 +19,7 @@ import io
 import pickle
 import sys
 import types
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from parl.errors import SerializationError
 from parl.wire import classes
@@ -64,28 +63,69 @@ def _reduce_tensor(obj: Any) -> Any:
     tensor = obj.detach()
     if tensor.is_conj() or tensor.is_neg():
         tensor = tensor.resolve_conj().resolve_neg()
-    tensor = tensor.contiguous()
     dtype_name = str(tensor.dtype).removeprefix("torch.")
     view_dtype = ""
     if dtype_name in _VIEW_AS_INT:
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
         tensor = tensor.view(getattr(torch, _VIEW_AS_INT[dtype_name]))
         view_dtype = dtype_name
     try:
-        array = tensor.numpy()
+        array = tensor.numpy()  # strided like the tensor: the array reducer handles the layout
     except (TypeError, RuntimeError):
         return NotImplemented
     is_parameter = isinstance(obj, torch.nn.Parameter)
     return _rebuild_tensor, (array, obj.requires_grad, is_parameter, view_dtype)
 
 
-Stage = Callable[[int], Any]  # nbytes -> writable memory to build a buffer in, or None
+class Memory(Protocol):
+    """What the carrier's link tells the pickler about memory (see ``parl.wire.protocol``)."""
+
+    def stage(self, nbytes: int) -> Any:
+        """Writable memory to build an outgoing buffer of ``nbytes`` in, or None."""
+
+    def is_handle(self, address: int, nbytes: int) -> bool:
+        """Whether ``[address, address + nbytes)`` is memory shared on purpose (a handle)."""
+
+
+class _Extent:
+    """The bytes spanned by a strided array, as an array whose base keeps that array alive."""
+
+    def __init__(self, start: int, nbytes: int, owner: Any) -> None:
+        self.__array_interface__ = {
+            "data": (start, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+        self.owner = owner
+
+
+def _rebuild_strided(extent: Any, dtype: Any, shape: tuple, strides: tuple, cls: Any) -> Any:
+    np = sys.modules["numpy"]
+    out = np.ndarray(shape, dtype, buffer=extent, strides=strides)
+    return out if cls is None else out.view(cls)
+
+
+def _strided_handle(obj: Any, cls: Any, memory: Memory | None, np: Any) -> Any:
+    """A strided view of a shared handle (``buf[:, 0]``) travels as the handle's bytes it spans
+    plus its strides, so that the receiver writes into the same memory; None otherwise."""
+    if memory is None or obj.size == 0 or any(stride < 0 for stride in obj.strides):
+        return None
+    start = obj.__array_interface__["data"][0]
+    span = sum((n - 1) * stride for n, stride in zip(obj.shape, obj.strides, strict=True))
+    span += obj.itemsize
+    if not memory.is_handle(start, span):
+        return None
+    extent = np.asarray(_Extent(start, span, obj))
+    return _rebuild_strided, (extent, obj.dtype, obj.shape, obj.strides, cls)
 
 
 def _rebuild_subclass(base: Any, cls: type) -> Any:
     return base.view(cls)
 
 
-def _reduce_array(obj: Any, stage: Stage | None) -> Any:
+def _reduce_array(obj: Any, memory: Memory | None) -> Any:
     """Out-of-band buffers for the arrays numpy itself pickles in band: non-contiguous arrays
     (copied once, into ``stage`` memory when the link offers it) and plain subclasses (matrix,
     recarray, memmap...: the data out of band, the class applied again on arrival)."""
@@ -104,16 +144,39 @@ def _reduce_array(obj: Any, stage: Stage | None) -> Any:
         return NotImplemented  # numpy's own reduction is out of band already
     base = obj.view(np.ndarray)
     if not contiguous:
-        memory = stage(obj.nbytes) if stage is not None and obj.nbytes else None
-        if memory is None:
+        handle = _strided_handle(base, None if cls is np.ndarray else cls, memory, np)
+        if handle is not None:
+            return handle
+        staged = memory.stage(obj.nbytes) if memory is not None and obj.nbytes else None
+        if staged is None:
             base = np.ascontiguousarray(base)
         else:
-            out = memory.view(obj.dtype).reshape(obj.shape)
+            out = staged.view(obj.dtype).reshape(obj.shape)
             np.copyto(out, base)
             base = out
     if cls is np.ndarray:
         return base.__reduce_ex__(PROTOCOL)
     return _rebuild_subclass, (base, cls)
+
+
+def _rebuild_exception(cls: type, args: tuple, state: dict | None) -> BaseException:
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    if state:
+        exc.__dict__.update(state)
+    return exc
+
+
+def _reduce_exception(obj: BaseException) -> Any:
+    """Exceptions are rebuilt without calling ``__init__`` (pickle calls ``cls(*args)``, which
+    fails for an ``__init__(self, code, message)`` that passes a formatted message up): the
+    class, its ``args`` and its attributes, as they were."""
+    cls = type(obj)
+    if cls.__reduce__ is not BaseException.__reduce__ or any(
+        "__new__" in vars(base) for base in cls.__mro__ if base.__module__ != "builtins"
+    ):
+        return NotImplemented  # e.g. OSError, or a __new__ of its own: pickled their way
+    return _rebuild_exception, (cls, obj.args, obj.__dict__ or None)
 
 
 class _ByValue(Exception):
@@ -123,7 +186,7 @@ class _ByValue(Exception):
 class _Reducer:
     """What both picklers share: classes by id or by value, functions, tensors, arrays."""
 
-    stage: Stage | None = None
+    memory: Memory | None = None
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -138,9 +201,11 @@ class _Reducer:
                     return hook(obj)
                 return classes.reference(obj) or self._class_by_value(obj)
             return self._class_by_reference(obj)
+        if issubclass(kind, BaseException):
+            return _reduce_exception(obj)
         reduced = _reduce_tensor(obj)
         if reduced is NotImplemented:
-            reduced = _reduce_array(obj, self.stage)
+            reduced = _reduce_array(obj, self.memory)
         return reduced
 
     def _class_by_value(self, obj: type) -> Any:
@@ -201,20 +266,21 @@ def _by_value_in_cloudpickle(obj: Any) -> None:
         _registered_mains.add(name)
 
 
-def dumps(obj: Any, stage: Stage | None = None) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps(obj: Any, memory: Memory | None = None) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Serialize ``obj``; returns the pickle stream and its out-of-band buffers.
 
-    ``stage`` (from the link) gives memory that a non-contiguous array is copied into once.
+    ``memory`` (the link) says which memory is a shared handle and gives memory that a
+    non-contiguous array is copied into once.
 
     Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when ``obj`` cannot be
     pickled, naming the part of it that cannot (``B.run -> global HEADER``).
     """
     try:
-        return _dump(_Pickler, obj, stage)
+        return _dump(_Pickler, obj, memory)
     except Exception:  # noqa: BLE001 - any failure means "try by value"
         pass
     try:
-        return _dump(_full_pickler_class(), obj, stage)
+        return _dump(_full_pickler_class(), obj, memory)
     except Exception as exc:  # noqa: BLE001
         message = f"{type(exc).__name__}: {exc}"
         found = find_unpicklable(obj, _can_pickle)
@@ -224,12 +290,12 @@ def dumps(obj: Any, stage: Stage | None = None) -> tuple[bytes, list[pickle.Pick
 
 
 def _dump(
-    pickler_class: type, obj: Any, stage: Stage | None = None
+    pickler_class: type, obj: Any, memory: Memory | None = None
 ) -> tuple[bytes, list[pickle.PickleBuffer]]:
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     pickler = pickler_class(stream, PROTOCOL, buffer_callback=buffers.append)
-    pickler.stage = stage
+    pickler.memory = memory
     pickler.dump(obj)
     return stream.getvalue(), buffers
 

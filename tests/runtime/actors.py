@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -17,8 +18,9 @@ class CustomError(Exception):
 
 
 class UnpicklableError(Exception):
-    def __init__(self, a, b):  # pickles, but cannot be rebuilt from its args
+    def __init__(self, a, b):  # cannot be pickled: it holds a lock
         super().__init__(f"{a}-{b}")
+        self.lock = threading.Lock()
 
 
 @parl.remote_class

@@ -55,8 +55,9 @@ def run_script(tmp_path, source: str, timeout: float = 120) -> subprocess.Comple
 
 
 class NotRebuildable(Exception):
-    def __init__(self, a, b):  # pickles, but cannot be rebuilt from its args
+    def __init__(self, a, b):  # cannot be pickled: it holds a lock
         super().__init__(f"{a}-{b}")
+        self.lock = threading.Lock()
 
 
 def raise_with_cause():
