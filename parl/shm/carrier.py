@@ -24,7 +24,7 @@ from parl.errors import ActorDiedError, ActorMemoryError, ParlError
 from parl.shm.link import DEFAULT_THRESHOLD, ShmLink
 from parl.shm.output import OutputForwarder
 from parl.shm.pool import ForkServer
-from parl.shm.segment import segment_table
+from parl.shm.segment import _limit_error, segment_table
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket, wait_readable
@@ -80,6 +80,9 @@ class LocalCarrier:
             self._live += 1
         try:
             return self._start(server, forwarder, class_name, options)
+        except OSError as exc:
+            self._actor_gone()
+            raise _limit_error(exc, f"start a worker for {class_name}") from exc
         except BaseException:
             self._actor_gone()
             raise
@@ -87,13 +90,25 @@ class LocalCarrier:
     def _start(
         self, server: ForkServer, forwarder: OutputForwarder, class_name: str, options: dict
     ) -> Connection:
+        opened: list[int] = []  # closed again if starting fails half-way
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.forward_output:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-        else:
-            out_r, out_w = -1, os.open(os.devnull, os.O_WRONLY)
-            err_r, err_w = -1, os.open(os.devnull, os.O_WRONLY)
+        try:
+            if self.forward_output:
+                out_r, out_w = os.pipe()
+                opened += (out_r, out_w)
+                err_r, err_w = os.pipe()
+                opened += (err_r, err_w)
+            else:
+                out_r, out_w = -1, os.open(os.devnull, os.O_WRONLY)
+                opened.append(out_w)
+                err_r, err_w = -1, os.open(os.devnull, os.O_WRONLY)
+                opened.append(err_w)
+        except OSError:
+            ours.close()
+            theirs.close()
+            for fd in opened:
+                os.close(fd)
+            raise
         try:
             worker_options = {
                 "caller_pid": os.getpid(),

@@ -159,24 +159,44 @@ def _reduce_array(obj: Any, memory: Memory | None) -> Any:
     return _rebuild_subclass, (base, cls)
 
 
-def _rebuild_exception(cls: type, args: tuple, state: dict | None) -> BaseException:
-    exc = cls.__new__(cls, *args)
-    exc.args = args
+def _rebuild_exception(cls: type, base: Any, args: tuple, state: Any, slots: Any) -> Any:
+    exc = base.__new__(cls, *args)
+    base.__init__(exc, *args)  # the built-in fields (StopIteration.value, OSError.errno...)
     if state:
         exc.__dict__.update(state)
+    for name, value in (slots or {}).items():
+        setattr(exc, name, value)
     return exc
 
 
 def _reduce_exception(obj: BaseException) -> Any:
-    """Exceptions are rebuilt without calling ``__init__`` (pickle calls ``cls(*args)``, which
-    fails for an ``__init__(self, code, message)`` that passes a formatted message up): the
-    class, its ``args`` and its attributes, as they were."""
+    """An exception class of the user's is rebuilt without calling its ``__init__`` (pickle
+    calls ``cls(*args)``, which fails for an ``__init__(self, code, message)`` that passes a
+    formatted message up): its first built-in base makes it from ``args`` as pickle would,
+    then its attributes (``__dict__`` and slots) are put back as they were."""
     cls = type(obj)
-    if cls.__reduce__ is not BaseException.__reduce__ or any(
-        "__new__" in vars(base) for base in cls.__mro__ if base.__module__ != "builtins"
+    if cls.__module__ == "builtins":
+        return NotImplemented  # built-in exceptions pickle well as they are
+    base = next(b for b in cls.__mro__ if b.__module__ == "builtins")
+    if cls.__reduce__ is not base.__reduce__ or any(
+        "__new__" in vars(b) for b in cls.__mro__ if b.__module__ != "builtins"
     ):
-        return NotImplemented  # e.g. OSError, or a __new__ of its own: pickled their way
-    return _rebuild_exception, (cls, obj.args, obj.__dict__ or None)
+        return NotImplemented  # a reduction or a __new__ of its own: pickled its way
+    reduced = obj.__reduce__()
+    args = reduced[1] if isinstance(reduced, tuple) and len(reduced) > 1 else obj.args
+    slots = {
+        name: getattr(obj, name)
+        for klass in cls.__mro__
+        for name in _slot_names(klass)
+        if hasattr(obj, name)
+    }
+    return _rebuild_exception, (cls, base, tuple(args), obj.__dict__ or None, slots or None)
+
+
+def _slot_names(klass: type) -> list[str]:
+    slots = vars(klass).get("__slots__", ())
+    names = [slots] if isinstance(slots, str) else list(slots)
+    return [n for n in names if n not in ("__dict__", "__weakref__")]
 
 
 class _ByValue(Exception):
