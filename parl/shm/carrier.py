@@ -208,6 +208,10 @@ class ProcessGone:
         except OSError:  # already gone
             self._pidfd, self._gone = None, True
 
+    def fileno(self) -> int | None:
+        """Readable once the process has ended (None when that is known already)."""
+        return self._pidfd
+
     def __call__(self) -> bool:
         if not self._gone and self._pidfd is not None and wait_readable([self._pidfd], 0):
             self._gone = True

@@ -32,6 +32,7 @@ import numpy as np
 from parl.errors import ParlError
 from parl.shm.allocator import PAGE
 from parl.shm.segment import Mapping, Segment, SegmentTable
+from parl.wire.framing import wait_readable
 from parl.wire.protocol import SharedRef
 
 DEFAULT_THRESHOLD = 1 << 17  # 128 KiB: below this a buffer is cheaper inline
@@ -143,7 +144,8 @@ class ShmLink:
             raise ParlError(
                 f"{len(segments)} shared-memory segments were announced but {len(fds)} "
                 f"descriptors arrived: this process ran out of file descriptors (ulimit -n is "
-                f"{soft}); raise the limit or hold fewer received arrays"
+                f"{soft}); raise the limit or hold fewer received arrays (the descriptors of "
+                "dropped ones come back with the next call to the actor that sent them)"
             )
         # dropped first: a segment may be dropped and announced again in one message
         for segment_id in dropped:
@@ -189,8 +191,7 @@ class ShmLink:
     def close(self) -> None:
         leases, self._leases = self._leases, {}
         if leases:
-            with _parked_lock:
-                _parked.append((self._peer_gone or _never, leases))
+            _park(self._peer_gone or _never, leases)
         release_parked()
         for segment_id in list(self._received):
             self._table.forget(segment_id)
@@ -207,6 +208,39 @@ _parked_lock = threading.Lock()
 
 def _never() -> bool:
     return False
+
+
+_reaper_running = False
+
+
+def _park(peer_gone: Callable[[], bool], leases: dict[int, Any]) -> None:
+    """Keep ``leases`` until ``peer_gone()``; a daemon thread watches the peers' descriptors
+    (``peer_gone.fileno()``) so that the memory comes back even while this process is idle."""
+    global _reaper_running
+    with _parked_lock:
+        _parked.append((peer_gone, leases))
+        start = not _reaper_running and getattr(peer_gone, "fileno", None) is not None
+        if start:
+            _reaper_running = True
+    if start:
+        threading.Thread(target=_reap_parked, name="parl-lent-memory", daemon=True).start()
+
+
+def _reap_parked() -> None:
+    global _reaper_running
+    while True:
+        with _parked_lock:
+            fds = [fd for gone, _ in _parked if (fd := _fileno(gone)) is not None]
+            if not fds:
+                _reaper_running = False
+                return
+        wait_readable(fds, 1.0)
+        release_parked()
+
+
+def _fileno(peer_gone: Any) -> int | None:
+    fileno = getattr(peer_gone, "fileno", None)
+    return fileno() if fileno is not None else None
 
 
 def release_parked() -> None:

