@@ -142,6 +142,62 @@ class Table:
         print(f"{name:<58} {value:>14} {ratio:>24} {target:>12}", flush=True)
 
 
+def _caller_cost(call, n: int) -> tuple[float, float]:
+    """Function calls (cProfile, builtins included) and CPU seconds of the caller per call."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile(builtins=True)
+    profile.enable()
+    for _ in range(n):
+        call()
+    profile.disable()
+    calls = pstats.Stats(profile).total_calls / n  # type: ignore[attr-defined]
+    start = time.process_time()
+    for _ in range(n):
+        call()
+    return calls, (time.process_time() - start) / n
+
+
+def bench_call_cost(table: Table, n_calls: int) -> None:
+    """Machine-independent counts for the call path, with the reader's spin off on both sides
+    of the comparison (issue 7): the caller's function calls and CPU time per round trip."""
+    import parl.wire.caller as caller
+
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=_pipe_child, args=(child,))
+    proc.start()
+
+    def pipe_call() -> None:
+        parent.send(("noop", (), {}))
+        parent.recv()
+
+    pipe_calls, pipe_cpu = _caller_cost(pipe_call, n_calls)
+    parent.send(None)
+    proc.join()
+    spin, caller.SPIN_S = caller.SPIN_S, 0.0
+    try:
+        echo = Echo()
+        echo.noop()
+        calls, cpu = _caller_cost(echo.noop, n_calls)
+        parl.close_actor(echo)
+    finally:
+        caller.SPIN_S = spin
+    table.row("baseline: mp.Pipe caller, calls per round trip", f"{pipe_calls:.0f}", "1.00x")
+    table.row(
+        "trivial call, caller's function calls (spin off)",
+        f"{calls:.0f}",
+        f"{calls / pipe_calls:.2f}x pipe",
+        "<= 1.2x",
+    )
+    table.row(
+        "trivial call, caller CPU per call (spin off)",
+        f"{cpu * 1e6:.1f} us",
+        f"{cpu / pipe_cpu:.2f}x pipe ({pipe_cpu * 1e6:.1f} us)",
+        "<= 1.5x",
+    )
+
+
 def bench_calls(table: Table, pipe_us: float, n_calls: int) -> None:
     echo = Echo()
     for _ in range(200):
@@ -337,6 +393,7 @@ def main() -> None:
     table.row("baseline: multiprocessing.Pipe round trip, median", f"{pipe_us:.1f} us", "1.00x")
     copy = copy_gbps(reps)
     table.row("baseline: np.copyto 128 MiB", f"{copy:.2f} GB/s", "1.00x")
+    bench_call_cost(table, min(n_calls, 3000))
     bench_calls(table, pipe_us, n_calls)
     bench_arrays(table, copy, reps)
     bench_parallel(table, 1 if args.quick else 3)
