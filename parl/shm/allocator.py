@@ -24,7 +24,7 @@ PAGE = mmap.PAGESIZE
 SLAB_SIZE = 1 << 26  # segments that hold many small blocks
 MAX_SLOT = 1 << 22  # blocks above this get a segment of their own
 DEFAULT_CACHE_BYTES = 1 << 29  # free memory kept for reuse (512 MiB)
-MAX_FREE_SEGMENTS = 64  # whole free segments kept (each holds a descriptor)
+MAX_FREE_SEGMENTS = 16  # whole free segments kept (each holds a descriptor here and in peers)
 MIN_SEGMENT = PAGE  # the smallest block
 _MADV_POPULATE_WRITE = 23
 
@@ -89,7 +89,7 @@ class Allocator:
                     if segment.slot == slot:
                         self._claim(segment, slot)
                         return segment, 0
-        size = max(SLAB_SIZE, slot)
+        size = SLAB_SIZE if slot <= MAX_SLOT else slot  # large blocks: a segment each
         segment = self._table.new_segment(size, slot)
         if slot == size and segment.shared is not None:
             try:  # fault a fresh large segment in at once: ~15% faster than page by page

@@ -72,9 +72,13 @@ def test_small_blocks_share_a_segment_large_ones_have_their_own():
     assert all(b - a >= 200_000 for a, b in zip(addresses, addresses[1:], strict=False))
     big = table.allocator.block(SLAB_SIZE)
     assert table.stats()["owned"] == 2
+    assert table.stats()["owned_bytes"] == 2 * SLAB_SIZE
+    eight = table.allocator.block(8 << 20)  # above the slab limit: a segment of its own size
+    assert table.stats()["owned_bytes"] == 2 * SLAB_SIZE + (8 << 20)
+    del eight
     del small, big
     gc.collect()
-    assert table.stats()["blocks"] == 0 and table.allocator.free_count() == 2
+    assert table.stats()["blocks"] == 0 and table.allocator.free_count() == 3
     table.allocator.trim()
     assert table.stats()["owned"] == 0
 
