@@ -67,11 +67,7 @@ def memory_kind(array: Any) -> str | None:
     found = table.find(array.__array_interface__["data"][0], 1)
     if found is None:
         return None
-    if found.mapping.private:
-        return "value"
-    segment = found.segment
-    handle = not segment.owned or table.allocator.block_of(segment, found.offset)[1]
-    return "handle" if handle else "value"
+    return "handle" if table.is_handle(found) else "value"
 
 
 def is_shared(array: np.ndarray) -> bool:

@@ -24,7 +24,7 @@ from parl.errors import ActorDiedError, ActorMemoryError, ParlError
 from parl.shm.link import DEFAULT_THRESHOLD, ShmLink
 from parl.shm.output import OutputForwarder
 from parl.shm.pool import ForkServer
-from parl.shm.segment import _limit_error, segment_table
+from parl.shm.segment import limit_error, segment_table
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket, wait_readable
@@ -82,7 +82,7 @@ class LocalCarrier:
             return self._start(server, forwarder, class_name, options)
         except OSError as exc:
             self._actor_gone()
-            raise _limit_error(exc, f"start a worker for {class_name}") from exc
+            raise limit_error(exc, f"start a worker for {class_name}") from exc
         except BaseException:
             self._actor_gone()
             raise

@@ -77,8 +77,7 @@ class ShmLink:
         keep: Any = buffer
         if found is not None and not found.mapping.private:
             segment, offset = found.segment, found.offset
-            # a peer maps a segment shared only for handles; the owner knows each block's kind
-            handle = not segment.owned or self._table.allocator.block_of(segment, offset)[1]
+            handle = self._table.is_handle(found)
         elif (
             found is not None
             and nbytes >= self._threshold
@@ -108,10 +107,7 @@ class ShmLink:
 
     def is_handle(self, address: int, nbytes: int) -> bool:
         found = self._table.find(address, nbytes)
-        if found is None or found.mapping.private:
-            return False
-        segment = found.segment
-        return not segment.owned or self._table.allocator.block_of(segment, found.offset)[1]
+        return found is not None and self._table.is_handle(found)
 
     def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         with self._lock:

@@ -61,7 +61,7 @@ class Mapping:
         try:
             self.mmap = mmap.mmap(segment.fd, segment.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError as exc:
-            raise _limit_error(exc, "map a shared-memory segment") from exc
+            raise limit_error(exc, "map a shared-memory segment") from exc
         self.segment = segment
         self.private = private
         probe = ctypes.c_char.from_buffer(self.mmap)
@@ -145,7 +145,7 @@ class SegmentTable:
         try:
             fd = os.memfd_create(f"parl-{self.pid}", os.MFD_CLOEXEC)
         except OSError as exc:
-            raise _limit_error(exc, "create a shared-memory segment") from exc
+            raise limit_error(exc, "create a shared-memory segment") from exc
         try:
             os.ftruncate(fd, size)
             segment_id = self._id_base | (next(self._counter) & _COUNTER_MASK)
@@ -232,6 +232,14 @@ class SegmentTable:
             return None
         return Location(mapping, address - mapping.address)
 
+    def is_handle(self, found: Location) -> bool:
+        """Whether the memory at ``found`` is a shared handle (``parl.shm``): a peer maps a
+        segment shared only for handles; the owner knows the kind of each of its blocks."""
+        if found.mapping.private:
+            return False
+        segment = found.segment
+        return not segment.owned or self.allocator.block_of(segment, found.offset)[1]
+
     def _unlist(self, address: int) -> None:
         with self._lock:
             ref = self._by_start.get(address)
@@ -281,7 +289,7 @@ class SegmentTable:
             self._remove(segment)
 
 
-def _limit_error(exc: OSError, what: str) -> BaseException:
+def limit_error(exc: OSError, what: str) -> BaseException:
     """A clear error for running out of descriptors or mappings; other errors unchanged."""
     if exc.errno in (errno.EMFILE, errno.ENFILE):
         return ParlError(
@@ -310,8 +318,3 @@ def segment_table() -> SegmentTable:
                 _table = SegmentTable()
             table = _table
     return table
-
-
-def address_of(buffer: memoryview) -> int:
-    """Start address of a contiguous buffer."""
-    return int(np.frombuffer(buffer, np.uint8).ctypes.data) if buffer.nbytes else 0
