@@ -11,6 +11,7 @@ Every figure is printed with its ratio to the matching baseline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import multiprocessing as mp
@@ -52,6 +53,9 @@ class Echo:
 
     def first(self, a: np.ndarray) -> float:
         return float(a.flat[0])
+
+    def echo(self, value: object) -> object:
+        return value
 
     def pid(self) -> int:
         return os.getpid()
@@ -196,6 +200,32 @@ def bench_call_cost(table: Table, n_calls: int) -> None:
         f"{cpu / pipe_cpu:.2f}x pipe ({pipe_cpu * 1e6:.1f} us)",
         "<= 1.5x",
     )
+
+
+@dataclasses.dataclass
+class Point:  # a class of this script: it travels by value, defined once per actor
+    x: float
+    y: float
+    name: str
+    tags: list
+
+
+def bench_script_class(table: Table, n_calls: int) -> None:
+    """Issue 6: an instance of a script class costs about what a dict of the same size does."""
+    echo = Echo()
+    as_dict = {"x": 1.0, "y": 2.0, "name": "p", "tags": [1, 2]}
+    point = Point(1.0, 2.0, "p", [1, 2])
+    for value in (as_dict, point):
+        echo.echo(value)
+    dict_s = statistics.median(_timed(lambda: echo.echo(as_dict)) for _ in range(n_calls))
+    point_s = statistics.median(_timed(lambda: echo.echo(point)) for _ in range(n_calls))
+    assert type(echo.echo(point)) is Point
+    table.row(
+        "script dataclass to an actor and back, median",
+        f"{point_s * 1e6:.1f} us",
+        f"{point_s / dict_s:.2f}x a dict ({dict_s * 1e6:.1f} us)",
+    )
+    parl.close_actor(echo)
 
 
 def bench_calls(table: Table, pipe_us: float, n_calls: int) -> None:
@@ -395,6 +425,7 @@ def main() -> None:
     table.row("baseline: np.copyto 128 MiB", f"{copy:.2f} GB/s", "1.00x")
     bench_call_cost(table, min(n_calls, 3000))
     bench_calls(table, pipe_us, n_calls)
+    bench_script_class(table, min(n_calls, 3000))
     bench_arrays(table, copy, reps)
     bench_parallel(table, 1 if args.quick else 3)
     bench_creation(table)
