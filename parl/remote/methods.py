@@ -72,13 +72,21 @@ def make_method(name: str, wait: bool, original: Any) -> Callable[..., Any]:
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             conn = self._parl_conn
-            return conn.wait(submit_call(self, conn, name, args, kwargs))
+            try:
+                call_id = conn.submit(CALL, (name, args, kwargs))
+            except SerializationError as exc:
+                raise argument_error(type(self)._original, name, args, kwargs, exc) from None
+            return conn.wait(call_id)
 
     else:
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             conn = self._parl_conn
-            return Future(conn, submit_call(self, conn, name, args, kwargs))
+            try:
+                call_id = conn.submit(CALL, (name, args, kwargs))
+            except SerializationError as exc:
+                raise argument_error(type(self)._original, name, args, kwargs, exc) from None
+            return Future(conn, call_id)
 
     method.__name__ = name
     method.__qualname__ = name

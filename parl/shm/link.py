@@ -122,6 +122,9 @@ class ShmLink:
             out.append(releases.popleft())
         return out
 
+    def has_news(self) -> bool:
+        return True if (self._new or self._dropped or self._releases) else False
+
     def segment_dropped(self, segment_id: int) -> None:
         with self._lock:
             if segment_id in self._peer_has:

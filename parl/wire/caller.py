@@ -16,8 +16,9 @@ stopping the parent's worker.
 
 from __future__ import annotations
 
-import itertools
 import os
+import pickle
+import select
 import threading
 import time
 import weakref
@@ -27,10 +28,11 @@ from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteErr
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
-from parl.wire.framing import SPIN_S, FrameSocket, wait_readable
+from parl.wire.framing import SPIN_S, FrameSocket
 from parl.wire.protocol import ERROR, RESULT, Link
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
+_PENDING = object()  # in Connection._results: submitted, no reply yet
 
 
 class Liveness(Protocol):
@@ -61,14 +63,19 @@ class Connection:
         self._liveness = liveness
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._results: dict[int, tuple[bool, Any]] = {}
-        self._pending: set[int] = set()  # submitted, result not collected yet
-        self._classes = ClassTable("caller")  # by-value classes the actor holds
+        self._last_id = 0
+        # call id -> _PENDING until the reply is in, then (ok, value); a call that is not here
+        # was collected or dropped, and its reply is dropped on arrival
+        self._results: dict[int, Any] = {}
+        self._sending = ClassTable("caller").sending  # by-value classes the actor holds
         self._failure: ParlError | None = None
         self._closed = False
         live_fd = liveness.fileno()
-        self._wait_fds = [sock.fileno()] + ([live_fd] if live_fd is not None else [])
+        self._sock_fd = sock.fileno()
+        self._wait_fds = [self._sock_fd] + ([live_fd] if live_fd is not None else [])
+        self._poller = select.poll()  # used under the receive lock only
+        for fd in self._wait_fds:
+            self._poller.register(fd, select.POLLIN)
         self._finalizer = weakref.finalize(self, _close_resources, sock, link, liveness)
         self._pid = os.getpid()
         _track(self)
@@ -78,26 +85,32 @@ class Connection:
     def submit(self, kind: int, payload: Any) -> int:
         """Send a request; returns its call id. Raises SerializationError (a TypeError) when the
         payload cannot be pickled, leaving the connection usable."""
-        self._check_usable()
+        if self._failure is not None:
+            raise self._failure
         with self._send_lock:
-            self._check_usable()
-            call_id = next(self._ids)
+            if self._failure is not None:
+                raise self._failure
+            self._last_id = call_id = self._last_id + 1
+            sending = self._sending
             try:
-                with self._classes.sending:
-                    meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link)
+                meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link, sending)
             except Exception:
+                if sending.defined:
+                    sending.finish(False)
                 if self._closed:
                     raise self._failure from None  # type: ignore[misc]
                 raise
-            self._pending.add(call_id)  # before sending: another thread may read the reply
+            if sending.defined:
+                sending.finish(True)
+            self._results[call_id] = _PENDING  # before sending: another thread may read the reply
             try:
-                self._sock.send(meta, bodies, fds, on_blocked=self._drain_if_free)
+                self._sock.send(meta, bodies, fds, self._drain_if_free)
             except (BrokenPipeError, ConnectionResetError) as exc:
-                self._pending.discard(call_id)
+                self._results.pop(call_id, None)
                 self._fail_from_peer(exc)
                 raise self._failure from None  # type: ignore[misc]
             except BaseException as exc:
-                self._pending.discard(call_id)
+                self._results.pop(call_id, None)
                 if self._closed and isinstance(exc, Exception):
                     raise self._failure from None  # type: ignore[misc]  # closed meanwhile
                 if self._sock.broken:  # e.g. Ctrl-C with half a message sent
@@ -118,26 +131,37 @@ class Connection:
         except CallTimeout:
             raise  # still pending: the caller may wait again
         except BaseException as exc:
-            if not keep and (not isinstance(exc, ParlError) or call_id in self._pending):
+            if not keep and (
+                not isinstance(exc, ParlError) or self._results.get(call_id) is _PENDING
+            ):
                 self.discard(call_id)  # nobody will collect this reply
             raise
 
     def _wait(self, call_id: int, timeout: float | None) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
         results = self._results
-        while call_id not in results:
-            if self._failure is not None and call_id in self._pending:
-                self._pending.discard(call_id)
+        recv_lock = self._recv_lock
+        deadline = remaining = None
+        while True:
+            try:
+                got = results[call_id]
+            except KeyError:
+                raise ValueError(f"call {call_id} on {self.label} was already collected") from None
+            if got is not _PENDING:
+                break
+            if self._failure is not None:
+                results.pop(call_id, None)
                 raise self._failure
-            if call_id not in self._pending:
-                raise ValueError(f"call {call_id} on {self.label} was already collected")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise CallTimeout(f"no reply from {self.label} within {timeout} s")
-            if not self._recv_lock.acquire(timeout=_POLL_S if remaining is None else remaining):
+            if timeout is not None:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout
+                remaining = deadline - now
+                if remaining <= 0:
+                    raise CallTimeout(f"no reply from {self.label} within {timeout} s")
+            if not recv_lock.acquire(True, _POLL_S if remaining is None else remaining):
                 continue
             try:
-                if call_id not in results and self._failure is None:
+                if results.get(call_id) is _PENDING and self._failure is None:
                     self._read_one(remaining)
             except Exception:
                 if not self._closed:
@@ -145,12 +169,11 @@ class Connection:
                 # closed by another thread under the read (EBADF, or anything): the loop
                 # raises the close's error
             finally:
-                self._recv_lock.release()
-        self._pending.discard(call_id)
-        ok, value = results.pop(call_id)
-        if ok:
-            return value
-        raise value
+                recv_lock.release()
+        del results[call_id]
+        if got[0]:
+            return got[1]
+        raise got[1]
 
     @property
     def wait_fds(self) -> list[int]:
@@ -160,16 +183,19 @@ class Connection:
 
     def ready(self, call_id: int) -> bool:
         """True when the reply for ``call_id`` (or the connection's failure) is in."""
-        if call_id in self._results or self._failure is not None:
+        if self._results.get(call_id) is not _PENDING or self._failure is not None:
             return True
         self._drain_if_free()
-        return call_id in self._results or self._failure is not None
+        return self._results.get(call_id) is not _PENDING or self._failure is not None
+
+    def outstanding(self) -> int:
+        """How many calls were submitted and not collected (nor dropped) yet."""
+        return len(self._results)
 
     def discard(self, call_id: int) -> None:
         """Forget a call whose result nobody will collect (a dropped future): its reply is
         dropped on arrival, which also releases any shared memory it holds. Takes no lock, as
         it runs from ``Future.__del__``, possibly inside ``_read_one``."""
-        self._pending.discard(call_id)
         self._results.pop(call_id, None)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -226,7 +252,7 @@ class Connection:
     def _drain(self) -> None:
         """Read every reply that is already available (with the receive lock held)."""
         while self._failure is None:
-            if not self._sock.has_buffered_frame() and not wait_readable(self._wait_fds, 0):
+            if not self._sock.has_buffered_frame() and not self._poller.poll(0):
                 return
             try:
                 self._read_one(0)
@@ -236,24 +262,30 @@ class Connection:
                 return  # closed by another thread under the read: waiters raise its error
 
     def _read_one(self, timeout: float | None) -> None:
+        """Read one reply (waiting up to ``timeout``, at most ``_POLL_S``) and file it under
+        its call id. The receive lock is held."""
         sock = self._sock
-        try:
-            arrived = sock.has_buffered_frame() or sock.spin(SPIN_S if timeout != 0 else 0.0)
-        except OSError as exc:  # e.g. ECONNRESET: the worker was killed with replies unread
-            self._fail_from_peer(exc)
-            return
-        if not arrived:
-            wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
-            readable = wait_readable(self._wait_fds, wait)
-            if not readable:
-                if len(self._wait_fds) == 1 and not self._liveness.is_alive():
-                    self._fail_from_peer(None)
+        if not sock.has_buffered_frame():
+            try:
+                arrived = SPIN_S > 0 and timeout != 0 and sock.spin(SPIN_S)
+            except OSError as exc:  # e.g. ECONNRESET: the worker was killed with replies unread
+                self._fail_from_peer(exc)
                 return
-            if sock.fileno() not in readable:
-                self._fail_from_peer(None)  # the liveness descriptor fired: the worker is gone
-                return
+            if not arrived:
+                wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
+                ready = self._poller.poll(wait * 1000 + 0.999)
+                if not ready:
+                    if len(self._wait_fds) == 1 and not self._liveness.is_alive():
+                        self._fail_from_peer(None)
+                    return
+                for fd, _ in ready:
+                    if fd == self._sock_fd:
+                        break
+                else:
+                    self._fail_from_peer(None)  # the liveness descriptor fired: worker gone
+                    return
         try:
-            frame = sock.recv()
+            parts = sock.recv_parts()
         except OSError as exc:
             self._fail_from_peer(exc)
             return
@@ -261,23 +293,24 @@ class Connection:
             if sock.broken:  # e.g. Ctrl-C with half a reply read
                 self._break("interrupted in the middle of receiving a message")
             raise
-        if frame is None:
+        if parts is None:
             self._fail_from_peer(None)
             return
+        meta, bodies, fds = parts
         try:
-            incoming = protocol.decode(frame, self._link)
+            kind, call_id, stream, buffers = protocol.decode_parts(meta, bodies, fds, self._link)
         except Exception as exc:  # noqa: BLE001 - e.g. out of descriptors: fail this call only
-            call_id = protocol.peek(frame)[1]
+            call_id = protocol.HEADER.unpack_from(meta, 0)[-1]
             error = (
                 exc if isinstance(exc, ParlError) else RemoteError(f"{type(exc).__name__}: {exc}")
             )
             self._file(call_id, False, error)
             return
-        call_id = incoming.call_id
-        if call_id not in self._pending:
+        results = self._results
+        if results.get(call_id) is not _PENDING:
             return  # its future was dropped
         try:
-            payload = incoming.payload()
+            payload = pickle.loads(stream, buffers=buffers)
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
             self._file(
                 call_id,
@@ -288,15 +321,16 @@ class Connection:
                 ),
             )
             return
-        if incoming.kind == RESULT:
-            self._file(call_id, True, payload)
-        elif incoming.kind == ERROR:
+        if kind == RESULT:
+            if call_id in results:  # else its future was dropped while the payload loaded
+                results[call_id] = (True, payload)
+        elif kind == ERROR:
             self._file(call_id, False, rebuild_exception(payload, self.label))
         else:
-            self._file(call_id, False, RemoteError(f"unexpected message kind {incoming.kind}"))
+            self._file(call_id, False, RemoteError(f"unexpected message kind {kind}"))
 
     def _file(self, call_id: int, ok: bool, value: Any) -> None:
-        if call_id in self._pending:  # else its future was dropped while the payload loaded
+        if self._results.get(call_id) is _PENDING:  # else its future was dropped meanwhile
             self._results[call_id] = (ok, value)
 
     def _break(self, why: str) -> None:

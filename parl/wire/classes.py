@@ -41,6 +41,8 @@ _unfilled: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()  #
 # (a plain set, as this is asked for every class in every message)
 _by_reference: set[type] = set()
 _local = threading.local()  # .sending: _Send | None, .receiving: ClassTable | None (an actor's)
+# an actor's serve loop sets ``current.receiving`` around each load (cheaper than ``with``)
+current = _local
 
 
 def travels_by_value(cls: type) -> bool:
@@ -131,9 +133,14 @@ class _Send:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         _local.sending = self._outer
         if self.defined:
-            if exc_type is None and self.table.held_on_send:
-                self.table.held.update(self.defined)
-            self.defined = {}
+            self.finish(exc_type is None)
+
+    def finish(self, ok: bool) -> None:
+        """End a message encoded with this scope passed to ``dumps`` (the hot path: no
+        ``with``); only needed when ``defined`` is not empty."""
+        if ok and self.table.held_on_send:
+            self.table.held.update(self.defined)
+        self.defined = {}
 
 
 class _Receive:
@@ -152,9 +159,12 @@ class _Receive:
         _local.receiving = self._outer
 
 
-def reference(cls: type) -> tuple[Callable[..., type], tuple[str, str]] | None:
-    """A short reduction of ``cls`` when the peer of the message being encoded holds it."""
-    send: _Send | None = getattr(_local, "sending", None)
+def reference(
+    cls: type, sending: _Send | None = None
+) -> tuple[Callable[..., type], tuple[str, str]] | None:
+    """A short reduction of ``cls`` when the peer of the message being encoded holds it
+    (``sending``: that message's scope, else the one entered with ``with``)."""
+    send: _Send | None = sending if sending is not None else getattr(_local, "sending", None)
     if send is None:
         return None
     cid = class_id(cls)
@@ -163,7 +173,7 @@ def reference(cls: type) -> tuple[Callable[..., type], tuple[str, str]] | None:
     return None
 
 
-def definition(cls: type, reduced: tuple) -> tuple:
+def definition(cls: type, reduced: tuple, sending: _Send | None = None) -> tuple:
     """Wrap cloudpickle's reduction of ``cls`` (a 6-tuple whose state is set by a function)."""
     make, args, state, _, _, set_state = reduced
     slots = vars(cls).get("__slots__")
@@ -173,7 +183,7 @@ def definition(cls: type, reduced: tuple) -> tuple:
         kind, name, bases, type_kwargs, *rest = args
         args = (kind, name, bases, {**type_kwargs, "__slots__": slots}, *rest)
     cid = class_id(cls)
-    send: _Send | None = getattr(_local, "sending", None)
+    send: _Send | None = sending if sending is not None else getattr(_local, "sending", None)
     if send is not None:
         send.defined[cid] = cls
     return define_class, (cid, make, args), (set_state, state), None, None, fill_class

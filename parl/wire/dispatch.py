@@ -9,9 +9,10 @@ actor.
 from __future__ import annotations
 
 import importlib
+import pickle
 from typing import Any, NamedTuple
 
-from parl.wire import protocol
+from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
 from parl.wire.framing import SPIN_S, FrameSocket
@@ -44,55 +45,69 @@ def serve(sock: FrameSocket, link: Link) -> Any:
     """Run requests until the caller closes the connection; returns the instance, so that the
     worker chooses when it is dropped (and its ``__del__`` runs)."""
     instance: Any = None
-    classes = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
+    table = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
+    sending = table.sending
+    receiving = classes.current
     while True:
-        sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
-        frame = sock.recv()
-        if frame is None:
+        if SPIN_S and not sock.has_buffered_frame():
+            sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
+        parts = sock.recv_parts()
+        if parts is None:
             return instance
-        kind, call_id = protocol.peek(frame)
+        kind = call_id = 0
         what = "the result"
         try:
-            with classes.receiving:
-                request = protocol.decode(frame, link).payload()
-            frame = None
+            kind, call_id, stream, buffers = protocol.decode_parts(*parts, link)
+            parts = None
+            receiving.receiving = table
+            try:
+                request = pickle.loads(stream, buffers=buffers)
+            finally:
+                receiving.receiving = None
+            stream = buffers = None
             if kind == CALL:
                 name, args, kwargs = request
                 request = None
                 what = f"the return value of {name}()"
                 result = getattr(instance, name)(*args, **kwargs)
                 args = kwargs = None
-            elif kind == GETATTR:
-                what = f"attribute {request!r}"
-                result = getattr(instance, request)
-                if getattr(result, "__self__", None) is instance and callable(result):
-                    result = MethodRef(request)
-            elif kind == SETATTR:
-                setattr(instance, request[0], request[1])
-                result = None
-            elif kind == INIT:
-                cls, args, kwargs = request
-                request = None
-                if isinstance(cls, ClassRef):
-                    cls = cls.resolve()
-                instance = cls(*args, **kwargs)
-                args = kwargs = None
-                result = None
             else:
-                raise ValueError(f"unknown request kind {kind}")
+                result = _other(kind, request, instance)
+                if kind == INIT:
+                    instance, result = result, None
             reply = RESULT
         except Exception as exc:  # noqa: BLE001 - reported to the caller
+            if not call_id and parts is not None:
+                call_id = protocol.HEADER.unpack_from(parts[0], 0)[-1]
             result, reply = failure_of(exc), ERROR
             del exc
-        frame = request = args = kwargs = (
-            None  # drop argument views: their releases ride this reply
-        )
+        # drop argument views: their releases ride this reply
+        parts = request = args = kwargs = stream = buffers = None
         try:
-            with classes.sending:
-                meta, bodies, fds = protocol.encode(reply, call_id, result, link)
+            meta, bodies, fds = protocol.encode(reply, call_id, result, link, sending)
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
-            with classes.sending:
-                meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link)
+            meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, sending)
+        if sending.defined:
+            sending.finish(True)
         result = None
         sock.send(meta, bodies, fds)
+
+
+def _other(kind: int, request: Any, instance: Any) -> Any:
+    """Requests other than a method call: the new instance (INIT), or the result."""
+    if kind == GETATTR:
+        result = getattr(instance, request)
+        if getattr(result, "__self__", None) is instance and callable(result):
+            result = MethodRef(request)
+        return result
+    if kind == SETATTR:
+        setattr(instance, request[0], request[1])
+        return None
+    if kind == INIT:
+        cls, args, kwargs = request
+        request = None
+        if isinstance(cls, ClassRef):
+            cls = cls.resolve()
+        return cls(*args, **kwargs)
+    raise ValueError(f"unknown request kind {kind}")

@@ -26,7 +26,7 @@ import pickle
 import struct
 from typing import Any, NamedTuple, Protocol
 
-from parl.wire.framing import Frame, FrameSocket
+from parl.wire.framing import Frame
 from parl.wire.serialization import dumps, loads
 
 # message kinds
@@ -38,6 +38,9 @@ RESULT = 5  # actor -> caller: the return value
 ERROR = 6  # actor -> caller: RemoteFailure
 
 HEADER = struct.Struct("<BBIIIIQ")
+_HEADER_SIZE = HEADER.size
+_pack_header = HEADER.pack
+_unpack_header = HEADER.unpack_from
 REF = struct.Struct("<BQQQQ")
 _Q = struct.Struct("<Q")
 _QQQ = struct.Struct("<QQQ")
@@ -77,6 +80,9 @@ class Link(Protocol):
     def take_releases(self) -> list[int]:
         """Leases of the peer's memory that this side no longer uses."""
 
+    def has_news(self) -> bool:
+        """Whether the next message must carry attachments, dropped segments or releases."""
+
     def attach(
         self, segments: list[tuple[int, int, int]], fds: list[int], dropped: list[int]
     ) -> None:
@@ -110,6 +116,9 @@ class InlineLink:
 
     def take_releases(self) -> list[int]:
         return []
+
+    def has_news(self) -> bool:
+        return False
 
     def attach(
         self, segments: list[tuple[int, int, int]], fds: list[int], dropped: list[int]
@@ -146,13 +155,18 @@ class Incoming(NamedTuple):
         return loads(self.stream, self.buffers)
 
 
-def encode(kind: int, call_id: int, payload: Any, link: Link) -> tuple[bytes, list[Any], list[int]]:
+def encode(
+    kind: int, call_id: int, payload: Any, link: Link, sending: Any = None
+) -> tuple[bytes, list[Any], list[int]]:
     """Encode a message; returns (meta, bodies, fds) for :meth:`FrameSocket.send`.
 
-    Raises :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link
-    is left untouched in that case.
+    ``sending`` is the connection's class scope (``ClassTable.sending``). Raises
+    :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link is left
+    untouched in that case.
     """
-    stream, buffers = dumps(payload, link)
+    stream, buffers = dumps(payload, link, sending)
+    if not buffers and not link.has_news():  # the common small message: a header and a pickle
+        return _pack_header(kind, 0, 0, 0, 0, 0, call_id) + stream, [], []
     refs = bytearray()
     bodies: list[Any] = []
     for buffer in buffers:
@@ -186,8 +200,18 @@ def decode(frame: Frame, link: Link) -> Incoming:
     The payload itself is unpickled by :meth:`Incoming.payload`, so that a payload that fails to
     load can be reported for its own call without losing the connection.
     """
-    meta = memoryview(frame.meta)
-    kind, _, n_refs, n_releases, n_new, n_dropped, call_id = HEADER.unpack_from(meta, 0)
+    return Incoming(*decode_parts(frame.meta, frame.bodies, frame.fds, link))
+
+
+def decode_parts(
+    meta: bytearray, bodies: list[bytearray], fds: list[int], link: Link
+) -> tuple[int, int, memoryview, list[Any]]:
+    """:func:`decode` on the parts of a frame; returns ``(kind, call_id, stream, buffers)``,
+    the payload being ``pickle.loads(stream, buffers=buffers)``."""
+    kind, _, n_refs, n_releases, n_new, n_dropped, call_id = _unpack_header(meta, 0)
+    if not (n_refs or n_releases or n_new or n_dropped or fds):
+        return kind, call_id, memoryview(meta)[_HEADER_SIZE:], []
+    meta = memoryview(meta)
     pos = HEADER.size
     refs = [REF.unpack_from(meta, pos + i * REF.size) for i in range(n_refs)]
     pos += n_refs * REF.size
@@ -199,21 +223,14 @@ def decode(frame: Frame, link: Link) -> Incoming:
     pos += 8 * n_dropped
     if releases:
         link.release(releases)
-    if new or dropped or frame.fds:
-        link.attach(new, frame.fds, dropped)
-    bodies = iter(frame.bodies)
+    if new or dropped or fds:
+        link.attach(new, fds, dropped)
+    inline = iter(bodies)
     buffers = [
-        next(bodies) if where == _INLINE else link.open(SharedRef(s, o, n, lease, where == _HANDLE))
+        next(inline) if where == _INLINE else link.open(SharedRef(s, o, n, lease, where == _HANDLE))
         for where, s, o, n, lease in refs
     ]
-    return Incoming(kind, call_id, meta[pos:], buffers)
-
-
-def send_message(
-    sock: FrameSocket, kind: int, call_id: int, payload: Any, link: Link, on_blocked: Any = None
-) -> None:
-    meta, bodies, fds = encode(kind, call_id, payload, link)
-    sock.send(meta, bodies, fds, on_blocked)
+    return kind, call_id, meta[pos:], buffers
 
 
 class MethodRef(NamedTuple):

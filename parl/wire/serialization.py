@@ -208,6 +208,7 @@ class _Reducer:
     """What both picklers share: classes by id or by value, functions, tensors, arrays."""
 
     memory: Memory | None = None
+    sending: Any = None  # the connection's class scope (see parl.wire.classes)
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -220,7 +221,7 @@ class _Reducer:
                 hook = getattr(kind, "_parl_reduce_class", None)
                 if hook is not None:
                     return hook(obj)
-                return classes.reference(obj) or self._class_by_value(obj)
+                return classes.reference(obj, self.sending) or self._class_by_value(obj)
             return self._class_by_reference(obj)
         if issubclass(kind, BaseException):
             return _reduce_exception(obj)
@@ -262,7 +263,7 @@ def _full_pickler_class() -> type:
                 _by_value_in_cloudpickle(obj)
                 reduced = cloudpickle.Pickler.reducer_override(self, obj)
                 if isinstance(reduced, tuple) and len(reduced) == 6:
-                    return classes.definition(obj, reduced)
+                    return classes.definition(obj, reduced, self.sending)
                 return reduced
 
             def _class_by_reference(self, obj: type) -> Any:
@@ -287,21 +288,30 @@ def _by_value_in_cloudpickle(obj: Any) -> None:
         _registered_mains.add(name)
 
 
-def dumps(obj: Any, memory: Memory | None = None) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps(
+    obj: Any, memory: Memory | None = None, sending: Any = None
+) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Serialize ``obj``; returns the pickle stream and its out-of-band buffers.
 
     ``memory`` (the link) says which memory is a shared handle and gives memory that a
-    non-contiguous array is copied into once.
+    non-contiguous array is copied into once. ``sending`` is the class scope of the connection
+    the message is for (``ClassTable.sending``; else the one entered with ``with``).
 
     Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when ``obj`` cannot be
     pickled, naming the part of it that cannot (``B.run -> global HEADER``).
     """
-    try:
-        return _dump(_Pickler, obj, memory)
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    pickler = _Pickler(stream, PROTOCOL, buffer_callback=buffers.append)
+    pickler.memory = memory
+    pickler.sending = sending
+    try:  # the plain pickler, inline: this is every call's path
+        pickler.dump(obj)
+        return stream.getvalue(), buffers
     except Exception:  # noqa: BLE001 - any failure means "try by value"
         pass
     try:
-        return _dump(_full_pickler_class(), obj, memory)
+        return _dump(_full_pickler_class(), obj, memory, sending)
     except Exception as exc:  # noqa: BLE001
         message = f"{type(exc).__name__}: {exc}"
         found = find_unpicklable(obj, _can_pickle)
@@ -311,12 +321,13 @@ def dumps(obj: Any, memory: Memory | None = None) -> tuple[bytes, list[pickle.Pi
 
 
 def _dump(
-    pickler_class: type, obj: Any, memory: Memory | None = None
+    pickler_class: type, obj: Any, memory: Memory | None = None, sending: Any = None
 ) -> tuple[bytes, list[pickle.PickleBuffer]]:
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     pickler = pickler_class(stream, PROTOCOL, buffer_callback=buffers.append)
     pickler.memory = memory
+    pickler.sending = sending
     pickler.dump(obj)
     return stream.getvalue(), buffers
 

@@ -96,7 +96,7 @@ def test_regression_future_get_from_two_threads_poisons_the_future(tmp_path):
 
 
 def test_regression_future_dropped_while_its_reply_is_decoded_leaks_the_result():
-    """caller.py:_read_one checks ``call_id in self._pending`` *before* unpickling the payload
+    """caller.py:_read_one checks that the call is pending *before* unpickling the payload
     and files the result after it; a future dropped in between (another thread, or a GC run
     during unpickling as here) leaves its result (and any shared-memory lease) in
     ``_results`` for the connection's lifetime."""
@@ -109,7 +109,7 @@ def test_regression_future_dropped_while_its_reply_is_decoded_leaks_the_result()
         cycle.append(cycle)
         del future, cycle  # garbage now, but only a collection will find it
         assert actor.step().get(timeout=20) == 1  # reads the dropped call's reply first
-        assert actor._parl_conn._results == {}
+        assert actor._parl_conn.outstanding() == 0
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -144,7 +144,7 @@ def test_threads_mixing_sync_futures_empty_and_shared_replies_on_one_actor():
             t.join(60)
         assert errors == []
         conn = actor._parl_conn
-        assert conn._results == {} and not conn._pending
+        assert conn.outstanding() == 0
         actor.step().get()  # carries the releases of the views dropped above
         assert conn._link.lease_count() == 0
     finally:
