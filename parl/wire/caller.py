@@ -28,8 +28,9 @@ from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteErr
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
-from parl.wire.framing import SPIN_S, FrameSocket
+from parl.wire.framing import SPIN_S, FrameSocket, Spin
 from parl.wire.protocol import ERROR, RESULT, Link
+from parl.wire.serialization import Encoder
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
 _PENDING = object()  # in Connection._results: submitted, no reply yet
@@ -68,6 +69,8 @@ class Connection:
         # was collected or dropped, and its reply is dropped on arrival
         self._results: dict[int, Any] = {}
         self._sending = ClassTable("caller").sending  # by-value classes the actor holds
+        self._encoder = Encoder(link, self._sending)
+        self._spin = Spin(SPIN_S)  # how long to spin for a reply (under the receive lock)
         self._failure: ParlError | None = None
         self._closed = False
         live_fd = liveness.fileno()
@@ -91,9 +94,9 @@ class Connection:
             if self._failure is not None:
                 raise self._failure
             self._last_id = call_id = self._last_id + 1
-            sending = self._sending
+            sending, link = self._sending, self._link
             try:
-                meta, bodies, fds = protocol.encode(kind, call_id, payload, self._link, sending)
+                meta, bodies, fds = protocol.encode(kind, call_id, payload, link, self._encoder)
             except Exception:
                 if sending.defined:
                     sending.finish(False)
@@ -266,17 +269,25 @@ class Connection:
         its call id. The receive lock is held."""
         sock = self._sock
         if not sock.has_buffered_frame():
-            try:
-                arrived = SPIN_S > 0 and timeout != 0 and sock.spin(SPIN_S)
-            except OSError as exc:  # e.g. ECONNRESET: the worker was killed with replies unread
-                self._fail_from_peer(exc)
-                return
-            if not arrived:
+            spin = self._spin
+            gave_up = 1.0  # no spin at all (SPIN_S is 0): nothing to learn either
+            if SPIN_S:
+                if not spin.seconds or timeout == 0:
+                    gave_up = time.perf_counter()  # time the wait all the same, to learn
+                else:
+                    try:
+                        gave_up = sock.spin(min(spin.seconds, SPIN_S))
+                    except OSError as exc:  # e.g. ECONNRESET: the worker was killed
+                        self._fail_from_peer(exc)
+                        return
+            if gave_up:
                 wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
                 ready = self._poller.poll(wait * 1000 + 0.999)
                 if not ready:
                     if len(self._wait_fds) == 1 and not self._liveness.is_alive():
                         self._fail_from_peer(None)
+                    if SPIN_S:
+                        spin.missed(SPIN_S, time.perf_counter())  # a long wait
                     return
                 for fd, _ in ready:
                     if fd == self._sock_fd:
@@ -284,6 +295,9 @@ class Connection:
                 else:
                     self._fail_from_peer(None)  # the liveness descriptor fired: worker gone
                     return
+                if SPIN_S and gave_up != 1.0:
+                    now = time.perf_counter()
+                    spin.missed(spin.seconds + now - gave_up, now)
         try:
             parts = sock.recv_parts()
         except OSError as exc:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import time
 from typing import Any, NamedTuple
 
 from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
-from parl.wire.framing import SPIN_S, FrameSocket
+from parl.wire.framing import SPIN_S, FrameSocket, Spin
 from parl.wire.protocol import (
     CALL,
     ERROR,
@@ -26,6 +27,7 @@ from parl.wire.protocol import (
     Link,
     MethodRef,
 )
+from parl.wire.serialization import Encoder
 
 
 class ClassRef(NamedTuple):
@@ -47,11 +49,20 @@ def serve(sock: FrameSocket, link: Link) -> Any:
     instance: Any = None
     table = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
     sending = table.sending
+    encoder = Encoder(link, sending)
     receiving = classes.current
+    stream: Any
+    buffers: Any
+    spin = Spin(SPIN_S)
     while True:
-        if SPIN_S and not sock.has_buffered_frame():
-            sock.spin(SPIN_S)  # the next request of a busy caller usually follows within it
-        parts = sock.recv_parts()
+        if not SPIN_S or sock.has_buffered_frame():
+            parts = sock.recv_parts()
+        else:  # the next request of a busy caller usually follows within the spin
+            gave_up = sock.spin(min(spin.seconds, SPIN_S)) if spin.seconds else time.perf_counter()
+            parts = sock.recv_parts()
+            if gave_up:
+                now = time.perf_counter()
+                spin.missed(spin.seconds + now - gave_up, now)
         if parts is None:
             return instance
         kind = call_id = 0
@@ -84,10 +95,10 @@ def serve(sock: FrameSocket, link: Link) -> Any:
         # drop argument views: their releases ride this reply
         parts = request = args = kwargs = stream = buffers = None
         try:
-            meta, bodies, fds = protocol.encode(reply, call_id, result, link, sending)
+            meta, bodies, fds = protocol.encode(reply, call_id, result, link, encoder)
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
-            meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, sending)
+            meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, encoder)
         if sending.defined:
             sending.finish(True)
         result = None

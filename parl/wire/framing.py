@@ -34,7 +34,7 @@ MAX_FDS = 250  # descriptors per sendmsg (the kernel takes at most 253); a frame
 _READ_AHEAD = 1 << 16
 _ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * 4)
 _IOV_MAX = 512  # parts per sendmsg (the kernel's limit is 1024)
-SPIN_S = 50e-6  # how long a reader polls before it sleeps (see FrameSocket.spin)
+SPIN_S = 500e-6  # the longest a reader polls before it sleeps (see FrameSocket.spin, Spin)
 
 
 class Frame(NamedTuple):
@@ -222,18 +222,21 @@ class FrameSocket:
                 self._start += take
                 have += take
 
-    def spin(self, seconds: float) -> bool:
-        """Poll without blocking for up to ``seconds``; True once data (or end of stream) is
-        here. A peer that answers within the spin is met without a sleep and a wake-up, which on
-        a virtual machine costs more than the whole round trip."""
+    def spin(self, seconds: float) -> float:
+        """Poll without blocking for up to ``seconds``: 0.0 once data (or end of stream) is
+        here, else the ``perf_counter`` time at which it gave up. A peer that answers within
+        the spin is met without a sleep and a wake-up, which on a virtual machine costs more
+        than the whole round trip. (It does not yield the CPU between turns: a yielding process
+        loses its core to any busy process for a whole time slice.)"""
         if self._end > self._start:
-            return True
-        deadline = time.perf_counter() + seconds
-        while True:
+            return 0.0
+        now = time.perf_counter()
+        deadline = now + seconds
+        while now < deadline:
             if self._recv_some(socket.MSG_DONTWAIT) >= 0:
-                return True
-            if time.perf_counter() >= deadline:
-                return False
+                return 0.0
+            now = time.perf_counter()
+        return now
 
     def _fill_to(self, n: int, eof_ok: bool = False) -> bool:
         """Make at least ``n`` bytes available in the read-ahead buffer."""
@@ -273,6 +276,60 @@ class FrameSocket:
             return -1
         self._end += got
         return got
+
+
+class Spin:
+    """How long a reader spins before it sleeps, learnt from how long it waited before.
+
+    A reply (or a busy caller's next request) that comes within a few hundred microseconds is
+    best met spinning; one that takes longer only burns a core. After each wait that the spin
+    missed, the spin becomes 1.5 times that wait when it was short (below ``cap``), and half
+    of what it was when it was long; a wait that the spin met keeps it as it is.
+
+    Spinning only pays on cores that are otherwise free: a spinning process competes with
+    every busy one, and the scheduler makes it pay that back with whole time slices spent
+    waiting. So while the kernel reports CPU pressure (``/proc/pressure/cpu``: tasks waiting
+    for a core more than ``_BUSY_PERCENT`` of the last 10 s; checked at most once a second, on
+    a missed wait) nobody spins."""
+
+    __slots__ = ("seconds", "cap", "_checked", "_busy")
+
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+        self.seconds = cap
+        self._checked = 0.0
+        self._busy = False
+
+    def missed(self, waited: float, now: float) -> None:
+        """A wait that the spin did not meet took ``waited`` seconds (``now``: perf_counter)."""
+        if now - self._checked > 1.0:
+            self._checked = now
+            self._busy = cpu_pressure() > _BUSY_PERCENT
+        if self._busy:
+            self.seconds = 0.0
+        elif waited < self.cap:
+            self.seconds = min(self.cap, max(1.5 * waited, 20e-6))
+        else:
+            self.seconds = self.seconds / 2 if self.seconds > 10e-6 else 0.0
+
+
+_BUSY_PERCENT = 10.0
+_pressure_fd: tuple[int, int] | None = None  # (pid, descriptor of /proc/pressure/cpu)
+
+
+def cpu_pressure() -> float:
+    """The share of the last 10 s (in %) in which some task waited for a core; 0.0 where the
+    kernel does not say."""
+    global _pressure_fd
+    import os
+
+    try:
+        if _pressure_fd is None or _pressure_fd[0] != os.getpid():
+            _pressure_fd = (os.getpid(), os.open("/proc/pressure/cpu", os.O_RDONLY | os.O_CLOEXEC))
+        line = os.pread(_pressure_fd[1], 256, 0)  # b"some avg10=56.13 avg60=..."
+        return float(line.split(None, 2)[1][6:])
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def wait_readable(fds: Sequence[int], timeout: float | None) -> list[int]:

@@ -27,7 +27,7 @@ import struct
 from typing import Any, NamedTuple, Protocol
 
 from parl.wire.framing import Frame
-from parl.wire.serialization import dumps, loads
+from parl.wire.serialization import Encoder, dumps, loads
 
 # message kinds
 INIT = 1  # caller -> actor: (class_spec, args, kwargs, environment)
@@ -156,15 +156,15 @@ class Incoming(NamedTuple):
 
 
 def encode(
-    kind: int, call_id: int, payload: Any, link: Link, sending: Any = None
+    kind: int, call_id: int, payload: Any, link: Link, encoder: Encoder | None = None
 ) -> tuple[bytes, list[Any], list[int]]:
     """Encode a message; returns (meta, bodies, fds) for :meth:`FrameSocket.send`.
 
-    ``sending`` is the connection's class scope (``ClassTable.sending``). Raises
-    :class:`parl.errors.SerializationError` when the payload cannot be pickled; the link is left
-    untouched in that case.
+    ``encoder`` is the connection's (made with ``link`` and its class scope), else a one-off
+    pickler is used. Raises :class:`parl.errors.SerializationError` when the payload cannot be
+    pickled; the link is left untouched in that case.
     """
-    stream, buffers = dumps(payload, link, sending)
+    stream, buffers = dumps(payload, link) if encoder is None else encoder.dumps(payload)
     if not buffers and not link.has_news():  # the common small message: a header and a pickle
         return _pack_header(kind, 0, 0, 0, 0, 0, call_id) + stream, [], []
     refs = bytearray()
@@ -211,15 +211,15 @@ def decode_parts(
     kind, _, n_refs, n_releases, n_new, n_dropped, call_id = _unpack_header(meta, 0)
     if not (n_refs or n_releases or n_new or n_dropped or fds):
         return kind, call_id, memoryview(meta)[_HEADER_SIZE:], []
-    meta = memoryview(meta)
+    view = memoryview(meta)
     pos = HEADER.size
-    refs = [REF.unpack_from(meta, pos + i * REF.size) for i in range(n_refs)]
+    refs = [REF.unpack_from(view, pos + i * REF.size) for i in range(n_refs)]
     pos += n_refs * REF.size
-    releases = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_releases)]
+    releases = [_Q.unpack_from(view, pos + 8 * i)[0] for i in range(n_releases)]
     pos += 8 * n_releases
-    new = [_QQQ.unpack_from(meta, pos + 24 * i) for i in range(n_new)]
+    new = [_QQQ.unpack_from(view, pos + 24 * i) for i in range(n_new)]
     pos += 24 * n_new
-    dropped = [_Q.unpack_from(meta, pos + 8 * i)[0] for i in range(n_dropped)]
+    dropped = [_Q.unpack_from(view, pos + 8 * i)[0] for i in range(n_dropped)]
     pos += 8 * n_dropped
     if releases:
         link.release(releases)
@@ -230,7 +230,7 @@ def decode_parts(
         next(inline) if where == _INLINE else link.open(SharedRef(s, o, n, lease, where == _HANDLE))
         for where, s, o, n, lease in refs
     ]
-    return kind, call_id, meta[pos:], buffers
+    return kind, call_id, view[pos:], buffers
 
 
 class MethodRef(NamedTuple):

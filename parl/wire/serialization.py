@@ -300,16 +300,56 @@ def dumps(
     Raises :class:`parl.errors.SerializationError` (a ``TypeError``) when ``obj`` cannot be
     pickled, naming the part of it that cannot (``B.run -> global HEADER``).
     """
-    buffers: list[pickle.PickleBuffer] = []
-    stream = io.BytesIO()
-    pickler = _Pickler(stream, PROTOCOL, buffer_callback=buffers.append)
-    pickler.memory = memory
-    pickler.sending = sending
-    try:  # the plain pickler, inline: this is every call's path
-        pickler.dump(obj)
-        return stream.getvalue(), buffers
+    try:
+        return _dump(_Pickler, obj, memory, sending)
     except Exception:  # noqa: BLE001 - any failure means "try by value"
-        pass
+        return _dumps_by_value(obj, memory, sending)
+
+
+class Encoder:
+    """:func:`dumps` for one connection, with one plain pickler reused for every message:
+    making a pickler costs several times what pickling a small call does. Not thread-safe (a
+    connection encodes under its send lock)."""
+
+    def __init__(self, memory: Memory | None = None, sending: Any = None) -> None:
+        self._memory = memory
+        self._sending = sending
+        self._chunks: list[bytes] = []
+        self._buffers: list[pickle.PickleBuffer] = []
+        # the pickler writes each frame of its output with one call: collect them in a list
+        out = types.SimpleNamespace(write=self._chunks.append)
+        self._pickler = _Pickler(out, PROTOCOL, buffer_callback=self._buffers.append)
+        self._pickler.memory = memory
+        self._pickler.sending = sending
+
+    def dumps(self, obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+        chunks, buffers, pickler = self._chunks, self._buffers, self._pickler
+        try:
+            pickler.dump(obj)
+        except BaseException as exc:
+            chunks.clear()
+            buffers.clear()
+            pickler.clear_memo()
+            if not isinstance(exc, Exception):
+                raise
+            return _dumps_by_value(obj, self._memory, self._sending)
+        pickler.clear_memo()  # it holds the objects pickled: let them go
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        if buffers:
+            out = buffers[:]
+            buffers.clear()
+            return data, out
+        return data, _NO_BUFFERS
+
+
+_NO_BUFFERS: list[pickle.PickleBuffer] = []  # returned for "none", never filled
+
+
+def _dumps_by_value(
+    obj: Any, memory: Memory | None, sending: Any
+) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """The cloudpickle pickler, for what the plain one could not pickle."""
     try:
         return _dump(_full_pickler_class(), obj, memory, sending)
     except Exception as exc:  # noqa: BLE001
