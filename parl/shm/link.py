@@ -31,6 +31,7 @@ import numpy as np
 
 from parl.errors import ParlError
 from parl.shm.allocator import PAGE
+from parl.shm.copying import copy_into
 from parl.shm.segment import Mapping, Segment, SegmentTable
 from parl.wire.framing import wait_readable
 from parl.wire.protocol import SharedRef
@@ -86,7 +87,7 @@ class ShmLink:
             segment, offset, handle = found.segment, found.offset, False  # forwarded as it came
         elif nbytes >= self._threshold:
             block, segment, offset = self._table.allocator.allocate(nbytes)
-            np.copyto(block, source)
+            copy_into(block, source)
             keep, handle = block, False
         else:
             return None

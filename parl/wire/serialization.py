@@ -200,6 +200,23 @@ def _slot_names(klass: type) -> list[str]:
     return [n for n in names if n not in ("__dict__", "__weakref__")]
 
 
+# types whose instances none of the reductions below applies to (a user's dataclass, say):
+# asked first, so that an instance of one costs one set lookup. Only long-lived types (module
+# attributes) are remembered; a class made inside a function may be collected.
+_PLAIN: set[type] = set()
+
+
+def _is_plain(kind: type) -> bool:
+    if "<locals>" in getattr(kind, "__qualname__", "<locals>"):
+        return False
+    np = sys.modules.get("numpy")
+    torch = sys.modules.get("torch")
+    return not (
+        (np is not None and issubclass(kind, np.ndarray))
+        or (torch is not None and issubclass(kind, torch.Tensor))
+    )
+
+
 class _ByValue(Exception):
     """Raised inside the plain pickler for what only cloudpickle can save (by value)."""
 
@@ -212,6 +229,8 @@ class _Reducer:
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
+        if kind in _PLAIN:
+            return NotImplemented
         if kind is types.FunctionType:
             return self._function(obj)
         if issubclass(kind, type):
@@ -228,6 +247,8 @@ class _Reducer:
         reduced = _reduce_tensor(obj)
         if reduced is NotImplemented:
             reduced = _reduce_array(obj, self.memory)
+            if reduced is NotImplemented and _is_plain(kind):
+                _PLAIN.add(kind)
         return reduced
 
     def _class_by_value(self, obj: type) -> Any:

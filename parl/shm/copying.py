@@ -1,0 +1,90 @@
+"""Copying a large array into shared memory with two threads while the machine has a core free.
+
+A value crosses with one copy, and for large arrays that copy is the whole cost of the call.
+One thread does not reach the memory bandwidth of this machine class: two threads copying a
+half each move 16 MiB or 128 MiB about 1.25x as fast (measured: 2.58 -> 2.04 ms, 12.3 -> 9.7
+ms). The sender's peer is waiting for the message meanwhile, so the second core is usually
+idle; when the kernel reports CPU pressure (other work waiting for a core, see
+:func:`parl.wire.framing.cpu_pressure`) the copy stays on one thread, as it would steal that
+core from someone.
+
+numpy releases the GIL while it copies, so the helper thread really runs beside the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from parl.wire.framing import cpu_pressure
+
+PARALLEL_FROM = 8 << 20  # below this, handing half to a thread costs more than it saves
+_BUSY_PERCENT = 10.0
+
+_jobs: queue.SimpleQueue[tuple[Any, Any, _Job]] | None = None
+_owner_pid = 0
+_lock = threading.Lock()
+_pressure = (0.0, False)  # (perf_counter when checked, busy)
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dst, src)`` for two contiguous uint8 arrays of the same size."""
+    n = dst.nbytes
+    if n < PARALLEL_FROM or _busy():
+        np.copyto(dst, src)
+        return
+    half = (n // 2) & ~4095  # page aligned: the two threads never write one page
+    job = _Job()
+    _queue().put((dst[half:], src[half:], job))
+    np.copyto(dst[:half], src[:half])
+    job.done.wait()
+    if job.error is not None:
+        raise job.error
+
+
+class _Job:
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+def _busy() -> bool:
+    global _pressure
+    now = time.perf_counter()
+    checked, busy = _pressure
+    if now - checked > 1.0:
+        busy = cpu_pressure() > _BUSY_PERCENT
+        _pressure = (now, busy)
+    return busy
+
+
+def _queue() -> queue.SimpleQueue[tuple[Any, Any, _Job]]:
+    """The helper thread's queue, started on first use in each process (a fork has none)."""
+    global _jobs, _owner_pid
+    if _jobs is not None and _owner_pid == os.getpid():
+        return _jobs
+    with _lock:
+        if _jobs is None or _owner_pid != os.getpid():
+            jobs: queue.SimpleQueue[tuple[Any, Any, _Job]] = queue.SimpleQueue()
+            threading.Thread(target=_copier, args=(jobs,), name="parl-copy", daemon=True).start()
+            _jobs, _owner_pid = jobs, os.getpid()
+    return _jobs
+
+
+def _copier(jobs: queue.SimpleQueue[tuple[Any, Any, _Job]]) -> None:
+    while True:
+        dst, src, job = jobs.get()
+        try:
+            np.copyto(dst, src)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            job.error = exc
+        finally:
+            del dst, src
+            job.done.set()
