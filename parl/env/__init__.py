@@ -17,7 +17,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "V_GYM_CHANGED": ("parl.env.compat_wrapper", "V_GYM_CHANGED"),
     "V_NPRANDOM_CHANGED": ("parl.env.compat_wrapper", "V_NPRANDOM_CHANGED"),
     "ActionMappingWrapper": ("parl.env.continuous_wrappers", "ActionMappingWrapper"),
+    "VectorEnv": ("parl.env.vector_env", "VectorEnv"),
+    "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
     "compat_wrapper": ("parl.env.compat_wrapper", None),
+    "atari_wrappers": ("parl.env.atari_wrappers", None),
+    "mujoco_wrappers": ("parl.env.mujoco_wrappers", None),
+    "vector_env": ("parl.env.vector_env", None),
     "compat_wrappers": ("parl.env.compat_wrappers", None),
     "continuous_wrappers": ("parl.env.continuous_wrappers", None),
 }
@@ -30,6 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         is_gym_version_ge,
     )
     from parl.env.continuous_wrappers import ActionMappingWrapper
+    from parl.env.remote_vector_env import RemoteVectorEnv
+    from parl.env.vector_env import VectorEnv
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
@@ -37,7 +44,9 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 __all__ = [
     "ActionMappingWrapper",
     "CompatWrapper",
+    "RemoteVectorEnv",
     "V_GYM_CHANGED",
     "V_NPRANDOM_CHANGED",
+    "VectorEnv",
     "is_gym_version_ge",
 ]
