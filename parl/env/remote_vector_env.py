@@ -31,6 +31,7 @@ __all__ = ["RemoteVectorEnv"]
 
 _BUFFERS = ("obs", "actions", "rewards", "terminations", "truncations")
 _RESULTS = ("obs", "rewards", "terminations", "truncations")
+_KEPT = ("episode",)  # final-info keys kept with infos=False (episode statistics)
 
 
 class _EnvWorker:
@@ -77,7 +78,8 @@ class _EnvWorker:
             else:
                 obs[k], rew[k], term[k], trunc[k], info = env.step(acts[k])
                 if same_step and (term[k] or trunc[k]):
-                    final = {"final_obs": obs[k].copy(), "final_info": info if keep_info else {}}
+                    kept = info if keep_info else {n: info[n] for n in _KEPT if n in info}
+                    final = {"final_obs": obs[k].copy(), "final_info": kept}
                     infos.append((k, final))
                     obs[k], info = env.reset()
             if keep_info and info:
@@ -134,7 +136,8 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             gymnasium.make, "CartPole-v1")``, or a lambda: it travels to the actor by value).
         num_workers: actors to spread the envs over (at most ``len(env_fns)``).
         autoreset_mode: gymnasium's ``AutoresetMode`` (or its string value).
-        infos: return the envs' info dicts; ``False`` keeps only what auto-reset needs.
+        infos: return the envs' info dicts; ``False`` keeps only what auto-reset needs
+            (``final_obs``, and ``final_info["episode"]`` of ``RecordEpisodeStatistics``).
         transport: ``"shm"`` (shared arrays, local actors) or ``"values"`` (results returned
             by value, for carriers without shared memory).
     """
