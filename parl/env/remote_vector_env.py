@@ -274,6 +274,12 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             ]
         )
 
+    def __enter__(self) -> RemoteVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs, then end the actors (idempotent)."""
         if self._finalizer.alive:
