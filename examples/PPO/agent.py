@@ -74,8 +74,13 @@ class PPOAgent(parl.Agent):
                 mb = order[start : start + minibatch]
                 mb_obs = b_obs[mb].float() if obs_dtype is None else b_obs[mb]
                 result = self.alg.learn(
-                    mb_obs, b_actions[mb], b_values[mb], b_returns[mb], b_logprobs[mb],
-                    b_advantages[mb], lr,
+                    mb_obs,
+                    b_actions[mb],
+                    b_values[mb],
+                    b_returns[mb],
+                    b_logprobs[mb],
+                    b_advantages[mb],
+                    lr,
                 )
                 totals += (*result, result.approx_kl, result.clip_frac)
                 count += 1

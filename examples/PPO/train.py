@@ -144,8 +144,10 @@ def train(config: dict[str, Any]) -> TrainResult:
         tic = time.perf_counter()
         for _ in range(step_nums):
             value, action, logprob, _ = agent.sample(obs)
-            env_action = action if not config["continuous_action"] else np.clip(
-                action, act_space.low, act_space.high
+            env_action = (
+                action
+                if not config["continuous_action"]
+                else np.clip(action, act_space.low, act_space.high)
             )
             next_obs, reward, terminated, truncated, info = envs.step(env_action)
             reward = reward.astype(np.float32)
@@ -213,7 +215,9 @@ def _evaluate(agent, envs, eval_env, config, result, total_steps, train_time) ->
         result.steps_to_target, result.seconds_to_target = total_steps, train_time
     if config.get("tensorboard", True):
         summary.add_scalar("eval/episode_reward", mean, total_steps)
-    logger.info("step %d: evaluation over %d episodes: %.1f", total_steps, config["eval_episode"], mean)
+    logger.info(
+        "step %d: evaluation over %d episodes: %.1f", total_steps, config["eval_episode"], mean
+    )
 
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
@@ -251,7 +255,10 @@ def main(argv: list[str] | None = None) -> TrainResult:
     last = result.eval_history[-1][1] if result.eval_history else float("nan")
     logger.info(
         "done: %d steps, %.1f s of training, last evaluation %.1f; checkpoint %s",
-        result.total_steps, result.train_seconds, last, result.checkpoint,
+        result.total_steps,
+        result.train_seconds,
+        last,
+        result.checkpoint,
     )
     return result
 
