@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any
 # public name -> module defining it
 _ALGORITHMS: dict[str, str] = {
     "PolicyGradient": "parl.algorithms.policy_gradient",
+    "PPO": "parl.algorithms.ppo",
+    "A2C": "parl.algorithms.a2c",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.algorithms.a2c import A2C
     from parl.algorithms.policy_gradient import PolicyGradient
+    from parl.algorithms.ppo import PPO
 
 
 def __getattr__(name: str) -> Any:
@@ -36,4 +40,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_ALGORITHMS))
 
 
-__all__ = ["PolicyGradient"]
+__all__ = ["A2C", "PPO", "PolicyGradient"]
