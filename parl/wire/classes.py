@@ -118,11 +118,13 @@ class _Send:
     """While encoding one message: short references for held classes; the definitions sent
     count as held (by a caller's peer) only if the whole message was encoded."""
 
-    __slots__ = ("table", "defined", "_outer")
+    __slots__ = ("table", "defined", "references", "_outer")
 
     def __init__(self, table: ClassTable) -> None:
         self.table = table
         self.defined: dict[str, type] = {}
+        # held classes -> their short reduction, asked by the pickler before anything else
+        self.references: dict[type, tuple[Callable[..., type], tuple[str, str]]] = {}
         self._outer: _Send | None = None
 
     def __enter__(self) -> _Send:
@@ -169,7 +171,9 @@ def reference(
         return None
     cid = class_id(cls)
     if cid in send.table.held:
-        return known_class, (cid, cls.__qualname__)
+        reduced = known_class, (cid, cls.__qualname__)
+        send.references[cls] = reduced
+        return reduced
     return None
 
 

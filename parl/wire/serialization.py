@@ -234,6 +234,9 @@ class _Reducer:
         if kind is types.FunctionType:
             return self._function(obj)
         if issubclass(kind, type):
+            sending = self.sending
+            if sending is not None and obj in sending.references:
+                return sending.references[obj]  # a class the peer holds: its id, cached
             if classes.travels_by_value(obj):
                 # a metaclass may say how its classes travel (parl's proxy classes: as their
                 # original class and options, never as generated methods)
