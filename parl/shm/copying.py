@@ -4,9 +4,9 @@ A value crosses with one copy, and for large arrays that copy is the whole cost 
 One thread does not reach the memory bandwidth of this machine class: two threads copying a
 half each move 16 MiB or 128 MiB about 1.25x as fast (measured: 2.58 -> 2.04 ms, 12.3 -> 9.7
 ms). The sender's peer is waiting for the message meanwhile, so the second core is usually
-idle; when the kernel reports CPU pressure (other work waiting for a core, see
-:func:`parl.wire.framing.cpu_pressure`) the copy stays on one thread, as it would steal that
-core from someone.
+idle; when it is not (more runnable processes than cores, see
+:func:`parl.wire.framing.crowded`) the copy stays on one thread, as it would steal that core
+from someone.
 
 numpy releases the GIL while it copies, so the helper thread really runs beside the caller.
 """
@@ -16,20 +16,17 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
-from parl.wire.framing import cpu_pressure
+from parl.wire.framing import crowded
 
 PARALLEL_FROM = 8 << 20  # below this, handing half to a thread costs more than it saves
-_BUSY_PERCENT = 10.0
 
 _jobs: queue.SimpleQueue[tuple[Any, Any, _Job]] | None = None
 _owner_pid = 0
 _lock = threading.Lock()
-_pressure = (0.0, False)  # (perf_counter when checked, busy)
 
 
 def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
@@ -56,13 +53,7 @@ class _Job:
 
 
 def _busy() -> bool:
-    global _pressure
-    now = time.perf_counter()
-    checked, busy = _pressure
-    if now - checked > 1.0:
-        busy = cpu_pressure() > _BUSY_PERCENT
-        _pressure = (now, busy)
-    return busy
+    return crowded(extra=1)  # the helper thread would be one more
 
 
 def _queue() -> queue.SimpleQueue[tuple[Any, Any, _Job]]:

@@ -28,7 +28,7 @@ from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteErr
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
-from parl.wire.framing import SPIN_S, FrameSocket, Spin
+from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
 from parl.wire.protocol import ERROR, RESULT, Link
 from parl.wire.serialization import Encoder
 
@@ -272,7 +272,7 @@ class Connection:
             spin = self._spin
             gave_up = 1.0  # no spin at all (SPIN_S is 0): nothing to learn either
             if SPIN_S:
-                if not spin.seconds or timeout == 0:
+                if not spin.seconds or timeout == 0 or crowded():
                     gave_up = time.perf_counter()  # time the wait all the same, to learn
                 else:
                     try:
@@ -287,7 +287,7 @@ class Connection:
                     if len(self._wait_fds) == 1 and not self._liveness.is_alive():
                         self._fail_from_peer(None)
                     if SPIN_S:
-                        spin.missed(SPIN_S, time.perf_counter())  # a long wait
+                        spin.missed(SPIN_S)  # a long wait
                     return
                 for fd, _ in ready:
                     if fd == self._sock_fd:
@@ -296,8 +296,7 @@ class Connection:
                     self._fail_from_peer(None)  # the liveness descriptor fired: worker gone
                     return
                 if SPIN_S and gave_up != 1.0:
-                    now = time.perf_counter()
-                    spin.missed(spin.seconds + now - gave_up, now)
+                    spin.missed(spin.seconds + time.perf_counter() - gave_up)
         try:
             parts = sock.recv_parts()
         except OSError as exc:

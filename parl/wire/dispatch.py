@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
-from parl.wire.framing import SPIN_S, FrameSocket, Spin
+from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
 from parl.wire.protocol import (
     CALL,
     ERROR,
@@ -58,11 +58,13 @@ def serve(sock: FrameSocket, link: Link) -> Any:
         if not SPIN_S or sock.has_buffered_frame():
             parts = sock.recv_parts()
         else:  # the next request of a busy caller usually follows within the spin
-            gave_up = sock.spin(min(spin.seconds, SPIN_S)) if spin.seconds else time.perf_counter()
+            if spin.seconds and not crowded():
+                gave_up = sock.spin(min(spin.seconds, SPIN_S))
+            else:
+                gave_up = time.perf_counter()
             parts = sock.recv_parts()
             if gave_up:
-                now = time.perf_counter()
-                spin.missed(spin.seconds + now - gave_up, now)
+                spin.missed(spin.seconds + time.perf_counter() - gave_up)
         if parts is None:
             return instance
         kind = call_id = 0

@@ -286,50 +286,43 @@ class Spin:
     missed, the spin becomes 1.5 times that wait when it was short (below ``cap``), and half
     of what it was when it was long; a wait that the spin met keeps it as it is.
 
-    Spinning only pays on cores that are otherwise free: a spinning process competes with
-    every busy one, and the scheduler makes it pay that back with whole time slices spent
-    waiting. So while the kernel reports CPU pressure (``/proc/pressure/cpu``: tasks waiting
-    for a core more than ``_BUSY_PERCENT`` of the last 10 s; checked at most once a second, on
-    a missed wait) nobody spins."""
+    Spinning only pays on a core nobody else wants: a spinning process competes with every
+    runnable one (the actors of a fan-out computing their replies, another program), and the
+    scheduler makes it pay that back with whole time slices spent waiting. So a reader spins
+    only while no more processes are runnable than there are cores (:func:`crowded`)."""
 
-    __slots__ = ("seconds", "cap", "_checked", "_busy")
+    __slots__ = ("seconds", "cap")
 
     def __init__(self, cap: float) -> None:
         self.cap = cap
         self.seconds = cap
-        self._checked = 0.0
-        self._busy = False
 
-    def missed(self, waited: float, now: float) -> None:
-        """A wait that the spin did not meet took ``waited`` seconds (``now``: perf_counter)."""
-        if now - self._checked > 1.0:
-            self._checked = now
-            self._busy = cpu_pressure() > _BUSY_PERCENT
-        if self._busy:
-            self.seconds = 0.0
-        elif waited < self.cap:
+    def missed(self, waited: float) -> None:
+        """A wait that the spin did not meet took ``waited`` seconds."""
+        if waited < self.cap:
             self.seconds = min(self.cap, max(1.5 * waited, 20e-6))
         else:
             self.seconds = self.seconds / 2 if self.seconds > 10e-6 else 0.0
 
 
-_BUSY_PERCENT = 10.0
-_pressure_fd: tuple[int, int] | None = None  # (pid, descriptor of /proc/pressure/cpu)
+_loadavg: tuple[int, int, int] | None = None  # (pid, descriptor of /proc/loadavg, cores)
 
 
-def cpu_pressure() -> float:
-    """The share of the last 10 s (in %) in which some task waited for a core; 0.0 where the
-    kernel does not say."""
-    global _pressure_fd
+def crowded(extra: int = 0) -> bool:
+    """Whether more processes (and threads) are runnable right now, plus ``extra``, than this
+    process has cores (``/proc/loadavg``'s running count, which includes the caller itself;
+    about 3 µs). False where the kernel does not say."""
+    global _loadavg
     import os
 
     try:
-        if _pressure_fd is None or _pressure_fd[0] != os.getpid():
-            _pressure_fd = (os.getpid(), os.open("/proc/pressure/cpu", os.O_RDONLY | os.O_CLOEXEC))
-        line = os.pread(_pressure_fd[1], 256, 0)  # b"some avg10=56.13 avg60=..."
-        return float(line.split(None, 2)[1][6:])
+        if _loadavg is None or _loadavg[0] != os.getpid():
+            fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+            _loadavg = (os.getpid(), fd, len(os.sched_getaffinity(0)))
+        line = os.pread(_loadavg[1], 128, 0)  # b"0.50 0.40 0.30 3/120 12345"
+        return int(line.split(None, 4)[3].split(b"/")[0]) + extra > _loadavg[2]
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return False
 
 
 def wait_readable(fds: Sequence[int], timeout: float | None) -> list[int]:
