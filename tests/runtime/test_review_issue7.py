@@ -10,6 +10,7 @@ actor in a loop: later calls returned the arguments of earlier ones).
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -156,3 +157,18 @@ def test_ctrl_c_right_after_part_of_a_large_message_went_out_fails_the_next_call
             assert s.add(1, 2).get(timeout=5) == 3
         except ActorClosedError:
             pass
+
+
+@parl.remote_class
+class _HoldsALock:
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+def test_an_attribute_that_cannot_come_back_is_named():
+    """User sees: reading ``actor.lock`` (a lock) says ``the result cannot be sent back``,
+    without saying which; before the serve loop was rewritten it named the attribute.
+    Expected: ``attribute 'lock' cannot be sent back to the caller``."""
+    with _HoldsALock() as actor:
+        with pytest.raises(TypeError, match="attribute 'lock' cannot be sent back"):
+            _ = actor.lock
