@@ -95,16 +95,16 @@ class Connection:
                 raise self._failure
             self._last_id = call_id = self._last_id + 1
             sending, link = self._sending, self._link
+            if sending.defined:  # left by a message cut short (Ctrl-C) before it went out:
+                sending.finish(False)  # the actor never got those definitions
             try:
                 meta, bodies, fds = protocol.encode(kind, call_id, payload, link, self._encoder)
-            except Exception:
+            except BaseException as exc:
                 if sending.defined:
                     sending.finish(False)
-                if self._closed:
+                if self._closed and isinstance(exc, Exception):
                     raise self._failure from None  # type: ignore[misc]
                 raise
-            if sending.defined:
-                sending.finish(True)
             self._results[call_id] = _PENDING  # before sending: another thread may read the reply
             try:
                 self._sock.send(meta, bodies, fds, self._drain_if_free)
@@ -119,6 +119,8 @@ class Connection:
                 if self._sock.broken:  # e.g. Ctrl-C with half a message sent
                     self._break("interrupted in the middle of sending a message")
                 raise
+            if sending.defined:  # the definitions it carried are the actor's now
+                sending.finish(True)
         return call_id
 
     def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:

@@ -85,6 +85,8 @@ def serve(sock: FrameSocket, link: Link) -> Any:
                 result = getattr(instance, name)(*args, **kwargs)
                 args = kwargs = None
             else:
+                if kind == GETATTR:
+                    what = f"attribute {request!r}"
                 result = _other(kind, request, instance)
                 if kind == INIT:
                     instance, result = result, None

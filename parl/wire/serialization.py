@@ -19,6 +19,7 @@ import io
 import pickle
 import sys
 import types
+import weakref
 from typing import Any, Protocol
 
 from parl.errors import SerializationError
@@ -201,20 +202,37 @@ def _slot_names(klass: type) -> list[str]:
 
 
 # types whose instances none of the reductions below applies to (a user's dataclass, say):
-# asked first, so that an instance of one costs one set lookup. Only long-lived types (module
-# attributes) are remembered; a class made inside a function may be collected.
+# asked first, so that an instance of one costs one set lookup. A type found by its module
+# and name lives as long as its module and is held here; one that travels by value (made at
+# run time, or inside a function, or a script's) is held weakly, by id, and forgotten when it
+# is collected: holding it would keep every class made per call alive for good.
 _PLAIN: set[type] = set()
+_PLAIN_BY_VALUE: dict[int, weakref.ref[type]] = {}
 
 
 def _is_plain(kind: type) -> bool:
-    if "<locals>" in getattr(kind, "__qualname__", "<locals>"):
-        return False
     np = sys.modules.get("numpy")
     torch = sys.modules.get("torch")
     return not (
         (np is not None and issubclass(kind, np.ndarray))
         or (torch is not None and issubclass(kind, torch.Tensor))
     )
+
+
+def _remember_plain(kind: type) -> None:
+    if not classes.travels_by_value(kind):
+        _PLAIN.add(kind)
+        return
+    key = id(kind)
+
+    def forget(ref: weakref.ref[type]) -> None:
+        if _PLAIN_BY_VALUE.get(key) is ref:
+            del _PLAIN_BY_VALUE[key]
+
+    try:
+        _PLAIN_BY_VALUE[key] = weakref.ref(kind, forget)
+    except TypeError:  # no weak references to it: ask the reducers every time
+        pass
 
 
 class _ByValue(Exception):
@@ -229,7 +247,7 @@ class _Reducer:
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind in _PLAIN:
+        if kind in _PLAIN or id(kind) in _PLAIN_BY_VALUE:
             return NotImplemented
         if kind is types.FunctionType:
             return self._function(obj)
@@ -251,7 +269,7 @@ class _Reducer:
         if reduced is NotImplemented:
             reduced = _reduce_array(obj, self.memory)
             if reduced is NotImplemented and _is_plain(kind):
-                _PLAIN.add(kind)
+                _remember_plain(kind)
         return reduced
 
     def _class_by_value(self, obj: type) -> Any:
@@ -348,6 +366,12 @@ class Encoder:
 
     def dumps(self, obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
         chunks, buffers, pickler = self._chunks, self._buffers, self._pickler
+        if chunks or buffers:
+            # left by a message cut short after its pickle was made (a Ctrl-C whose handler
+            # ran below, outside the try): never let them go out in front of this one
+            chunks.clear()
+            buffers.clear()
+            pickler.clear_memo()
         try:
             pickler.dump(obj)
         except BaseException as exc:
