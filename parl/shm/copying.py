@@ -38,10 +38,25 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     half = (n // 2) & ~4095  # page aligned: the two threads never write one page
     job = _Job()
     _queue().put((dst[half:], src[half:], job))
-    np.copyto(dst[:half], src[:half])
-    job.done.wait()
+    try:
+        np.copyto(dst[:half], src[:half])
+    finally:
+        _join(job)  # even on Ctrl-C: the block must not be reused while the helper writes it
     if job.error is not None:
         raise job.error
+
+
+def _join(job: _Job) -> None:
+    """Wait for the helper's half, through any interruption (re-raised once it is done)."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            job.done.wait()
+            break
+        except BaseException as exc:  # noqa: BLE001 - a signal handler's exception
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 class _Job:

@@ -282,6 +282,10 @@ class Connection:
                     except OSError as exc:  # e.g. ECONNRESET: the worker was killed
                         self._fail_from_peer(exc)
                         return
+                    except BaseException:
+                        if sock.broken:  # e.g. Ctrl-C with part of a reply read
+                            self._break("interrupted in the middle of receiving a message")
+                        raise
             if gave_up:
                 wait = _POLL_S if timeout is None else min(timeout, _POLL_S)
                 ready = self._poller.poll(wait * 1000 + 0.999)

@@ -92,6 +92,10 @@ class FrameSocket:
                 sent = self.sock.send(data, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
+            except BaseException:
+                # a signal handled as the call returned (Ctrl-C) hides how much went out
+                self.broken = True
+                raise
             if sent != len(data):
                 self._sending = sent > 0
                 self._send_parts([memoryview(data)[sent:]], [], on_blocked)
@@ -121,16 +125,17 @@ class FrameSocket:
         flags = socket.MSG_DONTWAIT if on_blocked is not None else 0
         try:
             while parts:
+                was_sending, self._sending = self._sending, True  # see send's fast path
                 try:
                     sent = self.sock.sendmsg(parts[:_IOV_MAX], ancillary, flags)
                 except BlockingIOError:
+                    self._sending = was_sending
                     assert on_blocked is not None
                     poller = select.poll()
                     poller.register(self.sock.fileno(), select.POLLIN | select.POLLOUT)
                     if any(ev & ~select.POLLOUT for _, ev in poller.poll(1000)):
                         on_blocked()  # replies are waiting: read them so the peer can go on
                     continue
-                self._sending = True
                 ancillary = []
                 while sent:
                     first = parts[0]
@@ -274,6 +279,13 @@ class FrameSocket:
                 got = self.sock.recv_into(self._view[self._end :], 0, flags)
         except BlockingIOError:
             return -1
+        except BaseException as exc:
+            if not isinstance(exc, OSError):
+                # a signal handled as the call returned (Ctrl-C): what it read is lost, and the
+                # stream is out of step (a read here never sleeps on the caller's side, so
+                # the signal did not interrupt a wait)
+                self.broken = True
+            raise
         self._end += got
         return got
 

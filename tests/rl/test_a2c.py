@@ -54,9 +54,7 @@ def test_a2c_losses_match_a_hand_computed_case() -> None:
     assert float(pi_loss) == pytest.approx(expected_pi)
     assert float(vf_loss) == pytest.approx(expected_vf)
     assert float(entropy) == pytest.approx(expected_entropy)
-    assert float(total) == pytest.approx(
-        expected_pi + 0.5 * expected_vf - 0.01 * expected_entropy
-    )
+    assert float(total) == pytest.approx(expected_pi + 0.5 * expected_vf - 0.01 * expected_entropy)
 
 
 def test_a2c_config_keys_defaults_and_api() -> None:

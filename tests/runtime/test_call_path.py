@@ -224,3 +224,25 @@ def test_large_values_cross_intact_both_ways(parallel_copies):
         assert back.__array_interface__["data"][0] != data.__array_interface__["data"][0]
     finally:
         parl.close_actor(actor)
+
+
+def test_an_interrupted_two_thread_copy_waits_for_its_helper(parallel_copies, monkeypatch):
+    """A Ctrl-C during the caller's half must not return while the helper thread still
+    writes the other half (the block would be reused under it)."""
+    src = np.ones(copying.PARALLEL_FROM * 4, np.uint8)
+    dst = np.zeros_like(src)
+    real_copyto = np.copyto
+    calls = []
+
+    def interrupted_copyto(d, s):
+        calls.append(threading.current_thread().name)
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt  # the caller's half, as if Ctrl-C landed in it
+        real_copyto(d, s)
+
+    monkeypatch.setattr(copying.np, "copyto", interrupted_copyto)
+    with pytest.raises(KeyboardInterrupt):
+        copying.copy_into(dst, src)
+    # by the time copy_into raised, the helper's half is complete
+    half = (src.nbytes // 2) & ~4095
+    assert dst[half:].all() and "parl-copy" in calls
