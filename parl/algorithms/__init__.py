@@ -14,10 +14,20 @@ from typing import TYPE_CHECKING, Any
 # public name -> module defining it
 _ALGORITHMS: dict[str, str] = {
     "PolicyGradient": "parl.algorithms.policy_gradient",
+    "DQN": "parl.algorithms.dqn",
+    "DDQN": "parl.algorithms.ddqn",
+    "DDPG": "parl.algorithms.ddpg",
+    "TD3": "parl.algorithms.td3",
+    "SAC": "parl.algorithms.sac",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.policy_gradient import PolicyGradient
+    from parl.algorithms.dqn import DQN
+    from parl.algorithms.ddqn import DDQN
+    from parl.algorithms.ddpg import DDPG
+    from parl.algorithms.td3 import TD3
+    from parl.algorithms.sac import SAC
 
 
 def __getattr__(name: str) -> Any:
@@ -37,3 +47,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["PolicyGradient"]
+__all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
