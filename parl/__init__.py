@@ -18,6 +18,7 @@ from parl.errors import (
     ActorMemoryError,
     ParlError,
     RemoteError,
+    WeightsMismatchError,
 )
 
 __version__ = "0.1.0"
@@ -39,11 +40,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "core": ("parl.core", None),
     "algorithms": ("parl.algorithms", None),
     "utils": ("parl.utils", None),
+    "env": ("parl.env", None),
     "shm": ("parl.shm", None),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from parl import algorithms, core, shm, utils
+    from parl import algorithms, core, env, shm, utils
     from parl.core.agent import Agent
     from parl.core.algorithm import Algorithm
     from parl.core.model import Model
@@ -69,11 +71,13 @@ __all__ = [
     "Model",
     "ParlError",
     "RemoteError",
+    "WeightsMismatchError",
     "algorithms",
     "close_actor",
     "core",
     "connect",
     "disconnect",
+    "env",
     "get",
     "remote_class",
     "shm",

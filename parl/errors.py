@@ -50,3 +50,12 @@ class ActorForkedError(ParlError):
     An actor belongs to the process that created it; a child made by ``os.fork`` (or a
     ``multiprocessing`` fork) must create its own actors.
     """
+
+
+class WeightsMismatchError(ParlError, ValueError, RuntimeError):
+    """Weights given to ``set_weights`` (or found in a checkpoint) do not fit the model: a name
+    is missing or unexpected, or a shape differs.
+
+    Also a ``ValueError`` (bad argument) and a ``RuntimeError``, which is what PARL 2.x's torch
+    ``set_weights`` raised (``load_state_dict``), so ``except RuntimeError`` in PARL code works.
+    """

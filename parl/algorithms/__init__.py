@@ -19,15 +19,19 @@ _ALGORITHMS: dict[str, str] = {
     "DDPG": "parl.algorithms.ddpg",
     "TD3": "parl.algorithms.td3",
     "SAC": "parl.algorithms.sac",
+    "PPO": "parl.algorithms.ppo",
+    "A2C": "parl.algorithms.a2c",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.algorithms.a2c import A2C
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.dqn import DQN
     from parl.algorithms.ddqn import DDQN
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.td3 import TD3
     from parl.algorithms.sac import SAC
+    from parl.algorithms.ppo import PPO
 
 
 def __getattr__(name: str) -> Any:
@@ -46,5 +50,5 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_ALGORITHMS))
 
 
-__all__ = ["PolicyGradient"]
+__all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from parl.errors import WeightsMismatchError
+
 __all__ = [
     "Model",
     "module_weights",
@@ -47,7 +49,8 @@ def check_tensors_fit(
     what: str,
     owner: str,
 ) -> None:
-    """Raise ``ValueError`` naming the first tensor of ``given`` that does not fit ``expected``.
+    """Raise ``WeightsMismatchError`` (a ``ValueError`` and a ``RuntimeError``) naming the first
+    tensor of ``given`` that does not fit ``expected``.
 
     ``what`` names the source (``"weights"``, ``"checkpoint 'a.ckpt'"``) and ``owner`` the module.
     """
@@ -59,14 +62,14 @@ def check_tensors_fit(
             parts.append(f"missing {missing}")
         if unexpected:
             parts.append(f"unexpected {unexpected}")
-        raise ValueError(
+        raise WeightsMismatchError(
             f"{what} do not match the tensors of {owner}: {'; '.join(parts)}. "
             f"Expected exactly these names: {list(expected)}"
         )
     for name, tensor in expected.items():
         shape = tuple(np.shape(given[name]))
         if shape != tuple(tensor.shape):
-            raise ValueError(
+            raise WeightsMismatchError(
                 f"{what}: tensor {name!r} has shape {shape} but {owner} expects "
                 f"{tuple(tensor.shape)}"
             )
@@ -165,8 +168,9 @@ class Model(nn.Module):
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Load ``weights`` from ``get_weights()`` of a model with the same architecture.
 
-        Raises ``TypeError`` if ``weights`` is not a mapping and ``ValueError`` naming the tensor
-        when a name is missing or unexpected or a shape differs.
+        Raises ``TypeError`` if ``weights`` is not a mapping and ``parl.WeightsMismatchError``
+        (also a ``ValueError`` and, as in PARL, a ``RuntimeError``) naming the tensor when a name
+        is missing or unexpected or a shape differs.
         """
         set_module_weights(self, weights)
 

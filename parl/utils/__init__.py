@@ -27,12 +27,20 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "seed_env": ("parl.utils.seeding", "seed_env"),
     "worker_seed": ("parl.utils.seeding", "worker_seed"),
     "get_device": ("parl.utils.device", "get_device"),
+    "rl_utils": ("parl.utils.rl_utils", None),
+    "time_stat": ("parl.utils.time_stat", None),
+    "window_stat": ("parl.utils.window_stat", None),
+    "machine_info": ("parl.utils.machine_info", None),
+    "scheduler": ("parl.utils.scheduler", None),
+    "get_gpu_count": ("parl.utils.machine_info", "get_gpu_count"),
+    "get_ip_address": ("parl.utils.machine_info", "get_ip_address"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils import logger, summary
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
+    from parl.utils.machine_info import get_gpu_count, get_ip_address
     from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.returns import calc_discount_sum_rewards, calc_gae
     from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
@@ -54,6 +62,8 @@ __all__ = [
     "calc_discount_sum_rewards",
     "calc_gae",
     "get_device",
+    "get_gpu_count",
+    "get_ip_address",
     "logger",
     "seed_env",
     "set_seed",

@@ -1,0 +1,37 @@
+"""Hyperparameters of the A2C example (PARL's names). ``cartpole_config`` trains in about a
+minute; ``atari_config`` is PARL's Atari setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+cartpole_config: dict[str, Any] = {
+    "env_name": "CartPole-v1",
+    "actor_num": 0,  # env actors; 0 steps the envs in this process
+    "env_num": 8,
+    "sample_batch_steps": 16,
+    "max_sample_steps": 200_000,
+    "gamma": 0.99,
+    "lambda": 0.95,  # GAE
+    "start_lr": 1e-3,
+    "entropy_coeff_scheduler": [(0, -0.01)],
+    "vf_loss_coeff": 0.5,
+    "eval_episodes": 10,
+    "test_every_steps": 10_000,
+}
+
+atari_config: dict[str, Any] = {
+    "env_name": "PongNoFrameskip-v4",
+    "env_dim": 84,
+    "actor_num": 2,
+    "env_num": 10,
+    "sample_batch_steps": 20,
+    "max_sample_steps": int(1e7),
+    "gamma": 0.99,
+    "lambda": 1.0,
+    "start_lr": 0.001,
+    "entropy_coeff_scheduler": [(0, -0.01)],
+    "vf_loss_coeff": 0.5,
+    "eval_episodes": 3,
+    "test_every_steps": 200_000,
+}

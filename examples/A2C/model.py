@@ -1,0 +1,59 @@
+"""A2C models: ``policy``, ``value`` and ``policy_and_value`` (one pass) as PARL's A2C expects."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import parl
+
+
+class _ActorCritic(parl.Model):
+    trunk: nn.Module
+
+    def __init__(self, features: int, act_dim: int) -> None:
+        super().__init__()
+        self.policy_fc = nn.Linear(features, act_dim)
+        self.value_fc = nn.Linear(features, 1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(obs)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy_fc(self._features(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_fc(self._features(obs)).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self._features(obs)
+        return self.policy_fc(features), self.value_fc(features).squeeze(-1)
+
+
+class CartpoleModel(_ActorCritic):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64) -> None:
+        super().__init__(hidden, act_dim)
+        self.trunk = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
+        )
+
+
+class AtariModel(_ActorCritic):
+    """Nature-DQN trunk on ``(B, 4, 84, 84)`` frames."""
+
+    def __init__(self, act_dim: int) -> None:
+        super().__init__(512, act_dim)
+        self.trunk = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512),
+            nn.ReLU(),
+        )
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(obs / 255.0)

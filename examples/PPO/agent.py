@@ -1,0 +1,89 @@
+"""``PPOAgent``: numpy in and out around ``parl.algorithms.PPO``, the learning-rate and clip
+schedules, and the minibatch epochs over a rollout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from storage import RolloutStorage
+
+import parl
+from parl.algorithms import PPO
+from parl.utils import LinearDecayScheduler
+
+
+class PPOAgent(parl.Agent):
+    """``config`` keys used: ``num_updates``, ``initial_lr``, ``lr_decay``, ``clip_param``,
+    ``clip_decay``, ``update_epochs``, ``num_minibatches``."""
+
+    alg: PPO
+
+    def __init__(self, algorithm: PPO, config: dict[str, Any], obs_shape: tuple) -> None:
+        super().__init__(algorithm)
+        self.config = config
+        self.obs_shape = tuple(obs_shape)
+        updates = max(1, int(config["num_updates"]))
+        self.lr_scheduler = LinearDecayScheduler(config["initial_lr"], updates)
+        self.clip_scheduler = LinearDecayScheduler(config["clip_param"], updates)
+        self.last_stats: dict[str, float] = {}
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy action(s) for one observation or a batch."""
+        single = np.shape(obs) == self.obs_shape
+        batched = self.to_tensor(np.asarray(obs)[None] if single else obs)
+        action = self.to_numpy(self.alg.predict(batched))
+        return action[0] if single else action
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(value, action, logprob, entropy)`` for a batch of observations."""
+        value, action, logprob, entropy = self.alg.sample(self.to_tensor(obs))
+        return (
+            self.to_numpy(value),
+            self.to_numpy(action),
+            self.to_numpy(logprob),
+            self.to_numpy(entropy),
+        )
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self.to_numpy(self.alg.value(self.to_tensor(obs)))
+
+    def learn(self, rollout: RolloutStorage) -> tuple[float, float, float, float]:
+        """``update_epochs`` passes of minibatch updates over ``rollout``; returns the mean
+        ``(value_loss, action_loss, entropy, lr)``; KL and clip fraction in ``last_stats``."""
+        cfg = self.config
+        lr = self.lr_scheduler.value if cfg["lr_decay"] else cfg["initial_lr"]
+        if cfg.get("clip_decay"):
+            self.alg.clip_param = max(self.clip_scheduler.value, 1e-8)
+        self.lr_scheduler.step()
+        self.clip_scheduler.step()
+        batch = rollout.flatten()
+        obs_dtype = None if batch.obs.dtype == np.uint8 else torch.float32
+        tensors = [self.to_tensor(batch.obs, dtype=obs_dtype)] + [
+            self.to_tensor(array) for array in batch[1:]
+        ]
+        b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = tensors
+        size = b_obs.shape[0]
+        minibatch = max(1, size // int(cfg["num_minibatches"]))
+        totals = np.zeros(5)
+        count = 0
+        for _ in range(int(cfg["update_epochs"])):
+            order = torch.randperm(size, device=b_obs.device)
+            for start in range(0, size - minibatch + 1, minibatch):
+                mb = order[start : start + minibatch]
+                mb_obs = b_obs[mb].float() if obs_dtype is None else b_obs[mb]
+                result = self.alg.learn(
+                    mb_obs,
+                    b_actions[mb],
+                    b_values[mb],
+                    b_returns[mb],
+                    b_logprobs[mb],
+                    b_advantages[mb],
+                    lr,
+                )
+                totals += (*result, result.approx_kl, result.clip_frac)
+                count += 1
+        value_loss, action_loss, entropy, approx_kl, clip_frac = totals / max(count, 1)
+        self.last_stats = {"approx_kl": approx_kl, "clip_frac": clip_frac}
+        return value_loss, action_loss, entropy, lr

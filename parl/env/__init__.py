@@ -1,0 +1,52 @@
+"""Environments: gymnasium wrappers with PARL's names and import paths, and vector envs.
+
+``from parl.env import CompatWrapper, ActionMappingWrapper`` works as in PARL 2.x. Submodules
+(``parl.env.atari_wrappers``, ``parl.env.mujoco_wrappers``, ``parl.env.vector_env``) load on first
+access, so this package imports only gymnasium.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from parl._lazy import lazy_attributes
+
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "CompatWrapper": ("parl.env.compat_wrapper", "CompatWrapper"),
+    "is_gym_version_ge": ("parl.env.compat_wrapper", "is_gym_version_ge"),
+    "V_GYM_CHANGED": ("parl.env.compat_wrapper", "V_GYM_CHANGED"),
+    "V_NPRANDOM_CHANGED": ("parl.env.compat_wrapper", "V_NPRANDOM_CHANGED"),
+    "ActionMappingWrapper": ("parl.env.continuous_wrappers", "ActionMappingWrapper"),
+    "VectorEnv": ("parl.env.vector_env", "VectorEnv"),
+    "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
+    "compat_wrapper": ("parl.env.compat_wrapper", None),
+    "atari_wrappers": ("parl.env.atari_wrappers", None),
+    "mujoco_wrappers": ("parl.env.mujoco_wrappers", None),
+    "vector_env": ("parl.env.vector_env", None),
+    "compat_wrappers": ("parl.env.compat_wrappers", None),
+    "continuous_wrappers": ("parl.env.continuous_wrappers", None),
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.env.compat_wrapper import (
+        V_GYM_CHANGED,
+        V_NPRANDOM_CHANGED,
+        CompatWrapper,
+        is_gym_version_ge,
+    )
+    from parl.env.continuous_wrappers import ActionMappingWrapper
+    from parl.env.remote_vector_env import RemoteVectorEnv
+    from parl.env.vector_env import VectorEnv
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
+
+__all__ = [
+    "ActionMappingWrapper",
+    "CompatWrapper",
+    "RemoteVectorEnv",
+    "V_GYM_CHANGED",
+    "V_NPRANDOM_CHANGED",
+    "VectorEnv",
+    "is_gym_version_ge",
+]

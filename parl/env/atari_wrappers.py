@@ -1,0 +1,203 @@
+"""DeepMind-style Atari preprocessing with PARL's names: ``wrap_deepmind``, ``MonitorEnv``,
+``get_wrapper_by_cls``.
+
+Built on gymnasium's ``AtariPreprocessing`` (no-op starts, frame skip with max-pooling, resize,
+grayscale), ``TransformReward`` (reward sign) and ``FrameStackObservation``. Written here only
+what gymnasium lacks: ``MonitorEnv`` (raw episode statistics across life losses, PARL's
+accessors), ``EpisodicLifeEnv`` (a life loss ends the training episode, but only a game over
+resets the emulator) and ``FireResetEnv`` (press FIRE after a reset).
+
+Importing this module registers ale-py's environments with gymnasium, so
+``gymnasium.make("PongNoFrameskip-v4")`` works after ``import parl.env.atari_wrappers``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
+
+from parl.env.compat_wrapper import CompatWrapper
+
+__all__ = ["EpisodicLifeEnv", "FireResetEnv", "MonitorEnv", "get_wrapper_by_cls", "wrap_deepmind"]
+
+
+def _register_ale() -> None:
+    """ale-py ships the ROMs; registering makes the Atari ids known to ``gymnasium.make``."""
+    try:
+        import ale_py
+    except ImportError:  # pragma: no cover - only without the [atari] extra
+        return
+    gymnasium.register_envs(ale_py)
+
+
+_register_ale()
+
+
+def get_wrapper_by_cls(env: Any, cls: type) -> Any:
+    """The outermost wrapper of ``env`` that is an instance of ``cls`` (``env`` itself
+    included), or ``None``."""
+    current = env
+    while True:
+        if isinstance(current, cls):
+            return current
+        if not isinstance(current, gymnasium.Wrapper):
+            return None
+        current = current.env
+
+
+class MonitorEnv(gymnasium.Wrapper):
+    """Raw episode return and length (game over to game over, across life losses).
+
+    At the end of a game ``info["episode"] = {"r": return, "l": length, "t": seconds}``;
+    ``get_episode_rewards()``, ``get_episode_lengths()``, ``get_total_steps()`` and
+    ``next_episode_results()`` (the episodes not yet returned) are PARL's accessors.
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self._episode_rewards: list[float] = []
+        self._episode_lengths: list[int] = []
+        self._current_reward = 0.0
+        self._num_steps = 0
+        self._total_steps = 0
+        self._num_returned = 0
+        self._tstart = time.time()
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self._current_reward = 0.0
+        self._num_steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._current_reward += float(reward)
+        self._num_steps += 1
+        self._total_steps += 1
+        if terminated or truncated:
+            self._episode_rewards.append(self._current_reward)
+            self._episode_lengths.append(self._num_steps)
+            info = dict(info)
+            info["episode"] = {
+                "r": self._current_reward,
+                "l": self._num_steps,
+                "t": round(time.time() - self._tstart, 6),
+            }
+        return obs, reward, terminated, truncated, info
+
+    def get_episode_rewards(self) -> list[float]:
+        return self._episode_rewards
+
+    def get_episode_lengths(self) -> list[int]:
+        return self._episode_lengths
+
+    def get_total_steps(self) -> int:
+        return self._total_steps
+
+    def next_episode_results(self) -> Iterator[tuple[float, int]]:
+        """Yield ``(return, length)`` of the games finished since the last call."""
+        for i in range(self._num_returned, len(self._episode_rewards)):
+            yield self._episode_rewards[i], self._episode_lengths[i]
+        self._num_returned = len(self._episode_rewards)
+
+
+class EpisodicLifeEnv(gymnasium.Wrapper):
+    """A lost life ends the episode for the learner (Mnih et al. 2015); the emulator is reset
+    only at game over, otherwise ``reset`` continues the game with a no-op step."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.was_real_done = True
+
+    def _lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.was_real_done = terminated or truncated
+        lives = self._lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        if self.was_real_done:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.lives = self._lives()
+        return obs, info
+
+
+class FireResetEnv(gymnasium.Wrapper):
+    """Press FIRE (and then action 2) after a reset, for games that wait for it."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+        if len(meanings) < 3 or meanings[1] != "FIRE":
+            raise ValueError(f"FireResetEnv needs FIRE as action 1, got actions {meanings}")
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                self.env.reset(**kwargs)
+        return obs, info
+
+
+def wrap_deepmind(
+    env: gymnasium.Env,
+    dim: int = 84,
+    framestack: bool = True,
+    obs_format: str = "NHWC",
+    test: bool = False,
+    test_episodes: int = 3,
+    *,
+    compat: bool = True,
+) -> gymnasium.Env:
+    """DeepMind's Atari preprocessing, PARL's arguments.
+
+    ``dim``: side of the square grayscale frame; ``framestack``: stack the last 4 frames;
+    ``obs_format``: ``"NHWC"`` gives ``(dim, dim, 4)``, ``"NCHW"`` ``(4, dim, dim)``.
+    ``test=True`` keeps whole games (no life-loss episodes) and raw rewards, so evaluation
+    returns are game scores; ``test_episodes`` is accepted for PARL's signature.
+    ``compat=True`` (PARL) returns the old gym API (:class:`CompatWrapper`); ``compat=False``
+    the gymnasium API, e.g. for a vector env.
+    """
+    if obs_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"obs_format must be 'NHWC' or 'NCHW', got {obs_format!r}")
+    spec_id = env.spec.id if env.spec is not None else ""
+    env = MonitorEnv(env)
+    frame_skip = 4 if "NoFrameskip" in spec_id else 1
+    env = AtariPreprocessing(
+        env, noop_max=30, frame_skip=frame_skip, screen_size=dim, terminal_on_life_loss=False
+    )
+    if not test:
+        env = EpisodicLifeEnv(env)
+    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
+        env = FireResetEnv(env)
+    if not test:
+        env = TransformReward(env, lambda reward: float(np.sign(float(reward))))
+    if framestack:
+        env = FrameStackObservation(env, 4)
+        if obs_format == "NHWC":
+            env = gymnasium.wrappers.TransformObservation(
+                env,
+                lambda obs: np.moveaxis(obs, 0, -1),
+                gymnasium.spaces.Box(0, 255, (dim, dim, 4), np.uint8),
+            )
+    elif obs_format == "NCHW":
+        env = gymnasium.wrappers.TransformObservation(
+            env, lambda obs: obs[None], gymnasium.spaces.Box(0, 255, (1, dim, dim), np.uint8)
+        )
+    return CompatWrapper(env) if compat else env

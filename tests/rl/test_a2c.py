@@ -1,0 +1,79 @@
+"""parl.algorithms.A2C: PARL's constructor and summed losses against a hand-computed case."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import parl
+from parl.algorithms import A2C
+
+
+class FixedModel(parl.Model):
+    """Logits ``[0, ln 3]`` (probabilities 0.25, 0.75) and value 0.5 for every observation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.tensor([0.0, math.log(3.0)]))
+        self.v = nn.Parameter(torch.tensor(0.5))
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(obs.shape[0], 2)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v.expand(obs.shape[0])
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+class OnlyPolicy(parl.Model):
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs
+
+
+def test_a2c_losses_match_a_hand_computed_case() -> None:
+    alg = A2C(FixedModel(), {"vf_loss_coeff": 0.5, "learning_rate": 1e-3}, device="cpu")
+    total, pi_loss, vf_loss, entropy = alg.learn(
+        torch.zeros(2, 3),
+        torch.tensor([1, 0]),
+        torch.tensor([1.0, -1.0]),
+        torch.tensor([1.5, 0.5]),
+        lr=1e-3,
+        entropy_coeff=-0.01,
+    )
+    expected_pi = -(math.log(0.75) * 1.0 + math.log(0.25) * -1.0)  # a sum, as in PARL
+    expected_vf = 0.5 * ((0.5 - 1.5) ** 2 + 0.0)
+    expected_entropy = -2 * (0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert float(pi_loss) == pytest.approx(expected_pi)
+    assert float(vf_loss) == pytest.approx(expected_vf)
+    assert float(entropy) == pytest.approx(expected_entropy)
+    assert float(total) == pytest.approx(
+        expected_pi + 0.5 * expected_vf - 0.01 * expected_entropy
+    )
+
+
+def test_a2c_config_keys_defaults_and_api() -> None:
+    alg = A2C(FixedModel(), {"vf_loss_coeff": 0.25, "start_lr": 5e-4}, device="cpu")
+    assert alg.vf_loss_coeff == 0.25 and alg.optimizer.param_groups[0]["lr"] == 5e-4
+    default = A2C(FixedModel(), device="cpu")
+    assert (default.vf_loss_coeff, default.learning_rate, default.max_grad_norm) == (
+        0.5,
+        1e-3,
+        40.0,
+    )
+    actions, values = default.sample(torch.zeros(6, 3))
+    assert actions.shape == (6,) and actions.dtype == torch.int64 and values.shape == (6,)
+    probs, _ = default.prob_and_value(torch.zeros(1, 3))
+    torch.testing.assert_close(probs, torch.tensor([[0.25, 0.75]]))
+    assert default.predict(torch.zeros(2, 3)).tolist() == [1, 1]
+    with pytest.raises(TypeError, match="policy_and_value"):
+        A2C(OnlyPolicy())
+    with pytest.raises(ValueError, match="vf_loss_coeff"):
+        A2C(FixedModel(), {"vf_loss_coeff": -1.0})

@@ -1,0 +1,161 @@
+"""``parl.env.CompatWrapper`` and ``ActionMappingWrapper`` against gymnasium's own behaviour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.spaces import Box
+from gymnasium.wrappers import RescaleAction
+
+from parl.env import ActionMappingWrapper, CompatWrapper, is_gym_version_ge
+
+UNIT = np.ones(1, dtype=np.float32)
+
+
+class RecordingEnv(gymnasium.Env):
+    """A Box-action env that returns the action it received as its observation."""
+
+    def __init__(self) -> None:
+        self.action_space = Box(np.array([-2.0, 0.0]), np.array([2.0, 10.0]), dtype=np.float64)
+        self.observation_space = Box(-np.inf, np.inf, (2,), dtype=np.float64)
+        self.closed = False
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return np.zeros(2), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        return np.asarray(action, dtype=np.float64), 0.0, False, False, {}
+
+    def render(self) -> Any:
+        return np.full((4, 6, 3), 7, dtype=np.uint8)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_reset_and_step_follow_gymnasium_with_the_old_api() -> None:
+    raw = gymnasium.make("CartPole-v1")
+    env = CompatWrapper(gymnasium.make("CartPole-v1"))
+    expected_obs, _ = raw.reset(seed=3)
+    env.seed(3)
+    obs = env.reset()
+    np.testing.assert_array_equal(obs, expected_obs)
+    for t in range(600):
+        action = t % 2 if t < 400 else 0
+        r_obs, r_rew, term, trunc, _ = raw.step(action)
+        result = env.step(action)
+        assert len(result) == 4
+        obs, rew, done, _ = result
+        np.testing.assert_array_equal(obs, r_obs)
+        assert rew == r_rew and done == (term or trunc)
+        if done:
+            break
+    assert done
+
+
+def test_time_limit_ends_the_episode_and_says_so() -> None:
+    env = CompatWrapper(gymnasium.make("CartPole-v1", max_episode_steps=3))
+    assert env._max_episode_steps == 3
+    assert CompatWrapper(gymnasium.make("CartPole-v1"))._max_episode_steps == 500
+    env.seed(0)
+    env.reset()
+    dones, infos = [], []
+    for t in range(3):
+        _, _, done, info = env.step(t % 2)
+        dones.append(done)
+        infos.append(info)
+    assert dones == [False, False, True]
+    assert infos[-1]["TimeLimit.truncated"] is True
+    assert "TimeLimit.truncated" not in infos[0]
+
+
+def test_seed_fixes_the_first_reset_and_later_resets_move_on() -> None:
+    first = CompatWrapper(gymnasium.make("CartPole-v1"))
+    second = CompatWrapper(gymnasium.make("CartPole-v1"))
+    assert first.seed(7) == [7]
+    second.seed(7)
+    starts_a = [first.reset() for _ in range(3)]
+    starts_b = [second.reset() for _ in range(3)]
+    np.testing.assert_array_equal(np.array(starts_a), np.array(starts_b))
+    assert not np.array_equal(starts_a[0], starts_a[1])  # not the same episode replayed
+    assert first.action_space.sample() == second.action_space.sample()
+
+
+def test_render_and_close_pass_through() -> None:
+    inner = RecordingEnv()
+    env = CompatWrapper(inner)
+    env.reset()
+    frame = env.render(mode="rgb_array")  # the old mode argument is accepted
+    assert isinstance(frame, np.ndarray) and frame.shape == (4, 6, 3) and frame[0, 0, 0] == 7
+    env.close()
+    assert inner.closed
+
+
+def test_compat_wrapper_rejects_what_is_not_a_gymnasium_env() -> None:
+    with pytest.raises(TypeError, match="gymnasium env"):
+        CompatWrapper(object())  # type: ignore[arg-type]
+
+
+def test_is_gym_version_ge() -> None:
+    assert is_gym_version_ge("0.26.0")
+    assert is_gym_version_ge(gymnasium.__version__)
+    assert not is_gym_version_ge("99.0")
+
+
+def test_action_mapping_matches_gymnasium_rescale_action() -> None:
+    mapped = ActionMappingWrapper(gymnasium.make("Pendulum-v1"))
+    reference = RescaleAction(gymnasium.make("Pendulum-v1"), -UNIT, UNIT)
+    assert mapped.action_space == reference.action_space
+    mapped.reset(seed=1)
+    reference.reset(seed=1)
+    for value in (-1.0, -0.3, 0.0, 0.8, 1.0):
+        action = np.array([value], dtype=np.float32)
+        ours = mapped.step(action)
+        theirs = reference.step(action)
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+
+
+def test_action_mapping_per_dimension_bounds_tolerance_and_errors() -> None:
+    env = ActionMappingWrapper(RecordingEnv())
+    env.reset(seed=0)
+    obs, *_ = env.step(np.array([-1.0, 1.0]))
+    np.testing.assert_allclose(obs, [-2.0, 10.0])
+    obs, *_ = env.step(np.array([0.5, 0.0]))
+    np.testing.assert_allclose(obs, [1.0, 5.0])
+    obs, *_ = env.step(np.array([1.0005, -1.0005]))  # within PARL's 1e-3 tolerance: clipped
+    np.testing.assert_allclose(obs, [2.0, 0.0])
+    with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+        env.step(np.array([1.5, 0.0]))
+    with pytest.raises(TypeError, match="Box"):
+        ActionMappingWrapper(gymnasium.make("CartPole-v1"))
+
+
+def test_action_mapping_over_compat_wrapper_keeps_the_old_api() -> None:
+    """PARL's TD3 script: CompatWrapper, then ActionMappingWrapper, then ``env.seed(seed)``."""
+    env = ActionMappingWrapper(CompatWrapper(gymnasium.make("Pendulum-v1")))
+    assert env._max_episode_steps == 200
+    assert env.seed(5) == [5]
+    obs = env.reset()
+    reference = RescaleAction(gymnasium.make("Pendulum-v1"), -UNIT, UNIT)
+    np.testing.assert_array_equal(obs, reference.reset(seed=5)[0])
+    result = env.step(np.array([0.5], dtype=np.float32))
+    assert len(result) == 4
+    np.testing.assert_allclose(result[0], reference.step(np.array([0.5], np.float32))[0])
+    steps = 1
+    while not result[2]:
+        result = env.step(np.array([0.0], dtype=np.float32))
+        steps += 1
+    assert steps == 200 and result[3]["TimeLimit.truncated"]
+
+
+def test_action_mapping_seed_on_a_plain_gymnasium_env() -> None:
+    first = ActionMappingWrapper(gymnasium.make("Pendulum-v1"))
+    second = ActionMappingWrapper(gymnasium.make("Pendulum-v1"))
+    first.seed(9)
+    second.seed(9)
+    np.testing.assert_array_equal(first.reset()[0], second.reset()[0])
+    np.testing.assert_array_equal(first.action_space.sample(), second.action_space.sample())

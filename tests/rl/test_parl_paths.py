@@ -1,0 +1,56 @@
+"""PARL 2.x import paths of utilities and envs resolve, and behave."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+
+def test_parl_utility_paths() -> None:
+    from parl.utils import machine_info
+    from parl.utils.rl_utils import calc_discount_sum_rewards, calc_gae
+    from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
+    from parl.utils.time_stat import TimeStat
+    from parl.utils.window_stat import WindowStat
+
+    # GAE by hand: gamma 0.5, lam 1, values 0, next value 0 -> discounted returns.
+    np.testing.assert_allclose(calc_gae([1.0, 1.0, 1.0], [0.0] * 3, 0.0, 0.5, 1.0), [1.75, 1.5, 1])
+    np.testing.assert_allclose(calc_discount_sum_rewards([1.0, 1.0], 0.5), [1.5, 1.0])
+    assert LinearDecayScheduler(1.0, 100).step(25) == 0.75
+    assert PiecewiseScheduler([(0, 1.0), (10, 0.5)]).step(10) == 0.5
+    stat = WindowStat(2)
+    for value in (1.0, 2.0, 4.0):
+        stat.add(value)
+    assert stat.mean == 3.0
+    timer = TimeStat()
+    with timer:
+        time.sleep(0.001)
+    assert timer.mean is not None and timer.mean > 0
+    assert isinstance(machine_info.get_ip_address(), str)
+    assert machine_info.get_ip_address().count(".") == 3
+
+
+def test_gpu_count_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parl.utils.machine_info import get_gpu_count, is_gpu_available
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert get_gpu_count() == 2 and is_gpu_available()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert get_gpu_count() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert get_gpu_count() == 0
+
+
+def test_parl_env_paths() -> None:
+    import parl
+    from parl.env import ActionMappingWrapper, CompatWrapper, VectorEnv  # noqa: F401
+    from parl.env.atari_wrappers import MonitorEnv, get_wrapper_by_cls, wrap_deepmind  # noqa: F401
+    from parl.env.compat_wrappers import is_gym_version_ge
+    from parl.env.mujoco_wrappers import wrap_rms  # noqa: F401
+    from parl.env.vector_env import VectorEnv as SameVectorEnv
+
+    assert SameVectorEnv is VectorEnv and is_gym_version_ge("0.26.0")
+    assert parl.env.CompatWrapper is CompatWrapper
+    assert issubclass(parl.WeightsMismatchError, RuntimeError)
