@@ -84,3 +84,72 @@ def train_dqn_cartpole(alg: parl.Algorithm, seed: int, total_steps: int) -> floa
     return evaluate(
         lambda o: int(alg.predict(torch.as_tensor(o)[None]).argmax()), "CartPole-v1"
     )
+
+
+class ActorCriticNet(parl.Model):
+    """PARL's continuous-control model shape, small: ``policy``, ``value``, ``Q1`` and the
+    actor / critic parameters. ``kind``: ``"gaussian"`` (SAC: mean and log-std),
+    ``"deterministic"`` (DDPG, TD3: tanh actions); ``twin``: two critics (stacked) or one."""
+
+    def __init__(
+        self, obs_dim: int, act_dim: int, kind: str, twin: bool = True, hidden: int = 64
+    ) -> None:
+        super().__init__()
+        from parl.algorithms.ensemble import EnsembleMLP
+
+        self.kind, self.twin = kind, twin
+        out = 2 * act_dim if kind == "gaussian" else act_dim
+        self.actor_model = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, out),
+        )
+        self.critic_model = EnsembleMLP(2 if twin else 1, obs_dim + act_dim, 1, (hidden, hidden))
+
+    def policy(self, obs: torch.Tensor):  # type: ignore[no-untyped-def]
+        out = self.actor_model(obs)
+        if self.kind == "gaussian":
+            mean, log_std = out.chunk(2, dim=-1)
+            return mean, log_std.clamp(-20.0, 2.0)
+        return torch.tanh(out)
+
+    def value(self, obs: torch.Tensor, action: torch.Tensor):  # type: ignore[no-untyped-def]
+        q = self.critic_model(torch.cat([obs, action], dim=-1))
+        return (q[0], q[1]) if self.twin else q[0]
+
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802
+        return self.critic_model.member_forward(torch.cat([obs, action], dim=-1), 0)
+
+    def get_actor_params(self):  # type: ignore[no-untyped-def]
+        return self.actor_model.parameters()
+
+    def get_critic_params(self):  # type: ignore[no-untyped-def]
+        return self.critic_model.parameters()
+
+
+def train_pendulum(alg: parl.Algorithm, seed: int, total_steps: int, warmup: int = 1000) -> float:
+    """Off-policy training on Pendulum-v1 (actions scaled to [-1, 1]); one update of batch 128
+    per step after ``warmup`` random steps. Returns the mean return of 5 greedy episodes."""
+    env = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(seed)
+    rpm = ReplayMemory(total_steps, 3, 1, rng=rng)
+    obs, _ = env.reset(seed=seed)
+    sac = hasattr(alg, "auto_alpha")
+    for step in range(total_steps):
+        if step < warmup:
+            action = rng.uniform(-1, 1, size=1).astype(np.float32)
+        elif sac:
+            action = alg.sample(torch.as_tensor(obs)[None])[0][0].numpy()
+        else:
+            action = alg.predict(torch.as_tensor(obs)[None])[0].numpy()
+            action = np.clip(action + rng.normal(0, 0.1, size=1), -1, 1).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(2.0 * action)
+        rpm.append(obs, action, float(reward), next_obs, terminated)
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+        if step >= warmup:
+            alg.learn(*(torch.as_tensor(x) for x in rpm.sample_batch(128)))
+    env.close()
+    return evaluate(
+        lambda o: 2.0 * alg.predict(torch.as_tensor(o)[None])[0].numpy(), "Pendulum-v1", 5
+    )
