@@ -63,8 +63,12 @@ class DeterministicActor(parl.Model):
     def __init__(self, obs_dim: int, act_dim: int) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(obs_dim, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
-            nn.Linear(HIDDEN, act_dim), nn.Tanh(),
+            nn.Linear(obs_dim, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, act_dim),
+            nn.Tanh(),
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -138,8 +142,14 @@ def sb3_updater(algo: str, data: tuple[np.ndarray, ...], alpha: str | float) -> 
 
     env = gym.make(ENV)
     common = dict(
-        buffer_size=len(data[0]), batch_size=BATCH, learning_starts=0, device="cpu", seed=0,
-        policy_kwargs=dict(net_arch=[HIDDEN, HIDDEN]), gamma=0.99, tau=0.005,
+        buffer_size=len(data[0]),
+        batch_size=BATCH,
+        learning_starts=0,
+        device="cpu",
+        seed=0,
+        policy_kwargs=dict(net_arch=[HIDDEN, HIDDEN]),
+        gamma=0.99,
+        tau=0.005,
     )
     if algo == "SAC":
         model = SB3SAC("MlpPolicy", env, ent_coef=alpha, learning_rate=3e-4, **common)
@@ -187,8 +197,11 @@ def bench_updates(rounds: int, seconds: float) -> list[tuple[str, float, float]]
             sb3_rates.append(rate(theirs, seconds))
         name = algo if algo == "TD3" else f"SAC alpha={alpha}"
         rows.append((name, statistics.median(ours_rates), statistics.median(sb3_rates)))
-        print(f"{name:18s} ours {rows[-1][1]:7.1f}/s  SB3 {rows[-1][2]:7.1f}/s  "
-              f"ratio {rows[-1][1] / rows[-1][2]:.2f}x", flush=True)
+        print(
+            f"{name:18s} ours {rows[-1][1]:7.1f}/s  SB3 {rows[-1][2]:7.1f}/s  "
+            f"ratio {rows[-1][1] / rows[-1][2]:.2f}x",
+            flush=True,
+        )
     return rows
 
 

@@ -25,13 +25,13 @@ _ALGORITHMS: dict[str, str] = {
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.a2c import A2C
-    from parl.algorithms.policy_gradient import PolicyGradient
-    from parl.algorithms.dqn import DQN
-    from parl.algorithms.ddqn import DDQN
     from parl.algorithms.ddpg import DDPG
-    from parl.algorithms.td3 import TD3
-    from parl.algorithms.sac import SAC
+    from parl.algorithms.ddqn import DDQN
+    from parl.algorithms.dqn import DQN
+    from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.ppo import PPO
+    from parl.algorithms.sac import SAC
+    from parl.algorithms.td3 import TD3
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,7 @@ critic learned off-policy, for continuous actions."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,15 @@ class ActorCriticBase(Algorithm):
     as in PARL's examples.
     """
 
-    model_methods: tuple[str, ...] = ("policy", "value", "get_actor_params", "get_critic_params")
+    model_methods: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "value",
+        "get_actor_params",
+        "get_critic_params",
+    )
+    # The model's own methods (policy, value, Q1, ...) are what these algorithms call.
+    model: Any
+    target_model: Any
 
     def __init__(
         self,

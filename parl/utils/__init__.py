@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
     from parl.utils.machine_info import get_gpu_count, get_ip_address
-    from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
+    from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.returns import calc_discount_sum_rewards, calc_gae
     from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
     from parl.utils.seeding import seed_env, set_seed, worker_seed

@@ -76,7 +76,7 @@ class SumTree:
 
 class PrioritizedTransitions(NamedTuple):
     """A prioritized batch: the five fields of ``Transitions``, the importance-sampling
-    ``weight`` ``(B,)`` (float32, largest 1) and the slots ``index`` ``(B,)`` to pass back to
+    ``weight`` ``(B,)`` (float32, largest 1) and the slots ``indices`` ``(B,)`` to pass back to
     ``update_priorities``."""
 
     obs: np.ndarray
@@ -85,7 +85,7 @@ class PrioritizedTransitions(NamedTuple):
     next_obs: np.ndarray
     terminal: np.ndarray
     weight: np.ndarray
-    index: np.ndarray
+    indices: np.ndarray
 
 
 class PrioritizedReplayMemory(ReplayMemory):
@@ -94,7 +94,7 @@ class PrioritizedReplayMemory(ReplayMemory):
     largest weight of the batch.
 
     New transitions get the largest priority seen so far, so each is replayed at least once
-    soon. After a learning step call ``update_priorities(batch.index, |td_error|)``
+    soon. After a learning step call ``update_priorities(batch.indices, |td_error|)``
     (``DQN.td_error`` holds them).
 
     Args:
@@ -189,7 +189,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.tree.update(index, priority**self.alpha)
         self.max_priority = max(self.max_priority, float(priority.max()))
 
-    def _save_arrays(self) -> dict[str, np.ndarray]:
+    def _save_arrays(self) -> dict[str, Any]:
         self._flush()
         arrays = super()._save_arrays()
         arrays["priority"] = self.tree.leaves().copy()

@@ -81,9 +81,7 @@ def train_dqn_cartpole(alg: parl.Algorithm, seed: int, total_steps: int) -> floa
         if step % 10 == 0:  # as rl-zoo: every 10 env steps, so once per block of updates
             alg.sync_target()
     env.close()
-    return evaluate(
-        lambda o: int(alg.predict(torch.as_tensor(o)[None]).argmax()), "CartPole-v1"
-    )
+    return evaluate(lambda o: int(alg.predict(torch.as_tensor(o)[None]).argmax()), "CartPole-v1")
 
 
 class ActorCriticNet(parl.Model):
@@ -100,7 +98,10 @@ class ActorCriticNet(parl.Model):
         self.kind, self.twin = kind, twin
         out = 2 * act_dim if kind == "gaussian" else act_dim
         self.actor_model = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(obs_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, out),
         )
         self.critic_model = EnsembleMLP(2 if twin else 1, obs_dim + act_dim, 1, (hidden, hidden))

@@ -47,7 +47,9 @@ class PendulumAgent(parl.Agent):
 def test_sync_target_decay_exact(name: str) -> None:
     alg = make(name, tau=0.25)
     with torch.no_grad():
-        for i, (p, t) in enumerate(zip(alg.model.parameters(), alg.target_model.parameters())):
+        for i, (p, t) in enumerate(
+            zip(alg.model.parameters(), alg.target_model.parameters(), strict=False)
+        ):
             p.fill_(float(i + 1))
             t.fill_(2.0)
     alg.sync_target()  # decay None -> 1 - tau = 0.75: 0.75 * 2 + 0.25 * (i + 1), exact
@@ -57,7 +59,7 @@ def test_sync_target_decay_exact(name: str) -> None:
     for i, t in enumerate(alg.target_model.parameters()):
         assert torch.equal(t, torch.full_like(t, 0.5 * (1.5 + 0.25 * (i + 1)) + 0.5 * (i + 1)))
     alg.sync_target(decay=0)  # what PARL's agents call once at start: a copy
-    for p, t in zip(alg.model.parameters(), alg.target_model.parameters()):
+    for p, t in zip(alg.model.parameters(), alg.target_model.parameters(), strict=False):
         assert torch.equal(p, t)
     # random values: the fused lerp against the formula, to float32 rounding
     with torch.no_grad():
@@ -65,7 +67,7 @@ def test_sync_target_decay_exact(name: str) -> None:
             p.normal_()
     before = [t.clone().double() for t in alg.target_model.parameters()]
     alg.sync_target(decay=0.995)
-    for b, p, t in zip(before, alg.model.parameters(), alg.target_model.parameters()):
+    for b, p, t in zip(before, alg.model.parameters(), alg.target_model.parameters(), strict=False):
         torch.testing.assert_close(t.double(), 0.995 * b + 0.005 * p.double(), rtol=0, atol=1e-6)
 
 
@@ -103,12 +105,18 @@ def test_td3_delays_the_actor_and_the_target() -> None:
     target = [p.clone() for p in alg.target_model.parameters()]
     critic_loss, actor_loss = alg.learn(*random_batch(0))
     assert actor_loss is None and math.isfinite(float(critic_loss))
-    assert all(torch.equal(a, b) for a, b in zip(actor, alg.model.get_actor_params()))
-    assert all(torch.equal(a, b) for a, b in zip(target, alg.target_model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(actor, alg.model.get_actor_params(), strict=False))
+    assert all(
+        torch.equal(a, b) for a, b in zip(target, alg.target_model.parameters(), strict=False)
+    )
     _, actor_loss = alg.learn(*random_batch(1))
     assert actor_loss is not None
-    assert not all(torch.equal(a, b) for a, b in zip(actor, alg.model.get_actor_params()))
-    assert not all(torch.equal(a, b) for a, b in zip(target, alg.target_model.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(actor, alg.model.get_actor_params(), strict=False)
+    )
+    assert not all(
+        torch.equal(a, b) for a, b in zip(target, alg.target_model.parameters(), strict=False)
+    )
 
 
 def test_actor_step_leaves_critic_gradients_alone() -> None:
@@ -127,7 +135,9 @@ def test_actor_step_leaves_critic_gradients_alone() -> None:
         next_q = twin.target_model.value(next_obs, twin.target_model.policy(next_obs))
         target = reward + 0.9 * (1 - terminal) * next_q
     F.mse_loss(twin.model.value(obs, action), target).backward()
-    for mine, expected in zip(alg.model.get_critic_params(), twin.model.get_critic_params()):
+    for mine, expected in zip(
+        alg.model.get_critic_params(), twin.model.get_critic_params(), strict=False
+    ):
         torch.testing.assert_close(mine.grad, expected.grad)
 
 
@@ -197,6 +207,12 @@ def test_ensemble_equals_separate_linear_layers() -> None:
     ("name", "seed", "steps"), [("SAC", 1, 4000), ("TD3", 0, 8000), ("DDPG", 0, 6000)]
 )
 def test_learns_pendulum(name: str, seed: int, steps: int, single_thread: None) -> None:
-    alg = make(name, seed=seed, actor_lr=1e-3, critic_lr=1e-3, **({"alpha": "auto"} if name == "SAC" else {}))
+    alg = make(
+        name,
+        seed=seed,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        **({"alpha": "auto"} if name == "SAC" else {}),
+    )
     # a random policy scores about -1,200 on Pendulum-v1; -1,000 to -1,500 without learning
     assert train_pendulum(alg, seed, steps) >= -400.0

@@ -68,14 +68,16 @@ def test_ddqn_picks_with_the_online_net_and_values_with_the_target() -> None:
 def test_sync_target_copies_and_blends_exactly() -> None:
     alg = DQN(QNet(hidden=8), device="cpu")
     with torch.no_grad():
-        for i, (p, t) in enumerate(zip(alg.model.parameters(), alg.target_model.parameters())):
+        for i, (p, t) in enumerate(
+            zip(alg.model.parameters(), alg.target_model.parameters(), strict=False)
+        ):
             p.fill_(1.0 + i)
             t.fill_(-1.0)
     alg.sync_target(decay=0.75)  # 0.75 * -1 + 0.25 * (1 + i): exact in binary floating point
     for i, t in enumerate(alg.target_model.parameters()):
         assert torch.equal(t, torch.full_like(t, -0.75 + 0.25 * (1.0 + i)))
     alg.sync_target()  # PARL's DQN: a plain copy
-    for p, t in zip(alg.model.parameters(), alg.target_model.parameters()):
+    for p, t in zip(alg.model.parameters(), alg.target_model.parameters(), strict=False):
         assert torch.equal(p, t)
     with pytest.raises(ValueError, match=r"decay must be a float in \[0, 1\], got 1.5"):
         alg.sync_target(1.5)
@@ -102,7 +104,9 @@ def test_dueling_model_and_prioritized_replay_work_with_dqn() -> None:
     q = net(obs)
     advantage = net.head(net.body(obs))
     # Q - V is the centred advantage: its mean over actions is zero
-    torch.testing.assert_close(q - net.value_head(net.body(obs)), advantage - advantage.mean(1, True))
+    torch.testing.assert_close(
+        q - net.value_head(net.body(obs)), advantage - advantage.mean(1, True)
+    )
     alg = DDQN(net, device="cpu")
     rpm = PrioritizedReplayMemory(64, 4, 0, rng=np.random.default_rng(0))
     for i in range(64):
@@ -110,9 +114,9 @@ def test_dueling_model_and_prioritized_replay_work_with_dqn() -> None:
     sample = rpm.sample_batch(16)
     tensors = [torch.as_tensor(x) for x in sample[:5]]
     alg.learn(*tensors, weight=torch.as_tensor(sample.weight))
-    rpm.update_priorities(sample.index, alg.td_error)
+    rpm.update_priorities(sample.indices, alg.td_error)
     np.testing.assert_allclose(
-        rpm.tree.leaves(sample.index[-1:]),
+        rpm.tree.leaves(sample.indices[-1:]),
         (alg.td_error[-1:].numpy() + rpm.eps) ** rpm.alpha,
         rtol=1e-5,
     )
@@ -134,6 +138,8 @@ def test_same_seed_same_result(single_thread: None) -> None:
 @pytest.mark.slow
 def test_dqn_learns_cartpole(single_thread: None) -> None:
     torch.manual_seed(0)
-    alg = DQN(QNet(hidden=64), gamma=0.99, lr=2.3e-3, loss="huber", max_grad_norm=10.0, device="cpu")
+    alg = DQN(
+        QNet(hidden=64), gamma=0.99, lr=2.3e-3, loss="huber", max_grad_norm=10.0, device="cpu"
+    )
     # a random policy scores about 20; the budget is 20,000 environment steps
     assert train_dqn_cartpole(alg, seed=0, total_steps=20_000) >= 195.0

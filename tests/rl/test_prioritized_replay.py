@@ -16,7 +16,11 @@ def test_append_batch_equals_appending_one_by_one() -> None:
     one, many = ReplayMemory(7, 3, 2), ReplayMemory(7, 3, 2)
     for n in (2, 4, 3, 9):  # wraps around, and the last batch is larger than the memory
         obs, act = rng.normal(size=(n, 3)), rng.normal(size=(n, 2))
-        reward, next_obs, terminal = rng.normal(size=n), rng.normal(size=(n, 3)), rng.random(n) < 0.5
+        reward, next_obs, terminal = (
+            rng.normal(size=n),
+            rng.normal(size=(n, 3)),
+            rng.random(n) < 0.5,
+        )
         for i in range(n):
             one.append(obs[i], act[i], reward[i], next_obs[i], terminal[i])
         many.append_batch(obs, act, reward, next_obs, terminal)
@@ -29,8 +33,13 @@ def test_append_batch_equals_appending_one_by_one() -> None:
 
 def test_save_load_restores_the_private_generator(tmp_path: Path) -> None:
     memory = ReplayMemory(50, 2, 0, rng=np.random.default_rng(3))
-    memory.append_batch(np.arange(80.0).reshape(40, 2), np.arange(40) % 2, np.arange(40.0),
-                        np.zeros((40, 2)), np.zeros(40, bool))
+    memory.append_batch(
+        np.arange(80.0).reshape(40, 2),
+        np.arange(40) % 2,
+        np.arange(40.0),
+        np.zeros((40, 2)),
+        np.zeros(40, bool),
+    )
     memory.sample_batch(5)
     memory.save(tmp_path / "rpm.npz")
     expected = [memory.sample_batch(8).reward for _ in range(3)]
@@ -65,7 +74,9 @@ def test_sum_tree_matches_numpy_cumsum_on_random_data() -> None:
         tree.update(index, values[index])
     assert tree.total == pytest.approx(values.sum(), rel=1e-12)
     prefix = rng.random(500) * values.sum()
-    np.testing.assert_array_equal(tree.find(prefix), np.searchsorted(np.cumsum(values), prefix, "right"))
+    np.testing.assert_array_equal(
+        tree.find(prefix), np.searchsorted(np.cumsum(values), prefix, "right")
+    )
 
 
 def test_prioritized_sampling_follows_priorities() -> None:
@@ -76,12 +87,12 @@ def test_prioritized_sampling_follows_priorities() -> None:
     counts = np.zeros(4)
     for _ in range(200):
         batch = memory.sample_batch(50)
-        counts += np.bincount(batch.index, minlength=4)
-        np.testing.assert_array_equal(batch.reward, batch.index.astype(np.float32))
+        counts += np.bincount(batch.indices, minlength=4)
+        np.testing.assert_array_equal(batch.reward, batch.indices.astype(np.float32))
     np.testing.assert_allclose(counts / counts.sum(), [0.1, 0.2, 0.3, 0.4], atol=0.01)
     # weights (N * P(i))^-1 normalised by the batch maximum: slot 0 has 1, slot 3 has 1/4
     batch = memory.sample_batch(64)
-    expected = (1.0 / ((batch.index + 1) / 10.0)) / (1.0 / ((batch.index.min() + 1) / 10.0))
+    expected = (1.0 / ((batch.indices + 1) / 10.0)) / (1.0 / ((batch.indices.min() + 1) / 10.0))
     np.testing.assert_allclose(batch.weight, expected, rtol=1e-6)
 
 
@@ -99,7 +110,7 @@ def test_new_transitions_get_the_largest_priority_and_save_load(tmp_path: Path) 
     restored.load(tmp_path / "per.npz")
     np.testing.assert_array_equal(restored.tree.tree, memory.tree.tree)
     assert restored.max_priority == memory.max_priority
-    np.testing.assert_array_equal(restored.sample_batch(16).index, memory.sample_batch(16).index)
+    np.testing.assert_array_equal(restored.sample_batch(16).indices, memory.sample_batch(16).indices)
     with pytest.raises(ValueError, match="holds no priorities"):
         ReplayMemory(8, 1, 0).save(tmp_path / "plain.npz") or restored.load(tmp_path / "plain.npz")
     with pytest.raises(ValueError, match="got 2 indices but 3 priorities"):
