@@ -1,14 +1,14 @@
 """Off-policy speed: ours against Stable-Baselines3, measured in the same run.
 
     .venv/bin/pip install stable-baselines3==2.9.2     # only for this script
-    nice -n 10 .venv/bin/python scripts/bench_offpolicy.py            # all rows, ~6 min
+    nice -n 10 .venv/bin/python scripts/bench_offpolicy.py --threads 1   # all rows, ~10 min
     nice -n 10 .venv/bin/python scripts/bench_offpolicy.py --only updates
 
 Rows:
 - SAC and TD3 gradient updates per second on HalfCheetah-v5 data, 256x256 networks, batch 256,
-  the same hyperparameters on both sides (SAC: fixed alpha 0.2 and learned alpha; TD3: policy
-  delay 2, so two updates hold three critic steps... per pair, as in SB3). Both sides sample
-  their batches from a replay buffer of the same size, so sampling is included.
+  the same hyperparameters on both sides (SAC: fixed alpha 0.2 and learned alpha; TD3: an actor
+  update every second critic update, as in both libraries). Both sides sample their batches
+  from a replay buffer of 20,000 random-action transitions, so sampling is included.
 - DQN on CartPole-v1 with rl-zoo's hyperparameters: training wall time (evaluation excluded)
   until the deterministic 10-episode mean reaches 475, median over seeds.
 

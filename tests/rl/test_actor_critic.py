@@ -204,7 +204,7 @@ def test_ensemble_equals_separate_linear_layers() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "seed", "steps"), [("SAC", 1, 4000), ("TD3", 0, 8000), ("DDPG", 0, 6000)]
+    ("name", "seed", "steps"), [("SAC", 1, 4000), ("TD3", 0, 6000), ("DDPG", 0, 4000)]
 )
 def test_learns_pendulum(name: str, seed: int, steps: int, single_thread: None) -> None:
     alg = make(

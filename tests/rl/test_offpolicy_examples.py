@@ -128,7 +128,7 @@ def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
 
 def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> None:
     script = Path(__file__).parent / "parl2_scripts" / "dqn_cartpole.py"
-    proc = run_python(args=[str(script), "--max_episode", "20"], timeout=180)
+    proc = run_python(args=[str(script), "--max_episode", "10"], timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Test reward" in proc.stderr and "final test reward" in proc.stdout
     assert (tmp_path / "model.ckpt").is_file()
