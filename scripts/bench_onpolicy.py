@@ -1,0 +1,302 @@
+"""On-policy benchmark: our PPO and vector envs against Stable-Baselines3, gymnasium and EnvPool,
+all measured in the same run, with ratios.
+
+    pip install stable-baselines3==2.9.2       # by hand, only for this script
+    pip install envpool==1.2.5                 # optional: the native vector-env ceiling
+    python scripts/bench_onpolicy.py                       # everything, about 5 minutes
+    python scripts/bench_onpolicy.py --only vector         # vector envs only
+    python scripts/bench_onpolicy.py --only cartpole --seeds 0 1 2 3 4
+
+``cartpole``: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256,
+20 epochs, lr and clip decaying linearly from 1e-3 and 0.2, gamma 0.98, lambda 0.8); both
+evaluate 10 deterministic episodes every 1024 steps (at the same points: after the same number
+of updates) and the clock, which excludes evaluations, stops at the first mean >= 475.
+``halfcheetah``: PPO training throughput with rl-zoo's HalfCheetah configuration (1 env,
+normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``.
+``vector``: random-action steps per second of 8 (CartPole) and 8 (HalfCheetah) envs, and the
+round trip of a 2-env CartPole step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "PPO"))
+
+EVAL_EVERY = 1024
+TARGET = 475.0
+
+
+# -- CartPole: time to 475 ------------------------------------------------------------------------
+def ours_cartpole(seed: int) -> tuple[int | None, float | None]:
+    import train as ppo_train
+    from config import cartpole_config
+
+    config = {
+        **cartpole_config,
+        "seed": seed,
+        "test_every_steps": EVAL_EVERY,
+        "target_return": TARGET,
+        "stop_at_target": True,
+        "progress": False,
+        "tensorboard": False,
+        "logdir": f"/tmp/bench_onpolicy_ppo_{seed}",
+    }
+    result = ppo_train.train(config)
+    return result.steps_to_target, result.seconds_to_target
+
+
+def sb3_cartpole(seed: int) -> tuple[int | None, float | None]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    eval_env = gym.make("CartPole-v1")
+
+    class TimeToTarget(BaseCallback):
+        """Evaluates before a rollout (after k updates, as ours does) off the clock."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_seconds, self.next_eval, self.hit = 0.0, EVAL_EVERY, None
+            self.start = time.perf_counter()
+
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps < self.next_eval or self.hit is not None:
+                return
+            self.next_eval += EVAL_EVERY
+            tic = time.perf_counter()
+            mean = _evaluate(lambda o: self.model.predict(o, deterministic=True)[0], eval_env, seed)
+            self.eval_seconds += time.perf_counter() - tic
+            if mean >= TARGET:
+                elapsed = time.perf_counter() - self.start - self.eval_seconds
+                self.hit = (self.num_timesteps, elapsed)
+
+        def _on_step(self) -> bool:
+            return self.hit is None
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=lambda p: 1e-3 * p,
+        clip_range=lambda p: 0.2 * p,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    callback = TimeToTarget()
+    model.learn(100_000, callback=callback)
+    return callback.hit if callback.hit is not None else (None, None)
+
+
+def _evaluate(policy: Any, env: gym.Env, seed: int, episodes: int = 10) -> float:
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + 10_000 + i)
+        done, total = False, 0.0
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(np.asarray(policy(obs))))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+# -- HalfCheetah: training throughput ---------------------------------------------------------------
+ZOO_CHEETAH = {
+    "n_steps": 512,
+    "batch_size": 64,
+    "gamma": 0.98,
+    "learning_rate": 2.0633e-05,
+    "ent_coef": 0.000401762,
+    "clip_range": 0.1,
+    "n_epochs": 20,
+    "gae_lambda": 0.92,
+    "max_grad_norm": 0.8,
+    "vf_coef": 0.58096,
+}
+
+
+def ours_cheetah(steps: int) -> float:
+    import train as ppo_train
+    from config import mujoco_config
+
+    z = ZOO_CHEETAH
+    config = {
+        **mujoco_config,
+        "seed": 0,
+        "env_num": 1,
+        "step_nums": z["n_steps"],
+        "num_minibatches": z["n_steps"] // z["batch_size"],
+        "update_epochs": z["n_epochs"],
+        "initial_lr": z["learning_rate"],
+        "lr_decay": False,
+        "clip_param": z["clip_range"],
+        "entropy_coef": z["ent_coef"],
+        "gamma": z["gamma"],
+        "gae_lambda": z["gae_lambda"],
+        "max_grad_norm": z["max_grad_norm"],
+        "value_loss_coef": z["vf_coef"],
+        "use_clipped_value_loss": False,
+        "hidden_sizes": (256, 256),
+        "activation": "relu",
+        "log_std_init": -2.0,
+        "train_total_steps": steps,
+        "test_every_steps": 10**9,
+        "eval_episode": 1,
+        "progress": False,
+        "tensorboard": False,
+        "logdir": "/tmp/bench_onpolicy_cheetah",
+    }
+    result = ppo_train.train(config)
+    return result.total_steps / result.train_seconds
+
+
+def sb3_cheetah(steps: int) -> float:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(make_vec_env("HalfCheetah-v5", n_envs=1, seed=0), gamma=0.98)
+    model = PPO(
+        "MlpPolicy",
+        env,
+        seed=0,
+        device="cpu",
+        verbose=0,
+        policy_kwargs={
+            "log_std_init": -2,
+            "ortho_init": False,
+            "activation_fn": torch.nn.ReLU,
+            "net_arch": {"pi": [256, 256], "vf": [256, 256]},
+        },
+        **ZOO_CHEETAH,
+    )
+    tic = time.perf_counter()
+    model.learn(steps)
+    return steps / (time.perf_counter() - tic)
+
+
+# -- vector envs ------------------------------------------------------------------------------------
+def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    space = envs.action_space
+    if space != getattr(envs, "single_action_space", None):  # gymnasium's, ours: batched
+        actions = [space.sample() for _ in range(64)]
+    else:  # EnvPool: its action_space is one env's
+        actions = [
+            np.stack([space.sample() for _ in range(n)]).astype(
+                np.int32 if isinstance(space, gym.spaces.Discrete) else np.float64
+            )
+            for _ in range(64)
+        ]
+    for a in actions[:8]:
+        envs.step(a)
+    count, tic = 0, time.perf_counter()
+    while time.perf_counter() - tic < seconds:
+        envs.step(actions[int(rng.integers(64))])
+        count += 1
+    return count * n / (time.perf_counter() - tic)
+
+
+def bench_vector(seconds: float) -> None:
+    from parl.env import RemoteVectorEnv
+
+    have_envpool = importlib.util.find_spec("envpool") is not None
+    for env_id, n, per in (("CartPole-v1", 16, 8), ("HalfCheetah-v5", 8, 4)):
+        fns = [functools.partial(gym.make, env_id)] * n
+        rows = {}
+        with RemoteVectorEnv(fns, num_workers=2, infos=False) as remote:
+            rows[f"RemoteVectorEnv, 2 actors x {per} envs"] = _steps_per_second(remote, n, seconds)
+        fns8 = [functools.partial(gym.make, env_id)] * 8
+        rows["gymnasium SyncVectorEnv, 8 envs"] = _steps_per_second(
+            gym.vector.SyncVectorEnv(fns8), 8, seconds
+        )
+        asyncenv = gym.vector.AsyncVectorEnv(fns8)
+        rows["gymnasium AsyncVectorEnv, 8 envs"] = _steps_per_second(asyncenv, 8, seconds)
+        asyncenv.close()
+        if have_envpool:
+            import envpool
+
+            pool = envpool.make_gymnasium(env_id, num_envs=8, num_threads=2)
+            rows["EnvPool, 8 envs, 2 threads"] = _steps_per_second(pool, 8, seconds)
+        ours = next(iter(rows.values()))
+        print(f"\n{env_id}: random-action steps per second")
+        for name, value in rows.items():
+            print(f"  {name:42s} {value:>10,.0f}   ours / this = {ours / value:5.2f}x")
+    print("\n2-env CartPole step round trip")
+    fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
+    latency = {}
+    with RemoteVectorEnv(fns2, num_workers=2, infos=False) as remote:
+        latency["RemoteVectorEnv, 2 actors"] = 2e6 / _steps_per_second(remote, 2, seconds)
+    asyncenv = gym.vector.AsyncVectorEnv(fns2)
+    latency["AsyncVectorEnv, 2 envs"] = 2e6 / _steps_per_second(asyncenv, 2, seconds)
+    asyncenv.close()
+    if have_envpool:
+        import envpool
+
+        latency["EnvPool, 2 envs"] = 2e6 / _steps_per_second(
+            envpool.make_gymnasium("CartPole-v1", num_envs=2, num_threads=2), 2, seconds
+        )
+    ours = latency["RemoteVectorEnv, 2 actors"]
+    for name, value in latency.items():
+        print(f"  {name:42s} {value:>8.1f} us   ours / this = {ours / value:5.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("cartpole", "halfcheetah", "vector"), default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--cheetah_steps", type=int, default=2048)
+    parser.add_argument("--vector_seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.only in (None, "vector"):
+        bench_vector(args.vector_seconds)
+    if args.only in (None, "cartpole"):
+        ours, theirs = [], []
+        print(
+            "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
+        )
+        for seed in args.seeds:
+            o, s = ours_cartpole(seed), sb3_cartpole(seed)
+            print(
+                f"  seed {seed}: ours {o[0]} steps {o[1] or float('nan'):.2f} s | "
+                f"SB3 {s[0]} steps {s[1] or float('nan'):.2f} s"
+            )
+            ours.append(o[1] or float("inf"))
+            theirs.append(s[1] or float("inf"))
+        mo, ms = statistics.median(ours), statistics.median(theirs)
+        print(
+            f"  median: ours {mo:.2f} s, SB3 {ms:.2f} s, ours / SB3 = {mo / ms:.2f}x (target <= 0.5x)"
+        )
+    if args.only in (None, "halfcheetah"):
+        o, s = ours_cheetah(args.cheetah_steps), sb3_cheetah(args.cheetah_steps)
+        print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {args.cheetah_steps} steps")
+        print(
+            f"  ours {o:,.0f} steps/s, SB3 {s:,.0f} steps/s, ours / SB3 = {o / s:.2f}x (target >= 2x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
