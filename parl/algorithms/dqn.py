@@ -61,9 +61,16 @@ class DQN(Algorithm):
         self.target_model = make_target(self.model)
         self._target_sync = TargetSync(self.model, self.target_model)
         self.optimizer = make_adam(self.model.parameters(), self.lr)
-        #: ``|TD error|`` of the last ``learn`` batch, ``(B,)``: new priorities for a
-        #: prioritized replay memory.
-        self.td_error: torch.Tensor | None = None
+        self._last_pred_target: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def td_error(self) -> torch.Tensor | None:
+        """``|Q(s, a) - target|`` of the last ``learn`` batch, ``(B,)``: the new priorities for
+        a prioritized replay memory (computed on demand, so plain DQN does not pay for it)."""
+        if self._last_pred_target is None:
+            return None
+        pred_value, target = self._last_pred_target
+        return (pred_value - target).abs()
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
@@ -111,7 +118,7 @@ class DQN(Algorithm):
         if self.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm, foreach=True)
         self.optimizer.step()
-        self.td_error = (pred_value.detach() - target).abs()
+        self._last_pred_target = (pred_value.detach(), target)
         return loss.detach()
 
     def sync_target(self, decay: float = 0.0) -> None:
