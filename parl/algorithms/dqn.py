@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parl.algorithms.offpolicy import TargetSync, as_flat, make_adam, make_target
+from parl.algorithms.offpolicy import (
+    TargetSync,
+    as_flat,
+    clip_grad_norm,
+    make_adam,
+    make_target,
+)
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
 from parl.utils.validation import check_float
@@ -60,7 +66,8 @@ class DQN(Algorithm):
         super().__init__(model, device=get_device(device))
         self.target_model = make_target(self.model)
         self._target_sync = TargetSync(self.model, self.target_model)
-        self.optimizer = make_adam(self.model.parameters(), self.lr)
+        self._params = list(self.model.parameters())
+        self.optimizer = make_adam(self._params, self.lr)
         self._last_pred_target: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
@@ -116,7 +123,7 @@ class DQN(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm, foreach=True)
+            clip_grad_norm(self._params, self.max_grad_norm)
         self.optimizer.step()
         self._last_pred_target = (pred_value.detach(), target)
         return loss.detach()

@@ -143,3 +143,19 @@ def test_dqn_learns_cartpole(single_thread: None) -> None:
     )
     # a random policy scores about 20; the budget is 20,000 environment steps
     assert train_dqn_cartpole(alg, seed=0, total_steps=20_000) >= 195.0
+
+
+def test_clip_grad_norm_equals_torch() -> None:
+    from parl.algorithms.offpolicy import clip_grad_norm
+
+    torch.manual_seed(0)
+    ours, theirs = QNet(hidden=16), QNet(hidden=16)
+    theirs.load_state_dict(ours.state_dict())
+    for max_norm in (0.5, 1e6):  # clipped, and left alone
+        for net in (ours, theirs):
+            for p in net.parameters():
+                p.grad = torch.ones_like(p) * 0.3
+        clip_grad_norm(list(ours.parameters()), max_norm)
+        nn.utils.clip_grad_norm_(theirs.parameters(), max_norm)
+        for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
