@@ -97,6 +97,15 @@ class SAC(ActorCriticBase):
             return float(self.alpha_model.log_alpha.detach().exp())
         return self._fixed_alpha
 
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        value = check_float("alpha", value, low=0.0, low_open=True, owner="SAC")
+        if self.auto_alpha:
+            with torch.no_grad():
+                self.alpha_model.log_alpha.fill_(math.log(value))
+        else:
+            self._fixed_alpha = value
+
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``tanh(mean)``, ``(B, act_dim)``."""

@@ -158,6 +158,8 @@ def test_sac_alpha_fixed_or_learned_towards_the_target_entropy() -> None:
     fixed = make("SAC", alpha=0.05)
     fixed.learn(*random_batch(0))
     assert fixed.alpha == 0.05 and not fixed.auto_alpha
+    fixed.alpha = 0.1  # PARL code may set it directly
+    assert fixed.alpha == 0.1
     up = make("SAC", alpha="auto_0.1", target_entropy=100.0, alpha_lr=0.01)
     down = make("SAC", alpha="auto_0.1", target_entropy=-100.0, alpha_lr=0.01)
     assert up.alpha == pytest.approx(0.1)
