@@ -14,14 +14,24 @@ from typing import TYPE_CHECKING, Any
 # public name -> module defining it
 _ALGORITHMS: dict[str, str] = {
     "PolicyGradient": "parl.algorithms.policy_gradient",
+    "DQN": "parl.algorithms.dqn",
+    "DDQN": "parl.algorithms.ddqn",
+    "DDPG": "parl.algorithms.ddpg",
+    "TD3": "parl.algorithms.td3",
+    "SAC": "parl.algorithms.sac",
     "PPO": "parl.algorithms.ppo",
     "A2C": "parl.algorithms.a2c",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.a2c import A2C
+    from parl.algorithms.ddpg import DDPG
+    from parl.algorithms.ddqn import DDQN
+    from parl.algorithms.dqn import DQN
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.ppo import PPO
+    from parl.algorithms.sac import SAC
+    from parl.algorithms.td3 import TD3
 
 
 def __getattr__(name: str) -> Any:
@@ -41,3 +51,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["A2C", "PPO", "PolicyGradient"]
+__all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]

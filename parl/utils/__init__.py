@@ -16,6 +16,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "summary": ("parl.utils.summary", None),
     "CSVLogger": ("parl.utils.csv_logger", "CSVLogger"),
     "ReplayMemory": ("parl.utils.replay_memory", "ReplayMemory"),
+    "PrioritizedReplayMemory": ("parl.utils.prioritized_replay_memory", "PrioritizedReplayMemory"),
     "Transitions": ("parl.utils.replay_memory", "Transitions"),
     "LinearDecayScheduler": ("parl.utils.scheduler", "LinearDecayScheduler"),
     "PiecewiseScheduler": ("parl.utils.scheduler", "PiecewiseScheduler"),
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
     from parl.utils.machine_info import get_gpu_count, get_ip_address
+    from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.returns import calc_discount_sum_rewards, calc_gae
     from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
@@ -70,3 +72,4 @@ __all__ = [
     "summary",
     "worker_seed",
 ]
+__all__ += ["PrioritizedReplayMemory"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any, NamedTuple
@@ -102,6 +103,46 @@ class ReplayMemory:
         self._curr_pos = (pos + 1) % self.max_size
         self._curr_size = min(self._curr_size + 1, self.max_size)
 
+    def append_batch(
+        self, obs: Any, act: Any, reward: Any, next_obs: Any, terminal: Any
+    ) -> np.ndarray:
+        """Store ``n`` transitions at once (e.g. one step of ``n`` parallel envs), without a
+        Python loop; returns the slots written. Shapes: ``obs (n, *obs_dim)``, ``act (n,)`` or
+        ``(n, *act_dim)``, ``reward (n,)``, ``next_obs (n, *obs_dim)``, ``terminal (n,)``.
+
+        When ``n > max_size`` only the last ``max_size`` transitions are kept, as ``n`` calls to
+        ``append`` would.
+        """
+        obs, next_obs = np.asarray(obs), np.asarray(next_obs)
+        act, reward, terminal = np.asarray(act), np.asarray(reward), np.asarray(terminal)
+        n = obs.shape[0] if obs.ndim else 0
+        expected = {
+            "obs": (obs, (n, *self.obs_shape)),
+            "act": (act, (n, *self.act_shape)),
+            "reward": (reward, (n,)),
+            "next_obs": (next_obs, (n, *self.obs_shape)),
+            "terminal": (terminal, (n,)),
+        }
+        for name, (array, shape) in expected.items():
+            if array.shape != shape:
+                raise ValueError(
+                    f"append_batch: {name} must have shape {shape} (n={n} transitions), "
+                    f"got {array.shape}"
+                )
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        keep = slice(max(0, n - self.max_size), n)
+        start = self._curr_pos + max(0, n - self.max_size)
+        slots = (start + np.arange(min(n, self.max_size))) % self.max_size
+        self.obs[slots] = obs[keep]
+        self.action[slots] = act[keep]
+        self.reward[slots] = reward[keep]
+        self.next_obs[slots] = next_obs[keep]
+        self.terminal[slots] = terminal[keep]
+        self._curr_pos = (self._curr_pos + n) % self.max_size
+        self._curr_size = min(self._curr_size + n, self.max_size)
+        return slots
+
     def make_index(self, batch_size: int) -> np.ndarray:
         """``batch_size`` random indices of stored transitions (with replacement)."""
         if self._curr_size == 0:
@@ -142,28 +183,34 @@ class ReplayMemory:
         }
 
     def save(self, pathname: str | os.PathLike[str]) -> None:
-        """Write the contents to ``pathname`` (a ``.npz`` file, written atomically)."""
+        """Write the contents to ``pathname`` (a ``.npz`` file, written atomically), with the
+        state of ``rng`` when one was given (the global generator is saved by
+        ``Agent.save_checkpoint``)."""
         path = os.fspath(pathname)
         parent = os.path.dirname(path) or "."
         os.makedirs(parent, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".rpm.", suffix=".tmp", dir=parent)
         try:
             with os.fdopen(fd, "wb") as handle:
-                np.savez(
-                    handle,
-                    size=np.int64(self._curr_size),
-                    pos=np.int64(self._curr_pos),
-                    obs=self.obs,
-                    action=self.action,
-                    reward=self.reward,
-                    next_obs=self.next_obs,
-                    terminal=self.terminal,
-                )
+                np.savez(handle, **self._save_arrays())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+
+    def _save_arrays(self) -> dict[str, Any]:
+        """Everything ``save`` writes; subclasses add their own arrays."""
+        arrays: dict[str, Any] = {"size": np.int64(self._curr_size), "pos": np.int64(self._curr_pos)}
+        arrays.update(self._arrays())
+        if self._rng is not None:  # so that a resumed run draws the same batches
+            arrays["rng_state"] = np.array(json.dumps(self._rng.bit_generator.state))
+        return arrays
+
+    def _load_extra(self, data: Any) -> None:
+        """Restore what ``_save_arrays`` added to the base arrays (here: the generator)."""
+        if self._rng is not None and "rng_state" in data:
+            self._rng.bit_generator.state = json.loads(str(data["rng_state"]))
 
     def load(self, pathname: str | os.PathLike[str]) -> None:
         """Replace the contents with a file written by ``save`` from an identical memory."""
@@ -183,3 +230,4 @@ class ReplayMemory:
                 array[...] = data[name]
             self._curr_size = int(data["size"])
             self._curr_pos = int(data["pos"])
+            self._load_extra(data)

@@ -1,0 +1,215 @@
+"""DQN / DDQN on CartPole-v1 (default) or an Atari game (``--env PongNoFrameskip-v4``).
+
+    python examples/DQN/train.py                                  # CartPole-v1, ~50k steps
+    python examples/DQN/train.py --algo DDQN --dueling            # Double DQN, dueling head
+    python examples/DQN/train.py --env PongNoFrameskip-v4 --train_total_steps 10000000
+    python examples/DQN/train.py --resume                         # go on from the checkpoint
+    tensorboard --logdir train_log
+
+Written as a PARL 2.x script: ``gym.make`` wrapped in ``parl.env.CompatWrapper`` (the old
+4-value ``step`` and 1-value ``reset``). CartPole uses rl-zoo's hyperparameters. Training runs
+whole episodes; a checkpoint (models, optimizers, random states, counters and, with
+``--save_rpm``, the replay memory) is written after each evaluation and at the end, so
+``--resume`` continues exactly where the run stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from agent import DQNAgent
+from model import AtariModel, CartpoleModel
+from tqdm import tqdm
+
+from parl.algorithms import DDQN, DQN
+from parl.env import CompatWrapper
+from parl.utils import ReplayMemory, logger, set_seed, summary
+
+CARTPOLE = dict(
+    lr=2.3e-3,
+    batch_size=64,
+    memory_size=100_000,
+    learning_starts=1000,
+    train_freq=256,
+    gradient_steps=128,
+    target_update=10,
+    explore_fraction=0.16,
+    e_greed_min=0.04,
+    gamma=0.99,
+    loss="mse",
+    max_grad_norm=10.0,
+)
+ATARI = dict(
+    lr=1e-4,
+    batch_size=32,
+    memory_size=100_000,
+    learning_starts=100_000,
+    train_freq=4,
+    gradient_steps=1,
+    target_update=1000,
+    explore_fraction=0.1,
+    e_greed_min=0.01,
+    gamma=0.99,
+    loss="huber",
+    max_grad_norm=10.0,
+)
+
+
+def make_env(env_id: str, test: bool = False) -> Any:
+    if is_atari(env_id):
+        from parl.env.atari_wrappers import wrap_deepmind  # registers the ALE ids too
+
+        return wrap_deepmind(
+            gym.make(env_id), dim=84, framestack=True, obs_format="NHWC", test=test
+        )
+    return CompatWrapper(gym.make(env_id))
+
+
+def is_atari(env_id: str) -> bool:
+    return "NoFrameskip" in env_id or env_id.startswith("ALE/")
+
+
+def run_evaluate_episodes(agent: DQNAgent, env: Any, eval_episodes: int, seed: int) -> float:
+    """Mean return of greedy episodes; episode i starts from ``reset(seed=seed + i)``."""
+    returns = []
+    for i in range(eval_episodes):
+        obs, done, total = env.reset(seed=seed + i), False, 0.0
+        while not done:
+            obs, reward, done, _ = env.step(agent.predict(obs))
+            total += float(reward)
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def build(args: argparse.Namespace, env: Any) -> tuple[DQNAgent, ReplayMemory, dict[str, Any]]:
+    hp = dict(ATARI if is_atari(args.env) else CARTPOLE)
+    act_dim = int(env.action_space.n)
+    if is_atari(args.env):
+        model: torch.nn.Module = AtariModel(act_dim, dueling=args.dueling)
+        rpm = ReplayMemory(hp["memory_size"], (84, 84, 4), 0, obs_dtype=np.uint8)
+    else:
+        obs_dim = env.observation_space.shape[0]
+        model = CartpoleModel(obs_dim, act_dim, dueling=args.dueling)
+        rpm = ReplayMemory(hp["memory_size"], obs_dim, 0)
+    algorithm = (DDQN if args.algo == "DDQN" else DQN)(
+        model,
+        gamma=hp["gamma"],
+        lr=hp["lr"],
+        loss=hp["loss"],
+        max_grad_norm=hp["max_grad_norm"],
+        device=args.device,
+    )
+    decrement = (1.0 - hp["e_greed_min"]) / (hp["explore_fraction"] * args.train_total_steps)
+    agent = DQNAgent(algorithm, act_dim, 1.0, decrement, hp["e_greed_min"])
+    return agent, rpm, hp
+
+
+def save_checkpoint(args, agent, rpm, env, counters: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    extra = {
+        "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
+        "e_greed": agent.e_greed,
+    }
+    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+    if args.save_rpm:
+        rpm.save(os.path.join(args.logdir, "rpm.npz"))
+
+
+def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
+    agent.e_greed = float(extra["e_greed"])
+    rpm_path = os.path.join(args.logdir, "rpm.npz")
+    if os.path.exists(rpm_path):
+        rpm.load(rpm_path)
+    else:
+        logger.warning("no replay memory in %s: resuming with an empty one", args.logdir)
+    logger.info("resumed from %s at step %d", args.logdir, counters["total_steps"])
+    return dict(counters)
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    env, eval_env = make_env(args.env), make_env(args.env, test=True)
+    set_seed(args.seed)
+    env.reset(seed=args.seed)
+    env.action_space.seed(args.seed)
+    agent, rpm, hp = build(args, env)
+    summary.set_dir(args.logdir)
+    c = {"total_steps": 0, "episode": 0, "test_flag": 1}
+    if args.resume:
+        c = restore_checkpoint(args, agent, rpm, env)
+    eval_return = float("nan")
+    bar = tqdm(total=args.train_total_steps, initial=int(c["total_steps"]), disable=args.no_tqdm)
+    stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
+    while c["total_steps"] < stop_at:
+        obs, done, episode_return = env.reset(), False, 0.0
+        while not done:
+            action = agent.sample(obs)
+            next_obs, reward, done, info = env.step(action)
+            terminal = done and not info.get("TimeLimit.truncated", False)
+            rpm.append(obs, action, reward, next_obs, terminal)
+            obs, episode_return = next_obs, episode_return + float(reward)
+            c["total_steps"] += 1
+            steps = c["total_steps"]
+            if steps > hp["learning_starts"] and steps % hp["train_freq"] == 0:
+                for _ in range(hp["gradient_steps"]):
+                    loss = agent.learn(*rpm.sample_batch(hp["batch_size"]))
+                summary.add_scalar("train/loss", loss, steps)
+            if steps % hp["target_update"] == 0:
+                agent.alg.sync_target()
+        c["episode"] += 1
+        bar.update(int(c["total_steps"]) - bar.n)
+        summary.add_scalar("train/episode_return", episode_return, c["total_steps"])
+        if c["total_steps"] >= c["test_flag"] * args.test_every_steps:
+            while c["total_steps"] >= c["test_flag"] * args.test_every_steps:
+                c["test_flag"] += 1
+            eval_return = run_evaluate_episodes(
+                agent, eval_env, args.eval_episodes, args.seed + 10_000
+            )
+            summary.add_scalar("eval/episode_return", eval_return, c["total_steps"])
+            bar.set_postfix(eval=f"{eval_return:.1f}", eps=f"{agent.e_greed:.2f}")
+            save_checkpoint(args, agent, rpm, env, c)
+    bar.close()
+    save_checkpoint(args, agent, rpm, env, c)
+    agent.save(os.path.join(args.logdir, "model.ckpt"))
+    final = run_evaluate_episodes(agent, eval_env, args.eval_episodes, args.seed + 10_000)
+    logger.info(
+        "done: %d steps, %d episodes; evaluation return %.1f", c["total_steps"], c["episode"], final
+    )
+    summary.flush()
+    return final
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="CartPole-v1", help="CartPole-v1 or an Atari id")
+    parser.add_argument("--algo", choices=["DQN", "DDQN"], default="DQN")
+    parser.add_argument("--dueling", action="store_true", help="dueling Q head")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train_total_steps", type=int, default=50_000)
+    parser.add_argument("--test_every_steps", type=int, default=5_000)
+    parser.add_argument("--eval_episodes", type=int, default=10)
+    parser.add_argument("--logdir", default=os.path.join("train_log", "DQN"))
+    parser.add_argument("--resume", action="store_true", help="continue from --logdir")
+    parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory")
+    parser.add_argument(
+        "--stop_after_steps",
+        type=int,
+        default=0,
+        help="end this run early (at an episode's end), as if interrupted",
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--torch_threads", type=int, default=1)
+    parser.add_argument("--no_tqdm", action="store_true")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The off-policy examples: a stopped-and-resumed run equals a run straight through, the MuJoCo
+and Atari paths run, and a PARL 2.x-style DQN script runs unchanged but for its gym import."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import REPO_ROOT, RunPython
+
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def run_example(run_python: RunPython, name: str, *args: str, timeout: float = 180) -> str:
+    proc = run_python(args=[str(EXAMPLES / name / "train.py"), "--no_tqdm", *args], timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def assert_same_weights(first: Path, second: Path) -> None:
+    a, b = torch.load(first, weights_only=True), torch.load(second, weights_only=True)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def resume_case(
+    run_python: RunPython, tmp_path: Path, name: str, args: list[str], half: int
+) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_example(run_python, name, *args, "--logdir", str(straight))
+    log = run_example(
+        run_python, name, *args, "--logdir", str(resumed), "--stop_after_steps", str(half)
+    )
+    assert "done:" in log and (resumed / "rpm.npz").is_file()
+    stopped = torch.load(resumed / "model.ckpt", weights_only=True)
+    log = run_example(run_python, name, *args, "--logdir", str(resumed), "--resume")
+    assert "resumed from" in log
+    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
+    final = torch.load(resumed / "model.ckpt", weights_only=True)
+    assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
+    assert glob.glob(str(straight / "events.out.tfevents.*"))
+
+
+def test_dqn_resume_equals_straight_run(run_python: RunPython, tmp_path: Path) -> None:
+    args = [
+        "--train_total_steps",
+        "2400",
+        "--test_every_steps",
+        "800",
+        "--eval_episodes",
+        "2",
+        "--save_rpm",
+    ]
+    resume_case(run_python, tmp_path, "DQN", args, half=1300)
+
+
+@pytest.mark.parametrize("name", ["SAC", "TD3"])
+def test_actor_critic_resume_equals_straight_run(
+    name: str, run_python: RunPython, tmp_path: Path
+) -> None:
+    args = [
+        "--env",
+        "Pendulum-v1",
+        "--train_total_steps",
+        "600",
+        "--warmup_steps",
+        "200",
+        "--test_every_steps",
+        "300",
+        "--hidden",
+        "32",
+        "--batch_size",
+        "32",
+        "--save_rpm",
+    ]
+    if name == "SAC":
+        args += ["--alpha", "auto"]
+    resume_case(run_python, tmp_path, name, args, half=400)
+
+
+def test_ddpg_on_mujoco_v5(run_python: RunPython, tmp_path: Path) -> None:
+    log = run_example(
+        run_python,
+        "DDPG",
+        "--env",
+        "InvertedPendulum-v5",
+        "--train_total_steps",
+        "300",
+        "--warmup_steps",
+        "100",
+        "--test_every_steps",
+        "200",
+        "--hidden",
+        "32",
+        "--logdir",
+        str(tmp_path / "ddpg"),
+    )
+    assert "evaluation over 5 episodes" in log
+
+
+def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
+    log = run_example(
+        run_python,
+        "DQN",
+        "--env",
+        "PongNoFrameskip-v4",
+        "--train_total_steps",
+        "200",
+        "--test_every_steps",
+        "100000",
+        "--eval_episodes",
+        "1",
+        "--algo",
+        "DDQN",
+        "--dueling",
+        "--logdir",
+        str(tmp_path / "atari"),
+        timeout=240,
+    )
+    assert "evaluation return" in log
+    state = torch.load(tmp_path / "atari" / "model.ckpt", weights_only=True)
+    assert state["conv.0.weight"].shape == (32, 4, 8, 8) and "head.value.weight" in state
+
+
+def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> None:
+    script = Path(__file__).parent / "parl2_scripts" / "dqn_cartpole.py"
+    proc = run_python(args=[str(script), "--max_episode", "10"], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Test reward" in proc.stderr and "final test reward" in proc.stdout
+    assert (tmp_path / "model.ckpt").is_file()
