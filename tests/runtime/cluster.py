@@ -27,7 +27,10 @@ def free_port() -> int:
 def xparl(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, "-m", "parl.cluster.cli", *args],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if check and done.returncode != 0:
         raise AssertionError(f"xparl {' '.join(args)} failed: {done.stdout}{done.stderr}")
@@ -85,16 +88,14 @@ class Cluster:
 
     def workers(self) -> list[psutil.Process]:
         """Worker processes: the children of the host agents' fork servers."""
-        return [
-            p for p in self.processes() if _name(p.parent()) == "forkserver"
-        ]
+        return [p for p in self.processes() if _name(p.parent()) == "forkserver"]
 
 
 def _name(process: psutil.Process | None) -> str:
     try:
-        return "forkserver" if process and "parl.shm.forkserver" in " ".join(
-            process.cmdline()
-        ) else ""
+        return (
+            "forkserver" if process and "parl.shm.forkserver" in " ".join(process.cmdline()) else ""
+        )
     except psutil.Error:
         return ""
 
