@@ -90,17 +90,21 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def carrier(request):
-    """``"local"``, or ``"tcp"``: actors of the test go to the cluster, and every slot they
-    took is free again after the test (no worker left behind on the hosts)."""
+    """``"local"``, or ``"tcp"``: actors of the test go to the loopback cluster."""
+    if request.param == "tcp":
+        request.getfixturevalue("on_cluster")
+    return request.param
+
+
+@pytest.fixture
+def on_cluster(cluster):
+    """Actors of the test go to the cluster; after the test, every slot they took is free
+    again and no worker is left on the hosts."""
     import parl
 
-    if request.param == "local":
-        yield "local"
-        return
-    cluster = request.getfixturevalue("cluster")
     parl.connect(cluster.address, linger=0)
     try:
-        yield "tcp"
+        yield cluster
     finally:
         gc.collect()
         parl.disconnect()  # closes the test's actors, and the connection to the master
