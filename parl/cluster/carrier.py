@@ -56,7 +56,8 @@ class ClusterCarrier:
         self._secret = load_secret()
         self._client_id = secrets.token_hex(8)
         self._what = f"the master at {address}"
-        self._master = control.dial(control.parse_address(address), self._secret, self._what)
+        self._master_host, port = control.parse_address(address)
+        self._master = control.dial((self._master_host, port), self._secret, self._what)
         try:
             control.request(self._master, {"op": "client"}, self._what, 10.0)
         except BaseException:
@@ -71,7 +72,8 @@ class ClusterCarrier:
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
         grant = self._place()
-        where = (str(grant["host"]), int(grant["port"]))
+        # "": the master's own host agent, reached at the master's address
+        where = (str(grant["host"]) or self._master_host, int(grant["port"]))
         what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
         channel = self._channel(where, what)
         sock = control.dial(where, self._secret, what, self.max_frame)

@@ -67,7 +67,9 @@ def _run_master(
     agent = None
     if cpus > 0:
         agent = HostAgent(cpus)
-        _, agent.report = master.add_host(server.host, server.port, agent.hostname, cpus)
+        # listening on every address: callers reach it where they reach the master ("")
+        local = "" if server.host in ("0.0.0.0", "::") else server.host
+        _, agent.report = master.add_host(local, server.port, agent.hostname, cpus)
         server.handlers.update(agent.handlers)
     server.start()
     own = _state("master", server.address, server.address, server.port)

@@ -133,7 +133,7 @@ class HostAgent:
                 with self._lock:
                     self._used -= 1
                 raise
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - e.g. the fork server failed: say so
             _answer(sock, {"op": "error", "message": f"cannot start an actor: {exc}"})
             sock.close()
             return

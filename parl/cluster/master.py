@@ -42,7 +42,7 @@ class _Host:
 
     def describe(self) -> control.Message:
         return {
-            "address": f"{self.host}:{self.port}",
+            "address": f"{self.host or self.hostname}:{self.port}",
             "hostname": self.hostname,
             "slots": self.slots,
             "used": self.used + len(self.pending),
