@@ -69,6 +69,23 @@ def test_output_reaches_the_caller_with_actor_and_host(on_cluster, capsys):
     host = os.uname().nodename
     assert f"(Sampler pid={pid} on {host}) hello over tcp\n" in out
     assert f"(Sampler pid={pid} on {host}) error over tcp\n" in err
+    lines = [a["lines"] for a in _agent_status(on_cluster) if a["pid"] == pid]
+    prefix = f"(Sampler pid={pid} on {host}) "
+    assert lines and {prefix + "hello over tcp", prefix + "error over tcp"} <= set(lines[0])
+
+
+def _agent_status(cluster) -> list[dict]:
+    """Every actor of both host agents, with its last lines of output."""
+    from parl.cluster import control
+
+    actors = []
+    for port in cluster.agent_ports:
+        sock = control.dial(("127.0.0.1", port), clusters.SECRET.encode(), "agent")
+        try:
+            actors += control.request(sock, {"op": "host"}, "agent", 10)["actors"]
+        finally:
+            sock.close()
+    return actors
 
 
 def test_a_killed_worker_is_a_dead_actor_and_frees_its_slot(on_cluster):
