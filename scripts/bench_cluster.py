@@ -12,6 +12,7 @@ this project's local carrier (a Unix socket with shared memory). The cluster run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import secrets
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Client, Listener
 
 import parl
@@ -43,8 +45,9 @@ def _serve(address: tuple[str, int], authkey: bytes, ready: mp.Event) -> None:
                     return
 
 
-def mp_round_trip(calls: int) -> float:
-    """Seconds per round trip of a small object over a multiprocessing.connection on TCP."""
+@contextlib.contextmanager
+def mp_echo() -> Iterator[Callable[[], object]]:
+    """A small round trip over a multiprocessing.connection on loopback TCP."""
     authkey = secrets.token_bytes(32)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -55,30 +58,25 @@ def mp_round_trip(calls: int) -> float:
     ready.wait(30)
     try:
         with Client(address, authkey=authkey) as conn:
-            return _best(lambda: (conn.send(1), conn.recv()), calls)
+            yield lambda: (conn.send(1), conn.recv())
     finally:
         child.join(10)
 
 
-def parl_round_trip(calls: int) -> float:
-    actor = Echo()
-    try:
-        return _best(lambda: actor.noop(1), calls)
-    finally:
-        parl.close_actor(actor)
-
-
-def _best(call, calls: int, repeats: int = 5) -> float:
-    """The median of ``repeats`` timings of ``calls`` calls, per call (after a warm-up)."""
-    for _ in range(200):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def timings(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
+    """Seconds per call of each, the median of ``rounds`` rounds of ``n`` calls; the rounds
+    of all of them are interleaved, so that a change in the machine's load hits each alike."""
+    for call in calls.values():
+        for _ in range(200):
             call()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            times[name].append((time.perf_counter() - start) / n)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _xparl(env: dict[str, str], *args: str) -> str:
@@ -93,7 +91,8 @@ def _xparl(env: dict[str, str], *args: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="parl-bench-home-")
     secret = secrets.token_hex(32)
@@ -106,20 +105,30 @@ def main() -> None:
     _xparl(env, "start", "--port", str(port), "--cpu_num", "2")
     started = time.perf_counter() - start
     try:
-        baseline = mp_round_trip(args.calls)
-        parl.connect(linger=5)
-        local = parl_round_trip(args.calls)
-        parl.connect(f"127.0.0.1:{port}")
-        tcp = parl_round_trip(args.calls)
-        parl.disconnect()
+        with mp_echo() as mp_call:
+            parl.connect(linger=5)
+            local = Echo()
+            parl.connect(f"127.0.0.1:{port}")
+            tcp = Echo()
+            got = timings(
+                {"mp": mp_call, "local": lambda: local.noop(1), "tcp": lambda: tcp.noop(1)},
+                args.calls,
+                args.rounds,
+            )
+            parl.close_actor(local)
+            parl.close_actor(tcp)
+            parl.disconnect()
     finally:
         _xparl(env, "stop", "--port", str(port))
+    baseline, local_s, tcp_s = got["mp"], got["local"], got["tcp"]
     print(f"xparl start returned in {started:.2f} s")
     print(f"{'round trip of a small call':42s} {'us':>8s} {'ratio':>8s}")
     print(f"{'multiprocessing.connection over TCP':42s} {baseline * 1e6:8.1f} {1.0:8.2f}")
-    print(f"{'parl local carrier':42s} {local * 1e6:8.1f} {local / baseline:8.2f}")
-    print(f"{'parl cluster carrier (TCP, loopback)':42s} {tcp * 1e6:8.1f} {tcp / baseline:8.2f}")
-    print(f"{'cluster / local':42s} {'':8s} {tcp / local:8.2f}")
+    print(f"{'parl local carrier':42s} {local_s * 1e6:8.1f} {local_s / baseline:8.2f}")
+    print(
+        f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
+    )
+    print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
 
 
 if __name__ == "__main__":
