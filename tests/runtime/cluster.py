@@ -100,22 +100,26 @@ def _name(process: psutil.Process | None) -> str:
         return ""
 
 
-def start(home: str) -> Cluster:
+def start(home: str, agent_slots: tuple[int, ...] = AGENT_SLOTS) -> Cluster:
     os.makedirs(home, exist_ok=True)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=SECRET)
     cluster = Cluster(home, free_port(), env)
     xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0")
-    for slots in AGENT_SLOTS:
-        out = xparl(env, "connect", "--address", cluster.address, "--cpu_num", str(slots)).stdout
-        cluster.agent_ports.append(int(out.split()[3].rsplit(":", 1)[1]))
-    assert wait_until(lambda: len(cluster.status()["hosts"]) == 2, timeout=10)
+    try:
+        for slots in agent_slots:
+            out = xparl(env, "connect", "--address", cluster.address, "--cpu_num", str(slots))
+            cluster.agent_ports.append(int(out.stdout.split()[3].rsplit(":", 1)[1]))
+        assert wait_until(lambda: len(cluster.status()["hosts"]) == len(agent_slots), timeout=10)
+    except BaseException:
+        stop(cluster)
+        raise
     return cluster
 
 
 def stop(cluster: Cluster) -> None:
     """Stop the cluster; fails if a process or a listening port is left behind."""
     processes = cluster.processes()
-    xparl(cluster.env, "stop", "--port", str(cluster.port))
+    xparl(cluster.env, "stop", "--port", str(cluster.port), check=False)  # (some may be gone)
     left = wait_until(lambda: not [p for p in processes if _running(p)], timeout=20)
     assert left, f"cluster processes left behind: {[p for p in processes if _running(p)]}"
     for port in (cluster.port, *cluster.agent_ports):
