@@ -25,13 +25,20 @@ import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Client, Listener
 
+import numpy as np
+
 import parl
+
+BIG = 128 << 20
 
 
 @parl.remote_class
 class Echo:
     def noop(self, x: int) -> int:
         return x
+
+    def echo(self, a: np.ndarray) -> np.ndarray:
+        return a
 
 
 def _serve(address: tuple[str, int], authkey: bytes, ready: mp.Event) -> None:
@@ -43,6 +50,49 @@ def _serve(address: tuple[str, int], authkey: bytes, ready: mp.Event) -> None:
                     conn.send(conn.recv())
                 except EOFError:
                     return
+
+
+def _raw_echo(address: tuple[str, int], ready: mp.Event) -> None:
+    with socket.create_server(address) as server:
+        ready.set()
+        conn, _ = server.accept()
+        with conn:
+            buf = memoryview(bytearray(BIG))
+            while True:
+                have = 0
+                while have < BIG:
+                    got = conn.recv_into(buf[have:])
+                    if not got:
+                        return
+                    have += got
+                conn.sendall(buf)
+
+
+@contextlib.contextmanager
+def raw_echo() -> Iterator[Callable[[], object]]:
+    """128 MiB to a process and back over a plain loopback socket: sendall and recv_into."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = probe.getsockname()
+    ready = mp.get_context("spawn").Event()
+    child = mp.get_context("spawn").Process(target=_raw_echo, args=(address, ready))
+    child.start()
+    ready.wait(30)
+    data = np.ones(BIG, np.uint8)
+    back = memoryview(bytearray(BIG))
+
+    def call() -> None:
+        sock.sendall(data)
+        have = 0
+        while have < BIG:
+            have += sock.recv_into(back[have:])
+
+    try:
+        with socket.create_connection(address) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            yield call
+    finally:
+        child.join(10)
 
 
 @contextlib.contextmanager
@@ -115,6 +165,9 @@ def main() -> None:
                 args.calls,
                 args.rounds,
             )
+            array = np.ones(BIG, np.uint8)
+            with raw_echo() as raw_call:
+                big = timings({"raw": raw_call, "tcp": lambda: tcp.echo(array)}, 1, args.rounds)
             parl.close_actor(local)
             parl.close_actor(tcp)
             parl.disconnect()
@@ -129,6 +182,10 @@ def main() -> None:
         f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
     )
     print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
+    print(f"{'128 MiB to a process and back':42s} {'GB/s':>8s} {'ratio':>8s}")
+    for name, label in (("raw", "plain socket, sendall/recv_into"), ("tcp", "cluster actor")):
+        rate = 2 * BIG / big[name] / 1e9
+        print(f"{label:42s} {rate:8.2f} {big['raw'] / big[name]:8.2f}")
 
 
 if __name__ == "__main__":

@@ -222,3 +222,15 @@ def test_a_killed_master_stops_its_host_agents_and_creation_fails_clearly(small_
         Sampler()
     with pytest.raises(parl.ActorDiedError):
         actor.add(1, 2)
+
+
+def test_large_arrays_cross_intact_and_writable(on_cluster):
+    import numpy as np
+
+    actor = Sampler()
+    array = np.random.default_rng(0).random((1 << 21) + 1)  # 16 MiB, inline in the frame
+    back = actor.echo(array)
+    np.testing.assert_array_equal(back, array)
+    back[0] = -1.0  # a value of its own, writable
+    strided = actor.echo(array[::3])
+    np.testing.assert_array_equal(strided, array[::3])
