@@ -11,11 +11,13 @@ caller and worker share a machine).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import socket
 import sys
 import threading
+import weakref
 from typing import Any
 
 from parl.cluster import control
@@ -29,6 +31,7 @@ from parl.wire.protocol import InlineLink
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0
 _EXIT_WAIT_S = 1.0
+_KEEP_EXITS = 10_000
 log = logging.getLogger("parl.cluster")
 
 
@@ -68,6 +71,7 @@ class ClusterCarrier:
         self._channels: dict[tuple[str, int], _HostChannel] = {}
         self._live = 0
         self._closed = False
+        _track(self)
 
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
@@ -161,6 +165,13 @@ class ClusterCarrier:
             channel.close()
         _shutdown(self._master)
 
+    def _drop_in_child(self) -> None:
+        """In a forked child: close this process's copies of the parent's connections, so
+        that the host agents see the parent's end when it comes (the child makes its own)."""
+        self._closed = True
+        for sock in [self._master, *(c._sock for c in self._channels.values())]:
+            sock.close()
+
     @property
     def live_actors(self) -> int:
         return self._live
@@ -201,6 +212,8 @@ class _HostChannel:
                 elif message["op"] == "exited":
                     with self._changed:
                         self._exits[int(message["pid"])] = message.get("code")
+                        if len(self._exits) > _KEEP_EXITS:  # of actors closed long ago
+                            del self._exits[next(iter(self._exits))]
                         self._changed.notify_all()
         except (OSError, ValueError, KeyError):
             pass
@@ -292,6 +305,22 @@ class _RemoteWorker:
         self._closed = True
         self._channel.stop(self.pid)
         self._carrier._actor_gone()
+
+
+_carriers: weakref.WeakSet[ClusterCarrier] | None = None
+
+
+def _track(carrier: ClusterCarrier) -> None:
+    global _carriers
+    if _carriers is None:
+        _carriers = weakref.WeakSet()
+        os.register_at_fork(after_in_child=_drop_all_in_child)
+    _carriers.add(carrier)
+
+
+def _drop_all_in_child() -> None:
+    for carrier in list(_carriers or ()):
+        carrier._drop_in_child()
 
 
 def _print(stream: str, text: str) -> None:

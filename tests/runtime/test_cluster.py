@@ -234,3 +234,47 @@ def test_large_arrays_cross_intact_and_writable(on_cluster):
     back[0] = -1.0  # a value of its own, writable
     strided = actor.echo(array[::3])
     np.testing.assert_array_equal(strided, array[::3])
+
+
+def test_a_forked_child_does_not_keep_a_killed_callers_actors_alive(on_cluster, tmp_path):
+    script = tmp_path / "caller.py"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script.write_text(
+        "import os, sys, parl\n"
+        "from tests.runtime.actors import AsyncSampler\n"
+        f"parl.connect({on_cluster.address!r})\n"
+        "actor = AsyncSampler()\n"
+        "pid = actor.pid().get()\n"
+        f"busy = actor.block({str(fifo)!r})  # never answered: the worker is busy\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    sys.stdin.read()\n"
+        "    os._exit(0)\n"
+        "print(pid, child, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    caller = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+        text=True,
+    )
+    child = None
+    try:
+        worker, child = (int(p) for p in caller.stdout.readline().split())
+        caller.kill()
+        caller.wait()
+        assert psutil.pid_exists(child)  # still holds copies of the parent's sockets
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
+        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=5)
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
+        caller.kill()
+        caller.wait()
+        caller.stdin.close()
+        caller.stdout.close()
