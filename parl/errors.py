@@ -59,3 +59,12 @@ class WeightsMismatchError(ParlError, ValueError, RuntimeError):
     Also a ``ValueError`` (bad argument) and a ``RuntimeError``, which is what PARL 2.x's torch
     ``set_weights`` raised (``load_state_dict``), so ``except RuntimeError`` in PARL code works.
     """
+
+
+class ClusterError(ParlError):
+    """A cluster (``xparl start``, ``parl.connect("host:port")``) cannot do what was asked: no
+    master at the address, no free slot in time, a host agent that went away."""
+
+
+class AuthenticationError(ClusterError):
+    """A cluster peer did not prove that it holds the cluster secret (or this side has none)."""

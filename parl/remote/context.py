@@ -11,16 +11,34 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.wire.caller import Connection
 
 _LOCAL_NAMES = (None, "", "local")
+_DEFAULT_SLOT_TIMEOUT_S = 60.0
+_DEFAULT_MAX_FRAME = 1 << 32
+
+
+class Carrier(Protocol):
+    """What every carrier offers: actors' connections, and an end."""
+
+    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+        """Start a worker for an actor of ``class_name``; its connection (no INIT sent)."""
+
+    def close(self) -> None: ...
+
+    @property
+    def live_actors(self) -> int: ...
+
+    @property
+    def server_pid(self) -> int | None:
+        """A local process the carrier runs for its actors (None: none now)."""
 
 
 class _Context:
-    def __init__(self, carrier: LocalCarrier) -> None:
+    def __init__(self, carrier: Carrier) -> None:
         self.pid = os.getpid()
         self.carrier = carrier
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
@@ -47,28 +65,45 @@ def connect(
     shm_threshold: int = 1 << 17,
     linger: float = DEFAULT_LINGER_S,
     stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+    slot_timeout: float = _DEFAULT_SLOT_TIMEOUT_S,
+    max_frame: int = _DEFAULT_MAX_FRAME,
 ) -> None:
     """Choose where actors created from now on run.
 
     ``address`` None or ``"local"``: local worker processes (the default without any call).
+    ``"host:port"``: the cluster whose master ``xparl start`` started there (the cluster
+    secret must be here too: ``~/.parl/cluster_secret`` or ``PARL_CLUSTER_SECRET``); this
+    connects to the master at once, so a wrong address or secret raises here.
     ``forward_output``: print actors' stdout and stderr here, prefixed with the actor's name.
     ``preload``: modules imported once by the worker pool (``"torch"`` or ``["torch", ...]``).
     ``shm_threshold``: arrays of at least this many bytes cross through shared memory.
     ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
     ``stop_timeout``: seconds a closed actor's worker may take to finish (its ``__del__``,
     ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
+    ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
+    ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
     Existing actors keep running where they are.
     """
-    if address not in _LOCAL_NAMES:
-        if not isinstance(address, str):
-            raise TypeError(
-                f"address must be a str such as 'localhost:8010' or 'local', got "
-                f"{type(address).__name__}"
-            )
-        raise NotImplementedError(
-            f"parl.connect({address!r}): clusters and SSH hosts are not available in this "
-            "version yet; call parl.connect() or parl.connect('local') for local workers"
+    if address not in _LOCAL_NAMES and not isinstance(address, str):
+        raise TypeError(
+            f"address must be a str such as 'localhost:8010' or 'local', got "
+            f"{type(address).__name__}"
         )
+    if address not in _LOCAL_NAMES and ":" not in str(address):
+        raise NotImplementedError(
+            f"parl.connect({address!r}): hosts files (the SSH launcher) are not available in "
+            "this version yet; give a cluster's 'host:port' (see `xparl start`), or 'local'"
+        )
+    if (
+        isinstance(slot_timeout, bool)
+        or not isinstance(slot_timeout, (int, float))
+        or not (0 <= slot_timeout < float("inf"))
+    ):
+        raise ValueError(
+            f"slot_timeout must be a finite number of seconds >= 0, got {slot_timeout!r}"
+        )
+    if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1 << 16:
+        raise ValueError(f"max_frame must be an int of at least 65536 (bytes), got {max_frame!r}")
     if not isinstance(shm_threshold, int) or shm_threshold < 0:
         raise ValueError(f"shm_threshold must be an int >= 0 (bytes), got {shm_threshold!r}")
     if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
@@ -83,18 +118,49 @@ def connect(
             f"got {stop_timeout!r}"
         )
     preload = _module_names(preload)
+    options = dict(
+        address=None if address in _LOCAL_NAMES else address,
+        forward_output=bool(forward_output),
+        preload=preload,
+        shm_threshold=shm_threshold,
+        linger=float(linger),
+        stop_timeout=float(stop_timeout),
+        slot_timeout=float(slot_timeout),
+        max_frame=max_frame,
+    )
+    # a cluster is reached now: a wrong address or secret shows here, not at the first actor
+    new = _Context(_carrier(options)) if options["address"] is not None else None
     global _context
     with _lock:
-        _options.update(
-            forward_output=bool(forward_output),
-            preload=preload,
-            shm_threshold=shm_threshold,
-            linger=float(linger),
-            stop_timeout=float(stop_timeout),
-        )
+        _options.clear()
+        _options.update(options)
         if _context is not None and _context.pid == os.getpid():
             old, _context = _context, None
             _retire(old)
+        if new is not None:
+            _context = new
+            _at_exit_once()
+
+
+def _carrier(options: dict[str, Any]) -> Carrier:
+    """The carrier ``options`` (of ``connect``) ask for."""
+    if options.get("address") is None:
+        return LocalCarrier(
+            forward_output=options.get("forward_output", True),
+            preload=options.get("preload", ()),
+            threshold=options.get("shm_threshold", 1 << 17),
+            linger=options.get("linger", DEFAULT_LINGER_S),
+            stop_timeout=options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S),
+        )
+    from parl.cluster.carrier import ClusterCarrier  # imported only by cluster users
+
+    return ClusterCarrier(
+        options["address"],
+        forward_output=options["forward_output"],
+        slot_timeout=options["slot_timeout"],
+        max_frame=options["max_frame"],
+        stop_timeout=options["stop_timeout"],
+    )
 
 
 def _module_names(preload: object) -> tuple[str, ...]:
@@ -121,25 +187,23 @@ def disconnect() -> None:
 
 def current() -> _Context:
     """The context of this process, created on first use."""
-    global _context, _atexit_registered
+    global _context
     context = _context
     if context is not None and context.pid == os.getpid():
         return context
     with _lock:
         if _context is None or _context.pid != os.getpid():
-            carrier = LocalCarrier(
-                forward_output=_options.get("forward_output", True),
-                preload=_options.get("preload", ()),
-                threshold=_options.get("shm_threshold", 1 << 17),
-                linger=_options.get("linger", DEFAULT_LINGER_S),
-                stop_timeout=_options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S),
-            )
-            _context = _Context(carrier)
-            if not _atexit_registered:
-                atexit.register(_shutdown_at_exit)
-                os.register_at_fork(after_in_child=_new_lock)
-                _atexit_registered = True
+            _context = _Context(_carrier(_options))
+            _at_exit_once()
         return _context
+
+
+def _at_exit_once() -> None:
+    global _atexit_registered
+    if not _atexit_registered:
+        atexit.register(_shutdown_at_exit)
+        os.register_at_fork(after_in_child=_new_lock)
+        _atexit_registered = True
 
 
 def _new_lock() -> None:
@@ -151,7 +215,10 @@ def _new_lock() -> None:
 def _retire(context: _Context) -> None:
     """A context replaced by ``connect``: its actors keep working until they are closed."""
     _retired[:] = [c for c in _retired if c.carrier.live_actors or c.carrier.server_pid]
-    _retired.append(context)
+    if context.carrier.live_actors or context.carrier.server_pid:
+        _retired.append(context)
+    else:
+        context.carrier.close()  # nothing of it is in use (a cluster's connections end)
 
 
 _retired: list[_Context] = []

@@ -2,7 +2,8 @@
 
 One daemon thread serves every worker's pipes with a selector. Each line gets a prefix naming
 the actor (``(Sampler pid=1234) ``) and goes to the caller's current ``sys.stdout`` or
-``sys.stderr``; a partial line waits for its newline, or for the end of the pipe.
+``sys.stderr``, or to a ``sink`` given for that pipe (a cluster's host agent sends them to the
+caller); a partial line waits for its newline, or for the end of the pipe.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import os
 import selectors
 import sys
 import threading
+from collections.abc import Callable
+
+Sink = Callable[[str, str], None]  # (stream name, text of whole lines)
 
 
 class OutputForwarder:
@@ -23,10 +27,11 @@ class OutputForwarder:
         self._thread: threading.Thread | None = None
         self._closing = False
 
-    def add(self, fd: int, stream: str, prefix: str) -> None:
-        """Forward pipe ``fd`` to ``sys.<stream>``; the forwarder closes ``fd`` at its end."""
+    def add(self, fd: int, stream: str, prefix: str, sink: Sink | None = None) -> None:
+        """Forward pipe ``fd`` to ``sys.<stream>`` (or to ``sink``); the forwarder closes
+        ``fd`` at its end."""
         with self._lock:
-            self._selector.register(fd, selectors.EVENT_READ, (stream, prefix.encode()))
+            self._selector.register(fd, selectors.EVENT_READ, (stream, prefix.encode(), sink))
             self._partial[fd] = b""
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="parl-output", daemon=True)
@@ -70,7 +75,7 @@ class OutputForwarder:
                     continue
                 self._pump(key.fd, *key.data)
 
-    def _pump(self, fd: int, stream: str, prefix: bytes) -> None:
+    def _pump(self, fd: int, stream: str, prefix: bytes, sink: Sink | None) -> None:
         try:
             chunk = os.read(fd, 65536)
         except OSError:
@@ -89,6 +94,9 @@ class OutputForwarder:
             text = "".join(
                 (prefix + line + b"\n").decode("utf-8", "backslashreplace") for line in lines
             )
+            if sink is not None:
+                sink(stream, text)
+                return
             target = sys.stdout if stream == "stdout" else sys.stderr
             try:
                 target.write(text)

@@ -70,7 +70,8 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
     sys.stdout = _line_stream(1)
     sys.stderr = _line_stream(2)
     _die_with_parent()
-    _watch_caller(options["caller_pid"], options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
+    if options.get("caller_pid") is not None:  # None: a remote caller (the host agent watches)
+        _watch_caller(options["caller_pid"], options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
     if "env" in options:  # the caller's environment now, not when the fork server started
         os.environ.clear()
         os.environ.update(options["env"])
@@ -88,26 +89,29 @@ def run(sock_fd: int, out_fd: int, err_fd: int, options: dict[str, Any]) -> int:
         _watch_memory(int(max_memory * 1024 * 1024), options.get("label", "actor"))
     from parl.wire.framing import FrameSocket
 
-    sock = FrameSocket(socket.socket(fileno=sock_fd))
-    code = _serve(sock, options.get("threshold", 1 << 17))
+    sock = FrameSocket(socket.socket(fileno=sock_fd), options.get("max_frame"))
+    code = _serve(sock, options.get("threshold", 1 << 17), options.get("link") == "inline")
     _finish()  # the connection stays open until the process ends: the caller sees one death
     return code
 
 
-def _serve(sock: FrameSocket, threshold: int) -> int:
+def _serve(sock: FrameSocket, threshold: int, inline: bool = False) -> int:
     """Run the actor until its connection ends or it is told to stop; the exit status.
+    ``inline``: share no memory with the caller (a TCP connection: buffers travel in frames).
 
     The instance is dropped here, after stopping can no longer interrupt its ``__del__``."""
     global _serving, _stoppable
     from parl.shm.link import ShmLink
     from parl.shm.segment import segment_table
     from parl.wire.dispatch import serve
+    from parl.wire.protocol import InlineLink, Link
 
     instance: Any = None
     code = 0
     try:
         _serving = _stoppable = True
-        instance = serve(sock, ShmLink(segment_table(), threshold))
+        link: Link = InlineLink() if inline else ShmLink(segment_table(), threshold)
+        instance = serve(sock, link)
     except BaseException as exc:  # noqa: BLE001 - how the worker ends
         _serving = _stoppable = False
         code = _exit_status(exc)

@@ -37,6 +37,11 @@ _IOV_MAX = 512  # parts per sendmsg (the kernel's limit is 1024)
 SPIN_S = 500e-6  # the longest a reader polls before it sleeps (see FrameSocket.spin, Spin)
 
 
+class FrameTooLarge(ConnectionError):
+    """A peer announced a frame larger than this connection's ``max_frame``: the connection
+    is dropped before anything of that size is allocated."""
+
+
 class Frame(NamedTuple):
     meta: bytearray
     bodies: list[bytearray]
@@ -48,11 +53,17 @@ class FrameSocket:
 
     Not thread-safe: callers serialise ``send`` and ``recv`` with their own locks (one lock for
     each direction is enough).
+
+    ``max_frame``: the largest frame (meta and bodies, in bytes) accepted from the peer, and
+    sent to it; None for no limit (a local peer). A larger announced frame raises
+    :class:`FrameTooLarge` and breaks the stream; a larger frame to send raises ValueError
+    before a byte of it goes out.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_frame: int | None = None) -> None:
         sock.setblocking(True)
         self.sock = sock
+        self.max_frame = max_frame
         self._unix = sock.family == socket.AF_UNIX
         self._buf = bytearray(_READ_AHEAD)
         self._view = memoryview(self._buf)
@@ -86,6 +97,8 @@ class FrameSocket:
 
         If this raises after part of the frame went out (``self.broken``), the stream is out of
         step and the socket must be dropped."""
+        if self.max_frame is not None:
+            self._check_size(meta, bodies)
         if not bodies and not fds and not self.broken:  # a small message: one system call
             data = _pack_prefix(len(meta), 0, 0) + meta
             try:
@@ -115,6 +128,15 @@ class FrameSocket:
         parts.append(head[skip:])
         parts.extend(m for m in (memoryview(b).cast("B") for b in bodies) if m.nbytes)
         self._send_parts(parts, chunks[-1] if chunks else [], on_blocked)
+
+    def _check_size(self, meta: bytes, bodies: Sequence[memoryview | bytes | bytearray]) -> None:
+        size = len(meta) + sum(memoryview(b).nbytes for b in bodies)
+        if self.max_frame is not None and size > self.max_frame:
+            raise ValueError(
+                f"a message of {size} bytes is larger than this connection's max_frame of "
+                f"{self.max_frame} bytes; send less at once, or raise max_frame (e.g. "
+                "parl.connect(address, max_frame=...))"
+            )
 
     def _send_parts(
         self, parts: list[memoryview], fds: list[int], on_blocked: Callable[[], None] | None
@@ -190,11 +212,16 @@ class FrameSocket:
     def _recv_rest(self) -> tuple[bytearray, list[bytearray], list[int]]:
         meta_len, body_count, fd_count = PREFIX.unpack_from(self._buf, self._start)
         self._start += PREFIX.size
+        limit = self.max_frame
+        if limit is not None and meta_len + 8 * body_count > limit:
+            raise FrameTooLarge(f"the peer announced a frame over max_frame ({limit} bytes)")
         lengths: tuple[int, ...] = ()
         if body_count:
             self._fill_to(8 * body_count)
             lengths = struct.unpack_from(f"<{body_count}Q", self._buf, self._start)
             self._start += 8 * body_count
+            if limit is not None and meta_len + sum(lengths) > limit:
+                raise FrameTooLarge(f"the peer announced a frame over max_frame ({limit} bytes)")
         meta = bytearray(meta_len)
         self._read_into(memoryview(meta))
         # every descriptor rode on the head, which has been read by now
@@ -203,8 +230,8 @@ class FrameSocket:
         fds = [self._fds.popleft() for _ in range(min(fd_count, len(self._fds)))]
         bodies = []
         for length in lengths:
-            body = bytearray(length)
-            self._read_into(memoryview(body))
+            body = bytearray(length) if length < _LARGE_BODY else _uninitialised(length)
+            self._read_into(memoryview(body).cast("B"))
             bodies.append(body)
         return meta, bodies, fds
 
@@ -335,6 +362,21 @@ def crowded(extra: int = 0) -> bool:
         return int(line.split(None, 4)[3].split(b"/")[0]) + extra > _loadavg[2]
     except (OSError, ValueError, IndexError):
         return False
+
+
+_LARGE_BODY = 1 << 22
+
+
+def _uninitialised(nbytes: int) -> bytearray:
+    """Memory for a large body that is about to be overwritten: numpy's allocator neither
+    zero-fills it (``bytearray(n)`` does, a pass over the memory) and asks for huge pages, so
+    receiving 128 MiB into it costs a third of what it does into a bytearray. (numpy is
+    imported only here, by a process that receives a body this large.)"""
+    try:
+        import numpy
+    except ImportError:
+        return bytearray(nbytes)
+    return numpy.empty(nbytes, numpy.uint8)  # type: ignore[return-value]  # a writable buffer
 
 
 def wait_readable(fds: Sequence[int], timeout: float | None) -> list[int]:

@@ -53,3 +53,61 @@ def no_leaks():
     assert leftover, f"worker processes left behind: {_children() - before_children}"
     new_shm = _shm_entries() - before_shm
     assert not new_shm, f"/dev/shm entries left behind: {new_shm}"
+
+
+# -- the cluster carrier ----------------------------------------------------------------------
+# Modules that ``use the carrier`` fixture run each test on local workers and on a real
+# cluster on loopback (tests/runtime/cluster.py); a test marked ``local_only`` runs locally.
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "local_only: run only on the local carrier")
+
+
+def pytest_generate_tests(metafunc):
+    if "carrier" in metafunc.fixturenames:
+        local_only = metafunc.definition.get_closest_marker("local_only") is not None
+        params = ["local"] if local_only else ["local", "tcp"]
+        metafunc.parametrize("carrier", params, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    from tests.runtime import cluster as clusters
+
+    started = clusters.start(str(tmp_path_factory.mktemp("cluster-home")))
+    previous = os.environ.get("PARL_CLUSTER_SECRET")
+    os.environ["PARL_CLUSTER_SECRET"] = clusters.SECRET
+    try:
+        yield started
+    finally:
+        if previous is None:
+            os.environ.pop("PARL_CLUSTER_SECRET", None)
+        else:
+            os.environ["PARL_CLUSTER_SECRET"] = previous
+        clusters.stop(started)
+
+
+@pytest.fixture
+def carrier(request):
+    """``"local"``, or ``"tcp"``: actors of the test go to the loopback cluster."""
+    if request.param == "tcp":
+        request.getfixturevalue("on_cluster")
+    return request.param
+
+
+@pytest.fixture
+def on_cluster(cluster):
+    """Actors of the test go to the cluster; after the test, every slot they took is free
+    again and no worker is left on the hosts."""
+    import parl
+
+    parl.connect(cluster.address, linger=0)
+    try:
+        yield cluster
+    finally:
+        gc.collect()
+        parl.disconnect()  # closes the test's actors, and the connection to the master
+        parl.connect(linger=0)
+        assert wait_until(lambda: cluster.used() == 0, timeout=10), "cluster slots still used"
+        assert wait_until(lambda: not cluster.workers(), timeout=10), "workers left behind"

@@ -136,3 +136,14 @@ def test_interrupted_send_marks_the_stream_broken(pair):
     assert left.broken
     with pytest.raises(ConnectionResetError):
         left.send(b"again")
+
+
+def test_large_body_arrives_intact_and_writable(pair):
+    left, right = pair
+    payload = os.urandom((4 << 20) + 3)  # above the size received into uninitialised memory
+    sender = threading.Thread(target=left.send, args=(b"m", [payload]))
+    sender.start()
+    frame = right.recv()
+    sender.join()
+    body = memoryview(frame.bodies[0])
+    assert body.tobytes() == payload and not body.readonly

@@ -11,6 +11,8 @@ import parl
 from parl.remote.future import FutureEmpty
 from tests.runtime.actors import AsyncSampler, CustomError, Sampler
 
+pytestmark = pytest.mark.usefixtures("carrier")  # on local workers and on a cluster
+
 
 @pytest.fixture
 def sampler():
@@ -37,6 +39,7 @@ def test_proxy_class_is_built_once_from_the_methods():
     assert isinstance(Sampler.__dict__.get("size"), type(None))  # a property: forwarded as data
 
 
+@pytest.mark.local_only
 def test_workers_are_forked_by_the_fork_server_not_by_the_caller(sampler):
     import psutil
 
@@ -52,6 +55,7 @@ def test_original_class_is_kept():
     assert Sampler.__name__ == "Sampler"
 
 
+@pytest.mark.local_only
 def test_actor_sees_the_callers_environment_and_folder(monkeypatch, tmp_path):
     keep = Sampler()  # the fork server is already running when the variable is set
     monkeypatch.setenv("PARL_TEST_MARKER", "set-later")

@@ -11,6 +11,8 @@ import pytest
 import parl
 from tests.runtime.actors import AsyncSampler
 
+pytestmark = pytest.mark.usefixtures("carrier")  # on local workers and on a cluster
+
 
 @pytest.fixture
 def actors():

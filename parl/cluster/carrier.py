@@ -1,0 +1,340 @@
+"""The cluster carrier: actors in workers of a cluster's host agents, reached over TCP.
+
+``parl.connect("host:port")`` builds one per process. It keeps an authenticated connection to
+the master (which grants slots) and one control connection to each host agent it uses (the
+actors' output lines and exit notices arrive there). Each actor gets a TCP connection of its
+own, opened straight to the host agent that holds the slot and handed by it to the worker: calls
+then go point to point, with every buffer inline in the frames (no shared memory, also when
+caller and worker share a machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+import weakref
+from typing import Any
+
+from parl.cluster import control
+from parl.cluster.auth import load_secret
+from parl.errors import ActorDiedError, ActorMemoryError, ClusterError, ParlError
+from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
+from parl.wire.caller import Connection
+from parl.wire.framing import FrameSocket
+from parl.wire.protocol import InlineLink
+
+DEFAULT_SLOT_TIMEOUT_S = 60.0
+_START_TIMEOUT_S = 60.0
+_EXIT_WAIT_S = 1.0
+_KEEP_EXITS = 10_000
+log = logging.getLogger("parl.cluster")
+
+
+class ClusterCarrier:
+    """Creates actors on the cluster whose master listens at ``address``.
+
+    Connects to the master at once, so that a wrong address or secret shows at
+    ``parl.connect``. ``slot_timeout``: how long creating an actor waits for a free slot.
+    ``max_frame``: the largest message on an actor's connection, in bytes.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        forward_output: bool = True,
+        slot_timeout: float = DEFAULT_SLOT_TIMEOUT_S,
+        max_frame: int = control.ACTOR_MAX_FRAME,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.forward_output = forward_output
+        self.slot_timeout = slot_timeout
+        self.max_frame = max_frame
+        self.stop_timeout = stop_timeout
+        self._secret = load_secret()
+        self._client_id = secrets.token_hex(8)
+        self._what = f"the master at {address}"
+        self._master_host, port = control.parse_address(address)
+        self._master = control.dial((self._master_host, port), self._secret, self._what)
+        try:
+            control.request(self._master, {"op": "client"}, self._what, 10.0)
+        except BaseException:
+            self._master.close()
+            raise
+        self._master_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._channels: dict[tuple[str, int], _HostChannel] = {}
+        self._live = 0
+        self._closed = False
+        _track(self)
+
+    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+        """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
+        grant = self._place()
+        # "": the master's own host agent, reached at the master's address
+        where = (str(grant["host"]) or self._master_host, int(grant["port"]))
+        what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
+        channel = self._channel(where, what)
+        sock = control.dial(where, self._secret, what, self.max_frame)
+        request = {
+            "op": "actor",
+            "client": self._client_id,
+            "token": grant["token"],
+            "label": class_name,
+            "max_frame": self.max_frame,
+            "options": {
+                "max_memory": options.get("max_memory"),
+                "num_threads": options.get("num_threads"),
+                "stop_timeout": self.stop_timeout,
+            },
+        }
+        try:
+            answer = control.request(sock, request, what, _START_TIMEOUT_S)
+        except BaseException:
+            sock.close()
+            raise
+        pid = int(answer["pid"])
+        label = f"{class_name} pid={pid} on {answer.get('host')}"
+        with self._lock:
+            self._live += 1
+        liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
+        return Connection(sock, InlineLink(), liveness, label)
+
+    def _place(self) -> control.Message:
+        """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one."""
+        with self._master_lock:
+            if self._closed:
+                raise ClusterError(f"the connection to {self._what} is closed")
+            try:
+                control.send(self._master, {"op": "place", "timeout": self.slot_timeout})
+                while True:
+                    answer = control.recv(self._master, self.slot_timeout + 10.0)
+                    if answer is None:
+                        raise ClusterError(
+                            f"{self._what} closed the connection or did not answer; is the "
+                            "cluster still running (`xparl status`)?"
+                        )
+                    if answer["op"] == "waiting":
+                        log.warning(
+                            "no free slot in the cluster at %s (%s slots, %s used): waiting up "
+                            "to %g s for one",
+                            self.address,
+                            answer.get("slots"),
+                            answer.get("used"),
+                            self.slot_timeout,
+                        )
+                        continue
+                    if answer["op"] == "error":
+                        raise ClusterError(str(answer.get("message")))
+                    return answer
+            except OSError as exc:
+                raise ClusterError(f"lost the connection to {self._what}: {exc}") from exc
+
+    def _channel(self, where: tuple[str, int], what: str) -> _HostChannel:
+        with self._lock:
+            channel = self._channels.get(where)
+            if channel is not None and not channel.closed:
+                return channel
+        channel = _HostChannel(
+            control.dial(where, self._secret, what), self._client_id, self.forward_output, what
+        )
+        with self._lock:
+            old = self._channels.get(where)
+            if old is not None and not old.closed:
+                channel.close()
+                return old
+            self._channels[where] = channel
+        return channel
+
+    def _actor_gone(self) -> None:
+        with self._lock:
+            self._live -= 1
+
+    def close(self) -> None:
+        """Drop the connections to the master and the host agents (their actors end)."""
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel in channels:
+            channel.close()
+        _shutdown(self._master)
+
+    def _drop_in_child(self) -> None:
+        """In a forked child: close this process's copies of the parent's connections, so
+        that the host agents see the parent's end when it comes (the child makes its own)."""
+        self._closed = True
+        for sock in [self._master, *(c._sock for c in self._channels.values())]:
+            sock.close()
+
+    @property
+    def live_actors(self) -> int:
+        return self._live
+
+    @property
+    def server_pid(self) -> int | None:
+        return None  # no local process of ours
+
+
+class _HostChannel:
+    """The control connection to one host agent: output lines and exit notices arrive here."""
+
+    def __init__(self, sock: FrameSocket, client_id: str, forward: bool, what: str) -> None:
+        self.what = what
+        self.closed = False
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self._exits: dict[int, int | None] = {}
+        self._changed = threading.Condition()
+        try:
+            control.request(
+                sock, {"op": "caller", "client": client_id, "forward": forward}, what, 10.0
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self._reader = threading.Thread(target=self._read, name="parl-cluster-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = control.recv(self._sock)
+                if message is None:
+                    break
+                if message["op"] == "output":
+                    _print(str(message.get("stream")), str(message.get("text", "")))
+                elif message["op"] == "exited":
+                    with self._changed:
+                        self._exits[int(message["pid"])] = message.get("code")
+                        if len(self._exits) > _KEEP_EXITS:  # of actors closed long ago
+                            del self._exits[next(iter(self._exits))]
+                        self._changed.notify_all()
+        except (OSError, ValueError, KeyError):
+            pass
+        finally:
+            with self._changed:
+                self.closed = True
+                self._changed.notify_all()
+            self._sock.close()
+
+    def exited(self, pid: int) -> bool:
+        return pid in self._exits or self.closed
+
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: self.exited(pid), timeout)
+            return self._exits.pop(pid, None)
+
+    def stop(self, pid: int) -> None:
+        """Have the host agent stop worker ``pid`` (SIGTERM: a busy method is interrupted).
+        Runs from finalizers too: it never waits long for the lock."""
+        if self.closed or not self._send_lock.acquire(timeout=1.0):
+            return
+        try:
+            control.send(self._sock, {"op": "stop", "pid": pid})
+        except OSError:
+            pass
+        finally:
+            self._send_lock.release()
+
+    def close(self) -> None:
+        _shutdown(self._sock)
+        if self._reader is not threading.current_thread():
+            self._reader.join(5.0)
+
+
+class _RemoteWorker:
+    """The liveness of a worker on a host agent: its end comes as a closed connection, and
+    its exit status as a notice on the host's control connection."""
+
+    def __init__(
+        self,
+        carrier: ClusterCarrier,
+        channel: _HostChannel,
+        pid: int,
+        label: str,
+        max_memory: Any,
+    ) -> None:
+        self._carrier = carrier
+        self._channel = channel
+        self.pid = pid
+        self._label = label
+        self._max_memory = max_memory
+        self._closed = False
+
+    def fileno(self) -> int | None:
+        return None
+
+    def is_alive(self) -> bool:
+        return not self._channel.exited(self.pid)
+
+    def death_error(self) -> ParlError:
+        if self._channel.closed and not self._channel.exited(self.pid):
+            return ActorDiedError(
+                f"actor {self._label} is gone: the connection to {self._channel.what} was "
+                "lost; create a new actor"
+            )
+        code = self._channel.exit_code(self.pid, _EXIT_WAIT_S)
+        if code == EXIT_MAX_MEMORY:
+            return ActorMemoryError(
+                f"actor {self._label} exceeded its max_memory of {self._max_memory} MB and was "
+                "stopped; raise max_memory in @parl.remote_class or use less memory"
+            )
+        if code is None:
+            how = "ended (exit status unknown)"
+        elif code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        return ActorDiedError(
+            f"the worker process of actor {self._label} {how}; the actor is gone, create a new one"
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._channel.stop(self.pid)
+        self._carrier._actor_gone()
+
+
+_carriers: weakref.WeakSet[ClusterCarrier] | None = None
+
+
+def _track(carrier: ClusterCarrier) -> None:
+    global _carriers
+    if _carriers is None:
+        _carriers = weakref.WeakSet()
+        os.register_at_fork(after_in_child=_drop_all_in_child)
+    _carriers.add(carrier)
+
+
+def _drop_all_in_child() -> None:
+    for carrier in list(_carriers or ()):
+        carrier._drop_in_child()
+
+
+def _print(stream: str, text: str) -> None:
+    target = sys.stderr if stream == "stderr" else sys.stdout
+    try:
+        target.write(text)
+        target.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _shutdown(sock: FrameSocket) -> None:
+    try:
+        sock.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

@@ -1,0 +1,202 @@
+"""``xparl``: start, extend, list and stop this user's clusters.
+
+    xparl start --port P [--cpu_num N] [--host ADDR]    master + a local host agent
+    xparl connect --address HOST:PORT [--cpu_num N] [--host ADDR]   add this machine
+    xparl status                                          each cluster: hosts, slots, clients
+    xparl stop [--port P]                                 only that cluster's processes
+
+The processes run in the background (their own session); ``start`` and ``connect`` return
+once they serve. They are found again through state files (:mod:`parl.cluster.state`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from parl.cluster import control, state
+from parl.cluster.auth import load_secret
+from parl.errors import ParlError
+
+_READY_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 15.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xparl", description="parl clusters over TCP")
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start a master and a local host agent")
+    start.add_argument("--port", type=int, required=True)
+    start.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
+    start.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    connect = commands.add_parser("connect", help="add this machine to a cluster")
+    connect.add_argument("--address", required=True, help="the master's host:port")
+    connect.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
+    connect.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    commands.add_parser("status", help="list the clusters this user started")
+    stop = commands.add_parser("stop", help="stop a cluster's processes")
+    stop.add_argument("--port", type=int, help="the cluster's port (default: every cluster)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            return _start(args.port, args.cpu_num, args.host)
+        if args.command == "connect":
+            return _connect(args.address, args.cpu_num, args.host)
+        if args.command == "status":
+            return _status()
+        return _stop(args.port)
+    except (ParlError, ValueError) as exc:
+        print(f"xparl {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _start(port: int, cpus: int, host: str) -> int:
+    if cpus < 0:
+        raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
+    load_secret(create=True)  # refuses a secret file that others can read
+    for other in state.read_all():
+        if other.role == "master" and other.cluster_port == port:
+            raise ParlError(
+                f"a cluster of yours already runs on port {port} ({other.address}); stop it "
+                f"with `xparl stop --port {port}` or choose another port"
+            )
+    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log")
+    shown = address.replace("0.0.0.0", _hostname()) if address.startswith("0.0.0.0") else address
+    print(f"parl cluster started: master at {shown}, {cpus} local CPU slot(s)")
+    print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
+    print(f"in your script:  parl.connect({shown!r})")
+    return 0
+
+
+def _connect(address: str, cpus: int, host: str) -> int:
+    if cpus < 1:
+        raise ValueError(f"--cpu_num must be >= 1, got {cpus}")
+    control.parse_address(address)
+    load_secret()
+    _, port = control.parse_address(address)
+    listening = _spawn("agent", host, address, cpus, f"xparl-agent-{port}-{os.getpid()}.log")
+    print(f"host agent at {listening} with {cpus} CPU slot(s) joined the cluster at {address}")
+    return 0
+
+
+def _spawn(role: str, host: str, where: str, cpus: int, log_name: str) -> str:
+    """Start a daemon in its own session; its address once it serves."""
+    os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
+    log_path = os.path.join(state.parl_dir(), "logs", log_name)
+    ready_r, ready_w = os.pipe()
+    env = dict(os.environ, PARL_XPARL_LOG=log_path)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "parl.cluster.daemon",
+                role,
+                host,
+                where,
+                str(cpus),
+                str(ready_w),
+            ],
+            pass_fds=(ready_w,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=env,
+        )
+    os.close(ready_w)
+    line = _read_line(ready_r, _READY_TIMEOUT_S)
+    if line.startswith("ok "):
+        return line[3:]
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    raise ParlError(f"the {role} did not start: {line[6:] or 'no answer'} (log: {log_path})")
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    from parl.wire.framing import wait_readable
+
+    data = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while not data.endswith(b"\n") and wait_readable([fd], deadline - time.monotonic()):
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace").strip()
+
+
+def _status() -> int:
+    masters = [s for s in state.read_all() if s.role == "master"]
+    if not masters:
+        print("no cluster of yours is running (start one with `xparl start --port P`)")
+        return 0
+    secret = load_secret()
+    for master in masters:
+        try:
+            sock = control.dial(control.parse_address(master.address), secret, master.address)
+            try:
+                info = control.request(sock, {"op": "status"}, master.address, 5.0)
+            finally:
+                sock.close()
+        except ParlError as exc:
+            print(f"cluster {master.address} (pid {master.pid}): not answering: {exc}")
+            continue
+        hosts = info["hosts"]
+        slots = sum(h["slots"] for h in hosts)
+        used = sum(h["used"] for h in hosts)
+        print(
+            f"cluster {master.address} (pid {master.pid}): {len(hosts)} host(s), {used} of "
+            f"{slots} slot(s) used, {slots - used} free, {info['clients']} client(s)"
+        )
+        for h in hosts:
+            print(
+                f"  {h['address']} ({h['hostname']}): {h['used']} used, "
+                f"{h['slots'] - h['used']} free of {h['slots']}"
+            )
+    return 0
+
+
+def _stop(port: int | None) -> int:
+    targets = [s for s in state.read_all() if port is None or s.cluster_port == port]
+    if not targets:
+        where = f"on port {port}" if port is not None else "at all"
+        print(f"no cluster of yours is running {where}")
+        return 1 if port is not None else 0
+    targets.sort(key=lambda s: s.role != "agent")  # host agents first, then masters
+    processes = []
+    for target in targets:
+        try:
+            process = psutil.Process(target.pid)
+            if abs(process.create_time() - target.started) < 0.01:
+                process.send_signal(signal.SIGTERM)
+                processes.append((target, process))
+        except psutil.Error:
+            state.remove(target)
+    _, alive = psutil.wait_procs([p for _, p in processes], timeout=_STOP_TIMEOUT_S)
+    for process in alive:
+        process.kill()
+    for target, _ in processes:
+        state.remove(target)
+        print(f"stopped the {target.role} at {target.address} (pid {target.pid})")
+    return 0
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

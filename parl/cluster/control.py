@@ -1,0 +1,90 @@
+"""Control messages of a cluster, and opening an authenticated connection to a cluster peer.
+
+Control messages (placement requests, "start an actor", output lines, exit notices) are small
+JSON objects, one per frame: they are never unpickled, and their frames are capped at
+``CONTROL_MAX_FRAME``. Only an actor's own connection carries the pickled protocol of
+:mod:`parl.wire.protocol`, with its larger ``max_frame``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from parl.cluster.auth import client_handshake
+from parl.errors import ClusterError
+from parl.wire.framing import FrameSocket, wait_readable
+
+CONTROL_MAX_FRAME = 1 << 20
+ACTOR_MAX_FRAME = 1 << 32  # default largest message on an actor's connection (4 GiB)
+CONNECT_TIMEOUT_S = 5.0
+
+Message = dict[str, Any]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` as (host, port); ValueError naming the address otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"a cluster address is 'host:port' (e.g. 'localhost:8010', as `xparl start` "
+            f"prints it), got {address!r}"
+        )
+    return host.strip("[]"), int(port)
+
+
+def send(sock: FrameSocket, message: Message) -> None:
+    sock.send(json.dumps(message, separators=(",", ":")).encode())
+
+
+def recv(sock: FrameSocket, timeout: float | None = None) -> Message | None:
+    """The next message; None at end of stream (or after ``timeout`` seconds with nothing).
+    A frame that is not a JSON object raises ConnectionError: the peer is out of step."""
+    if timeout is not None and not sock.has_buffered_frame():
+        if not wait_readable([sock.fileno()], timeout):
+            return None
+    frame = sock.recv()
+    if frame is None:
+        return None
+    if frame.bodies or frame.fds:
+        raise ConnectionError("a control message came with buffers")
+    try:
+        message = json.loads(frame.meta)
+    except ValueError as exc:
+        raise ConnectionError(f"a control message is not JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+        raise ConnectionError("a control message has no 'op'")
+    return message
+
+
+def dial(
+    address: tuple[str, int], secret: bytes, what: str, max_frame: int = CONTROL_MAX_FRAME
+) -> FrameSocket:
+    """An authenticated connection to a cluster peer at ``address`` (``what`` names it in
+    errors: "the master at host:port")."""
+    try:
+        sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+    except OSError as exc:
+        raise ClusterError(
+            f"cannot reach {what}: {exc}; is the cluster running (`xparl status`) and is the "
+            "address right?"
+        ) from None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client_handshake(sock, secret, what)
+    except BaseException:
+        sock.close()
+        raise
+    return FrameSocket(sock, max_frame)
+
+
+def request(sock: FrameSocket, message: Message, what: str, timeout: float) -> Message:
+    """Send ``message`` and wait for the answer; an ``error`` answer raises ClusterError."""
+    send(sock, message)
+    answer = recv(sock, timeout)
+    if answer is None:
+        raise ClusterError(f"{what} closed the connection or did not answer within {timeout} s")
+    if answer["op"] == "error":
+        raise ClusterError(str(answer.get("message", "unknown error")))
+    return answer

@@ -1,0 +1,146 @@
+"""The long-running cluster processes that ``xparl`` starts in the background.
+
+``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD``: the master, with a local host
+agent of CPUS slots on the same port (none when CPUS is 0). ``... agent HOST MASTER CPUS
+READY_FD``: a host agent that registers with the master at MASTER and ends when that
+connection does. Each writes one line to READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once
+it serves, or fails; it runs until SIGTERM or SIGINT, then stops its workers, removes its
+state file and exits. The secret comes from the environment or the secret file, and is removed
+from the environment before anything is started (workers never see it there).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+from parl.cluster import control, state
+from parl.cluster.auth import SECRET_ENV, load_secret
+from parl.cluster.hostagent import HostAgent
+from parl.cluster.master import Master
+from parl.cluster.server import Server
+
+log = logging.getLogger("parl.cluster")
+
+
+def main(argv: list[str]) -> int:
+    role, host, where, cpus, ready_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        secret = load_secret()
+        os.environ.pop(SECRET_ENV, None)
+        if role == "master":
+            parts = _run_master(host, int(where), cpus, secret, stop)
+        else:
+            parts = _run_agent(host, where, cpus, secret, stop)
+    except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
+        _ready(ready_fd, f"error {exc}")
+        return 1
+    server, agent, own = parts
+    _ready(ready_fd, f"ok {own.address}")
+    log.info("%s serving at %s (cluster %s)", role, own.address, own.cluster)
+    try:
+        stop.wait()
+    finally:
+        log.info("stopping")
+        server.close()
+        if agent is not None:
+            agent.close()
+        state.remove(own)
+    return 0
+
+
+def _run_master(
+    host: str, port: int, cpus: int, secret: bytes, stop: threading.Event
+) -> tuple[Server, HostAgent | None, state.ProcessState]:
+    master = Master()
+    server = Server(host, port, secret, master.handlers)
+    agent = None
+    if cpus > 0:
+        agent = HostAgent(cpus)
+        # listening on every address: callers reach it where they reach the master ("")
+        local = "" if server.host in ("0.0.0.0", "::") else server.host
+        _, agent.report = master.add_host(local, server.port, agent.hostname, cpus)
+        server.handlers.update(agent.handlers)
+    server.start()
+    own = _state("master", server.address, server.address, server.port)
+    state.write(own)
+    return server, agent, own
+
+
+def _run_agent(
+    host: str, master_address: str, cpus: int, secret: bytes, stop: threading.Event
+) -> tuple[Server, HostAgent, state.ProcessState]:
+    where = control.parse_address(master_address)
+    link = control.dial(where, secret, f"the master at {master_address}")
+    agent = HostAgent(cpus)
+    server = Server(host, 0, secret, agent.handlers)
+    advertised = server.host
+    if advertised in ("0.0.0.0", "::", ""):  # reachable where the master reached us from
+        advertised = link.sock.getsockname()[0]
+    control.request(
+        link,
+        {
+            "op": "register",
+            "host": advertised,
+            "port": server.port,
+            "hostname": agent.hostname,
+            "slots": cpus,
+        },
+        f"the master at {master_address}",
+        10.0,
+    )
+    lock = threading.Lock()
+
+    def report(message: control.Message) -> None:
+        with lock:
+            try:
+                control.send(link, message)
+            except OSError:
+                pass
+
+    agent.report = report
+    server.start()
+
+    def watch_master() -> None:  # the cluster is gone: so is this agent
+        try:
+            while control.recv(link) is not None:
+                pass
+        except (OSError, ValueError):
+            pass
+        log.warning("the master at %s went away: stopping", master_address)
+        stop.set()
+
+    threading.Thread(target=watch_master, name="parl-master-link", daemon=True).start()
+    own = _state("agent", f"{advertised}:{server.port}", master_address, where[1])
+    state.write(own)
+    return server, agent, own
+
+
+def _state(role: str, address: str, cluster: str, port: int) -> state.ProcessState:
+    own = state.own()
+    own.role, own.address, own.cluster, own.cluster_port = role, address, cluster, port
+    own.log = os.environ.get("PARL_XPARL_LOG", "")
+    return own
+
+
+def _ready(fd: int, line: str) -> None:
+    try:
+        os.write(fd, (line.replace("\n", " ") + "\n").encode())
+        os.close(fd)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(None)
+    sys.exit(main(sys.argv[1:]))

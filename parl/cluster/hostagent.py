@@ -1,0 +1,277 @@
+"""The host agent: owns this machine's CPU slots and starts an actor's worker per request.
+
+A caller first opens a *control* connection (op ``caller``): output lines of its actors and
+their exit notices come back on it, and its end (the caller exited or was killed) stops every
+worker it had. Then, for each actor, the caller opens a connection of its own (op ``actor``):
+the agent has the local fork server (:class:`parl.shm.pool.ForkServer`) fork a worker that
+receives *that* socket, answers ``started``, and drops its own copy. From then on the socket
+is the actor's connection, straight between caller and worker, with inline buffers.
+
+A slot is taken when a worker starts and comes back when its process ends (watched through
+its pidfd). The agent reports both to the master (``report``), and keeps the last lines each
+actor wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from parl.cluster import control
+from parl.cluster.server import Handler
+from parl.shm.output import OutputForwarder
+from parl.shm.pool import ForkServer
+from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
+from parl.wire.framing import FrameSocket, wait_readable
+
+LAST_LINES = 100  # lines of output kept per actor
+Report = Callable[[control.Message], None]
+
+
+@dataclass
+class _Worker:
+    pid: int
+    label: str
+    client: str
+    pidfd: int
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
+
+
+class _Client:
+    """A caller's control connection: what its actors write and how they end go there."""
+
+    def __init__(self, cid: str, sock: FrameSocket, forward: bool) -> None:
+        self.cid = cid
+        self.sock = sock
+        self.forward = forward
+        self.lock = threading.Lock()
+        self.gone = False
+
+    def send(self, message: control.Message) -> None:
+        with self.lock:
+            if self.gone:
+                return
+            try:
+                control.send(self.sock, message)
+            except OSError:
+                self.gone = True
+
+
+class HostAgent:
+    """``slots`` CPU slots on this machine; ``hostname`` names it in actors' labels."""
+
+    def __init__(self, slots: int, hostname: str | None = None, report: Report | None = None):
+        self.slots = slots
+        self.hostname = hostname or socket.gethostname()
+        self.report: Report = report or (lambda message: None)
+        self._lock = threading.Lock()
+        self._used = 0
+        self._workers: dict[int, _Worker] = {}
+        self._clients: dict[str, _Client] = {}
+        self._server: ForkServer | None = None
+        self._forwarder = OutputForwarder()
+        self._wake_r, self._wake_w = os.pipe()
+        self._closed = False
+        self._watcher = threading.Thread(target=self._watch, name="parl-workers", daemon=True)
+        self._watcher.start()
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        return {"caller": self._serve_caller, "actor": self._start_actor, "host": self._status}
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    # -- callers ------------------------------------------------------------------------------
+
+    def _serve_caller(self, sock: FrameSocket, hello: control.Message) -> None:
+        """A caller's control connection, until it ends; then its workers are stopped."""
+        cid = str(hello.get("client", ""))
+        client = _Client(cid, sock, bool(hello.get("forward", True)))
+        with self._lock:
+            self._clients[cid] = client
+        client.send({"op": "welcome", "host": self.hostname, "slots": self.slots})
+        try:
+            while True:
+                message = control.recv(sock)
+                if message is None:
+                    break
+                if message["op"] == "stop":
+                    self._stop_worker(int(message["pid"]), cid)
+        finally:
+            with self._lock:
+                if self._clients.get(cid) is client:
+                    del self._clients[cid]
+                mine = [w.pid for w in self._workers.values() if w.client == cid]
+            with client.lock:
+                client.gone = True
+                sock.close()
+            for pid in mine:  # the caller is gone: so are its actors
+                self._stop_worker(pid, cid)
+
+    def _start_actor(self, sock: FrameSocket, request: control.Message) -> None:
+        """Fork a worker that takes over ``sock`` as its actor connection."""
+        try:
+            with self._lock:
+                client = self._clients.get(str(request.get("client")))
+                if client is None:
+                    raise ValueError("open a control connection (op 'caller') first")
+                if self._closed or self._used >= self.slots:
+                    raise ValueError(
+                        f"host {self.hostname} has no free slot ({self._used} of {self.slots} used)"
+                    )
+                self._used += 1
+            try:
+                pid = self._spawn(sock, client, request)
+            except BaseException:
+                with self._lock:
+                    self._used -= 1
+                raise
+        except Exception as exc:  # noqa: BLE001 - e.g. the fork server failed: say so
+            _answer(sock, {"op": "error", "message": f"cannot start an actor: {exc}"})
+            sock.close()
+            return
+        self.report({"op": "used", "used": self._used, "token": request.get("token")})
+        _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
+        sock.close()  # the worker holds the connection now
+
+    def _spawn(self, sock: FrameSocket, client: _Client, request: control.Message) -> int:
+        options = request.get("options") or {}
+        label = str(request.get("label", "actor"))
+        stop_timeout = float(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
+        worker_options = {
+            "caller_pid": None,
+            "link": "inline",
+            "max_frame": int(request.get("max_frame", control.ACTOR_MAX_FRAME)),
+            "cwd": os.getcwd(),
+            "label": label,
+            "max_memory": options.get("max_memory"),
+            "num_threads": options.get("num_threads"),
+            "stop_timeout": stop_timeout,
+        }
+        with self._lock:
+            if self._server is None or not self._server.alive:
+                self._server = ForkServer()
+            server = self._server
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = server.spawn([sock.fileno(), out_w, err_w], worker_options)
+            pidfd = os.pidfd_open(pid)
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        worker = _Worker(pid, label, client.cid, pidfd)
+        with self._lock:
+            self._workers[pid] = worker
+        prefix = f"({label} pid={pid} on {self.hostname}) "
+        sink = self._sink(worker, client)
+        self._forwarder.add(out_r, "stdout", prefix, sink)
+        self._forwarder.add(err_r, "stderr", prefix, sink)
+        os.write(self._wake_w, b"w")
+        return pid
+
+    def _sink(self, worker: _Worker, client: _Client) -> Callable[[str, str], None]:
+        def sink(stream: str, text: str) -> None:
+            worker.lines.extend(text.splitlines())
+            if client.forward:
+                client.send({"op": "output", "stream": stream, "text": text})
+
+        return sink
+
+    def _stop_worker(self, pid: int, cid: str) -> None:
+        """SIGTERM a worker of client ``cid`` (a busy method is interrupted, as locally); the
+        fork server kills it if it has not finished within its stop timeout."""
+        with self._lock:
+            worker = self._workers.get(pid)
+            server = self._server
+            if worker is None or worker.client != cid:
+                return
+            try:
+                signal.pidfd_send_signal(worker.pidfd, signal.SIGTERM)
+            except OSError:
+                return  # already gone
+        if server is not None:
+            server.stop(pid)
+
+    def _status(self, sock: FrameSocket, request: control.Message) -> None:
+        with self._lock:
+            actors = [
+                {"pid": w.pid, "label": w.label, "client": w.client, "lines": list(w.lines)}
+                for w in self._workers.values()
+            ]
+        _answer(sock, {"op": "status", "slots": self.slots, "used": self._used, "actors": actors})
+        sock.close()
+
+    # -- workers ending -----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Frees the slot of each worker whose process ended, and tells its caller how."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                by_fd = {w.pidfd: w for w in self._workers.values()}
+            ready = wait_readable([self._wake_r, *by_fd], None)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 4096)
+            for fd in ready:
+                worker = by_fd.get(fd)
+                if worker is not None:
+                    self._ended(worker)
+
+    def _ended(self, worker: _Worker) -> None:
+        with self._lock:
+            self._workers.pop(worker.pid, None)
+            self._used -= 1
+            client = self._clients.get(worker.client)
+            server = self._server
+        os.close(worker.pidfd)
+        code = server.exit_code(worker.pid, 1.0) if server is not None else None
+        if client is not None:
+            client.send({"op": "exited", "pid": worker.pid, "code": code})
+        self.report({"op": "used", "used": self._used, "token": None})
+
+    def close(self) -> None:
+        """Stop every worker (the fork server waits for them) and the agent's threads."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            server, self._server = self._server, None
+            clients = list(self._clients.values())
+        if server is not None:
+            server.close()
+        for client in clients:
+            with client.lock:
+                client.gone = True
+                try:
+                    client.sock.sock.shutdown(socket.SHUT_RDWR)  # wakes its reader
+                except OSError:
+                    pass
+        os.write(self._wake_w, b"x")
+        self._watcher.join(5.0)
+        self._forwarder.close()
+        with self._lock:
+            for worker in self._workers.values():
+                os.close(worker.pidfd)
+            self._workers.clear()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _answer(sock: FrameSocket, message: control.Message) -> None:
+    try:
+        control.send(sock, message)
+    except OSError:
+        pass

@@ -1,0 +1,190 @@
+"""The master: which host agents a cluster has, and which of their slots are free.
+
+Host agents register (op ``register``) with the address callers reach them at and their slot
+count, then report how many slots they use. A caller (op ``client``) asks for a slot with
+``place``: the master grants the host with the most free slots and counts the grant as used
+until the agent reports the actor started (or the grant expires). With no free slot, it
+answers ``waiting`` at once and the grant (or an error naming the slots) when one frees or the
+caller's timeout passes. Calls never pass through the master.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from parl.cluster import control
+from parl.cluster.hostagent import Report
+from parl.cluster.server import Handler
+from parl.wire.framing import FrameSocket
+
+GRANT_TTL_S = 30.0  # a grant that no actor used by then is a free slot again
+
+
+@dataclass
+class _Host:
+    hid: int
+    host: str
+    port: int
+    hostname: str
+    slots: int
+    used: int = 0
+    pending: dict[str, float] = field(default_factory=dict)  # grant token -> expiry
+
+    def free(self, now: float) -> int:
+        for token, expiry in list(self.pending.items()):
+            if expiry <= now:
+                del self.pending[token]
+        return self.slots - self.used - len(self.pending)
+
+    def describe(self) -> control.Message:
+        return {
+            "address": f"{self.host or self.hostname}:{self.port}",
+            "hostname": self.hostname,
+            "slots": self.slots,
+            "used": self.used + len(self.pending),
+        }
+
+
+class Master:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._hosts: dict[int, _Host] = {}
+        self._ids = itertools.count(1)
+        self._clients = 0
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "register": self._serve_host,
+            "client": self._serve_client,
+            "status": self._serve_status,
+        }
+
+    # -- hosts --------------------------------------------------------------------------------
+
+    def add_host(self, host: str, port: int, hostname: str, slots: int) -> tuple[int, Report]:
+        """Register a host agent; returns its id and the function its reports go to."""
+        with self._changed:
+            hid = next(self._ids)
+            record = _Host(hid, host, port, hostname, slots)
+            self._hosts[hid] = record
+            self._changed.notify_all()
+
+        def report(message: control.Message) -> None:
+            self._update(record, message)
+
+        return hid, report
+
+    def remove_host(self, hid: int) -> None:
+        with self._changed:
+            self._hosts.pop(hid, None)
+            self._changed.notify_all()
+
+    def _update(self, record: _Host, message: control.Message) -> None:
+        if message.get("op") != "used":
+            return
+        with self._changed:
+            record.used = int(message["used"])
+            token = message.get("token")
+            if token is not None:
+                record.pending.pop(str(token), None)
+            self._changed.notify_all()
+
+    def _serve_host(self, sock: FrameSocket, hello: control.Message) -> None:
+        """A remote host agent's connection: its reports, until it ends (the host is gone)."""
+        hid, report = self.add_host(
+            str(hello["host"]),
+            int(hello["port"]),
+            str(hello.get("hostname", "?")),
+            int(hello["slots"]),
+        )
+        try:
+            control.send(sock, {"op": "registered", "id": hid})
+            while True:
+                message = control.recv(sock)
+                if message is None:
+                    break
+                report(message)
+        finally:
+            self.remove_host(hid)
+            sock.close()
+
+    # -- callers ------------------------------------------------------------------------------
+
+    def _serve_client(self, sock: FrameSocket, hello: control.Message) -> None:
+        with self._lock:
+            self._clients += 1
+        try:
+            control.send(sock, {"op": "welcome"})
+            while True:
+                message = control.recv(sock)
+                if message is None:
+                    break
+                if message["op"] == "place":
+                    self._place(sock, float(message.get("timeout", 60.0)))
+                elif message["op"] == "status":
+                    control.send(sock, self.status())
+        finally:
+            with self._lock:
+                self._clients -= 1
+            sock.close()
+
+    def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
+        """``xparl status``: one answer, then the connection ends."""
+        try:
+            control.send(sock, self.status())
+        finally:
+            sock.close()
+
+    def _place(self, sock: FrameSocket, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        told = False
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                best = max(self._hosts.values(), key=lambda h: h.free(now), default=None)
+                if best is not None and best.free(now) > 0:
+                    token = secrets.token_hex(8)
+                    best.pending[token] = now + GRANT_TTL_S
+                    grant = {
+                        "op": "placed",
+                        "host": best.host,
+                        "port": best.port,
+                        "hostname": best.hostname,
+                        "token": token,
+                    }
+                    break
+                slots, used = self._totals(now)
+                if now >= deadline:
+                    grant = {
+                        "op": "error",
+                        "message": (
+                            f"no free slot in the cluster within {timeout:g} s: {len(self._hosts)} "
+                            f"host(s), {slots} slot(s), {used} used. Close actors you no longer "
+                            "need (parl.close_actor), add a machine with `xparl connect`, or wait "
+                            "longer (parl.connect(..., slot_timeout=...))"
+                        ),
+                    }
+                    break
+                if not told:
+                    control.send(sock, {"op": "waiting", "slots": slots, "used": used})
+                    told = True
+                self._changed.wait(min(deadline - now, GRANT_TTL_S))
+        control.send(sock, grant)
+
+    def _totals(self, now: float) -> tuple[int, int]:
+        slots = sum(h.slots for h in self._hosts.values())
+        return slots, slots - sum(h.free(now) for h in self._hosts.values())
+
+    def status(self) -> control.Message:
+        with self._lock:
+            return {
+                "op": "status",
+                "hosts": [h.describe() for h in self._hosts.values()],
+                "clients": self._clients,
+            }

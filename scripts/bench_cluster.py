@@ -1,0 +1,192 @@
+"""Small-call round trip over the cluster's TCP carrier, against baselines of the same run.
+
+    python scripts/bench_cluster.py            # starts a throwaway cluster on loopback
+    python scripts/bench_cluster.py --calls 2000
+
+Baselines: a ``multiprocessing.connection`` Client/Listener round trip over loopback TCP (the
+floor for a call to another process over TCP, with its HMAC authentication done once), and
+this project's local carrier (a Unix socket with shared memory). The cluster runs in its own
+``HOME`` with a secret in ``PARL_CLUSTER_SECRET``, and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Client, Listener
+
+import numpy as np
+
+import parl
+
+BIG = 128 << 20
+
+
+@parl.remote_class
+class Echo:
+    def noop(self, x: int) -> int:
+        return x
+
+    def echo(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+
+def _serve(address: tuple[str, int], authkey: bytes, ready: mp.Event) -> None:
+    with Listener(address, authkey=authkey) as listener:
+        ready.set()
+        with listener.accept() as conn:
+            while True:
+                try:
+                    conn.send(conn.recv())
+                except EOFError:
+                    return
+
+
+def _raw_echo(address: tuple[str, int], ready: mp.Event) -> None:
+    with socket.create_server(address) as server:
+        ready.set()
+        conn, _ = server.accept()
+        with conn:
+            buf = memoryview(bytearray(BIG))
+            while True:
+                have = 0
+                while have < BIG:
+                    got = conn.recv_into(buf[have:])
+                    if not got:
+                        return
+                    have += got
+                conn.sendall(buf)
+
+
+@contextlib.contextmanager
+def raw_echo() -> Iterator[Callable[[], object]]:
+    """128 MiB to a process and back over a plain loopback socket: sendall and recv_into."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = probe.getsockname()
+    ready = mp.get_context("spawn").Event()
+    child = mp.get_context("spawn").Process(target=_raw_echo, args=(address, ready))
+    child.start()
+    ready.wait(30)
+    data = np.ones(BIG, np.uint8)
+    back = memoryview(bytearray(BIG))
+
+    def call() -> None:
+        sock.sendall(data)
+        have = 0
+        while have < BIG:
+            have += sock.recv_into(back[have:])
+
+    try:
+        with socket.create_connection(address) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            yield call
+    finally:
+        child.join(10)
+
+
+@contextlib.contextmanager
+def mp_echo() -> Iterator[Callable[[], object]]:
+    """A small round trip over a multiprocessing.connection on loopback TCP."""
+    authkey = secrets.token_bytes(32)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = probe.getsockname()
+    ready = mp.get_context("spawn").Event()
+    child = mp.get_context("spawn").Process(target=_serve, args=(address, authkey, ready))
+    child.start()
+    ready.wait(30)
+    try:
+        with Client(address, authkey=authkey) as conn:
+            yield lambda: (conn.send(1), conn.recv())
+    finally:
+        child.join(10)
+
+
+def timings(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
+    """Seconds per call of each, the median of ``rounds`` rounds of ``n`` calls; the rounds
+    of all of them are interleaved, so that a change in the machine's load hits each alike."""
+    for call in calls.values():
+        for _ in range(200):
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            times[name].append((time.perf_counter() - start) / n)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _xparl(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "parl.cluster.cli", *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    home = tempfile.mkdtemp(prefix="parl-bench-home-")
+    secret = secrets.token_hex(32)
+    env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
+    os.environ["PARL_CLUSTER_SECRET"] = secret
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.perf_counter()
+    _xparl(env, "start", "--port", str(port), "--cpu_num", "2")
+    started = time.perf_counter() - start
+    try:
+        with mp_echo() as mp_call:
+            parl.connect(linger=5)
+            local = Echo()
+            parl.connect(f"127.0.0.1:{port}")
+            tcp = Echo()
+            got = timings(
+                {"mp": mp_call, "local": lambda: local.noop(1), "tcp": lambda: tcp.noop(1)},
+                args.calls,
+                args.rounds,
+            )
+            array = np.ones(BIG, np.uint8)
+            with raw_echo() as raw_call:
+                big = timings({"raw": raw_call, "tcp": lambda: tcp.echo(array)}, 1, args.rounds)
+            parl.close_actor(local)
+            parl.close_actor(tcp)
+            parl.disconnect()
+    finally:
+        _xparl(env, "stop", "--port", str(port))
+    baseline, local_s, tcp_s = got["mp"], got["local"], got["tcp"]
+    print(f"xparl start returned in {started:.2f} s")
+    print(f"{'round trip of a small call':42s} {'us':>8s} {'ratio':>8s}")
+    print(f"{'multiprocessing.connection over TCP':42s} {baseline * 1e6:8.1f} {1.0:8.2f}")
+    print(f"{'parl local carrier':42s} {local_s * 1e6:8.1f} {local_s / baseline:8.2f}")
+    print(
+        f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
+    )
+    print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
+    print(f"{'128 MiB to a process and back':42s} {'GB/s':>8s} {'ratio':>8s}")
+    for name, label in (("raw", "plain socket, sendall/recv_into"), ("tcp", "cluster actor")):
+        rate = 2 * BIG / big[name] / 1e9
+        print(f"{label:42s} {rate:8.2f} {big['raw'] / big[name]:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

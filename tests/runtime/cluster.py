@@ -1,0 +1,133 @@
+"""A real cluster on loopback for the tests: a master (no local slots) and two host agents
+with 2 and 3 slots, each its own process, started and stopped with the ``xparl`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import psutil
+
+from tests.runtime.conftest import wait_until
+
+SECRET = "test-secret-0123456789abcdef0123456789"
+AGENT_SLOTS = (2, 3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def xparl(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "parl.cluster.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"xparl {' '.join(args)} failed: {done.stdout}{done.stderr}")
+    return done
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Cluster:
+    home: str
+    port: int
+    env: dict[str, str]
+    agent_ports: list[int] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def pids(self) -> list[int]:
+        """The master's and host agents' pids, from their state files."""
+        folder = os.path.join(self.home, ".parl", "clusters")
+        pids = []
+        for name in os.listdir(folder) if os.path.isdir(folder) else []:
+            with open(os.path.join(folder, name)) as file:
+                pids.append(json.load(file)["pid"])
+        return pids
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the cluster: its daemons and all their descendants."""
+        found = []
+        for pid in self.pids():
+            try:
+                daemon = psutil.Process(pid)
+                found += [daemon, *daemon.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def status(self) -> dict:
+        """The master's view: hosts with slots and used counts."""
+        from parl.cluster import control
+
+        sock = control.dial(("127.0.0.1", self.port), SECRET.encode(), "test master")
+        try:
+            return control.request(sock, {"op": "status"}, "test master", 10.0)
+        finally:
+            sock.close()
+
+    def used(self) -> int:
+        return sum(h["used"] for h in self.status()["hosts"])
+
+    def workers(self) -> list[psutil.Process]:
+        """Worker processes: the children of the host agents' fork servers."""
+        return [p for p in self.processes() if _name(p.parent()) == "forkserver"]
+
+
+def _name(process: psutil.Process | None) -> str:
+    try:
+        return (
+            "forkserver" if process and "parl.shm.forkserver" in " ".join(process.cmdline()) else ""
+        )
+    except psutil.Error:
+        return ""
+
+
+def start(home: str, agent_slots: tuple[int, ...] = AGENT_SLOTS) -> Cluster:
+    os.makedirs(home, exist_ok=True)
+    env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=SECRET)
+    cluster = Cluster(home, free_port(), env)
+    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0")
+    try:
+        for slots in agent_slots:
+            out = xparl(env, "connect", "--address", cluster.address, "--cpu_num", str(slots))
+            cluster.agent_ports.append(int(out.stdout.split()[3].rsplit(":", 1)[1]))
+        assert wait_until(lambda: len(cluster.status()["hosts"]) == len(agent_slots), timeout=10)
+    except BaseException:
+        stop(cluster)
+        raise
+    return cluster
+
+
+def stop(cluster: Cluster) -> None:
+    """Stop the cluster; fails if a process or a listening port is left behind."""
+    processes = cluster.processes()
+    xparl(cluster.env, "stop", "--port", str(cluster.port), check=False)  # (some may be gone)
+    left = wait_until(lambda: not [p for p in processes if _running(p)], timeout=20)
+    assert left, f"cluster processes left behind: {[p for p in processes if _running(p)]}"
+    for port in (cluster.port, *cluster.agent_ports):
+        assert not port_open(port), f"port {port} still listening"
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,280 @@
+"""A real cluster on loopback: placement, slots, output, dead workers and callers, xparl."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import parl
+from tests.runtime import cluster as clusters
+from tests.runtime.actors import Sampler
+from tests.runtime.conftest import wait_until
+
+
+@pytest.fixture
+def small_cluster(tmp_path, monkeypatch):
+    """A cluster of its own (a master and one host agent with one slot), for tests that kill
+    a part of it; stopped afterwards, leaving no process and no port behind."""
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    cluster = clusters.start(str(tmp_path / "home"), agent_slots=(1,))
+    try:
+        parl.connect(cluster.address, linger=0)
+        yield cluster
+    finally:
+        gc.collect()
+        parl.disconnect()
+        parl.connect(linger=0)
+        clusters.stop(cluster)
+
+
+def _per_host(cluster) -> list[int]:
+    return sorted(h["used"] for h in cluster.status()["hosts"])
+
+
+def test_actors_fill_the_slots_of_both_hosts(on_cluster):
+    actors = [Sampler() for _ in range(5)]
+    assert _per_host(on_cluster) == [2, 3]
+    pids = {a.pid() for a in actors}
+    assert len(pids) == 5 and os.getpid() not in pids
+    assert {w.pid for w in on_cluster.workers()} == pids
+
+
+def test_no_free_slot_waits_then_fails_naming_the_slots(on_cluster, caplog):
+    parl.connect(on_cluster.address, slot_timeout=0.5)
+    actors = [Sampler() for _ in range(5)]
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        with pytest.raises(parl.ClusterError, match=r"2 host\(s\), 5 slot\(s\), 5 used"):
+            Sampler()
+    assert time.monotonic() - start >= 0.45
+    assert "no free slot in the cluster" in caplog.text and "waiting up to 0.5 s" in caplog.text
+    assert actors[0].add(1, 2) == 3  # the others are untouched
+
+
+def test_a_closed_actors_slot_is_reused_at_once(on_cluster):
+    parl.connect(on_cluster.address, slot_timeout=10)
+    actors = [Sampler() for _ in range(5)]
+    parl.close_actor(actors.pop())
+    start = time.monotonic()
+    actors.append(Sampler())  # waits only for the closed worker to end
+    assert time.monotonic() - start < 2.0
+    assert actors[-1].add(2, 2) == 4
+
+
+def test_output_reaches_the_caller_with_actor_and_host(on_cluster, capsys):
+    actor = Sampler()
+    pid = actor.pid()
+    assert actor.speak("hello over tcp")
+    assert actor.speak("error over tcp", err=True)
+    out, err = "", ""
+
+    def seen():
+        nonlocal out, err
+        captured = capsys.readouterr()
+        out, err = out + captured.out, err + captured.err
+        return "hello over tcp" in out and "error over tcp" in err
+
+    assert wait_until(seen, timeout=10)
+    host = os.uname().nodename
+    assert f"(Sampler pid={pid} on {host}) hello over tcp\n" in out
+    assert f"(Sampler pid={pid} on {host}) error over tcp\n" in err
+    lines = [a["lines"] for a in _agent_status(on_cluster) if a["pid"] == pid]
+    prefix = f"(Sampler pid={pid} on {host}) "
+    assert lines and {prefix + "hello over tcp", prefix + "error over tcp"} <= set(lines[0])
+
+
+def _agent_status(cluster) -> list[dict]:
+    """Every actor of both host agents, with its last lines of output."""
+    from parl.cluster import control
+
+    actors = []
+    for port in cluster.agent_ports:
+        sock = control.dial(("127.0.0.1", port), clusters.SECRET.encode(), "agent")
+        try:
+            actors += control.request(sock, {"op": "host"}, "agent", 10)["actors"]
+        finally:
+            sock.close()
+    return actors
+
+
+def test_a_killed_worker_is_a_dead_actor_and_frees_its_slot(on_cluster):
+    doomed, other = Sampler(), Sampler()
+    os.kill(doomed.pid(), signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(parl.ActorDiedError, match="was killed by SIGKILL"):
+        doomed.add(1, 2)
+    assert time.monotonic() - start < 2.0
+    assert other.add(1, 2) == 3
+    assert wait_until(lambda: on_cluster.used() == 1, timeout=5)
+
+
+def test_a_killed_callers_actors_end_and_their_slots_come_back(on_cluster, tmp_path):
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys, parl\n"
+        "from tests.runtime.actors import Sampler\n"
+        f"parl.connect({on_cluster.address!r})\n"
+        "actors = [Sampler() for _ in range(3)]\n"
+        "print(' '.join(str(a.pid()) for a in actors), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    caller = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+        text=True,
+    )
+    try:
+        pids = [int(p) for p in caller.stdout.readline().split()]
+        assert len(pids) == 3 and on_cluster.used() == 3
+        caller.kill()
+        caller.wait()
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
+        assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=5)
+    finally:
+        caller.kill()
+        caller.wait()
+        caller.stdin.close()
+        caller.stdout.close()
+
+
+def test_connect_errors_name_the_problem(cluster, monkeypatch):
+    with pytest.raises(parl.ClusterError, match="cannot reach the master at 127.0.0.1:1"):
+        parl.connect("127.0.0.1:1")
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", "another-secret-0123456789")
+    with pytest.raises(parl.AuthenticationError, match="refused this machine's cluster secret"):
+        parl.connect(cluster.address)
+    with pytest.raises(ValueError, match="'host:port'"):
+        parl.connect("localhost:http")
+
+
+def test_xparl_start_status_stop_one_cluster_only(cluster, tmp_path):
+    env = dict(cluster.env)  # the same user (HOME) as the session's cluster
+    port = clusters.free_port()
+    start = time.monotonic()
+    out = clusters.xparl(env, "start", "--port", str(port), "--cpu_num", "2").stdout
+    took = time.monotonic() - start
+    assert took < 2.0, f"xparl start took {took:.2f} s"
+    assert f"xparl connect --address 127.0.0.1:{port}" in out
+    ours = [s for s in _states(cluster.home) if s["cluster_port"] == port]
+    assert len(ours) == 1
+    daemon = psutil.Process(ours[0]["pid"])
+    assert len([daemon, *daemon.children(recursive=True)]) <= 3  # idle: master + agent
+    status = clusters.xparl(env, "status").stdout
+    assert f"cluster 127.0.0.1:{port} " in status and "0 of 2 slot(s) used, 2 free" in status
+    assert f"cluster {cluster.address} " in status and "0 of 5 slot(s) used" in status
+    again = clusters.xparl(env, "start", "--port", str(port), check=False)
+    assert again.returncode == 1 and "already runs on port" in again.stderr
+    clusters.xparl(env, "stop", "--port", str(port))
+    assert wait_until(lambda: not daemon.is_running(), timeout=10)
+    assert not clusters.port_open(port)
+    assert len(cluster.status()["hosts"]) == 2  # the other cluster still serves
+    gone = clusters.xparl(env, "stop", "--port", str(port), check=False)
+    assert gone.returncode == 1 and "no cluster of yours is running on port" in gone.stdout
+
+
+def _states(home: str) -> list[dict]:
+    import json
+
+    folder = os.path.join(home, ".parl", "clusters")
+    found = []
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name)) as file:
+            found.append(json.load(file))
+    return found
+
+
+def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluster):
+    actor = Sampler()
+    assert actor.add(1, 2) == 3
+    (agent,) = [p for p in small_cluster.processes() if "agent" in " ".join(p.cmdline())]
+    agent.kill()
+    start = time.monotonic()
+    with pytest.raises(parl.ActorDiedError):
+        actor.add(1, 2)
+    assert time.monotonic() - start < 5.0
+    assert wait_until(lambda: small_cluster.status()["hosts"] == [], timeout=5)
+    assert wait_until(lambda: not small_cluster.workers(), timeout=10)
+
+
+def test_a_killed_master_stops_its_host_agents_and_creation_fails_clearly(small_cluster):
+    actor = Sampler()
+    everything = small_cluster.processes()
+    (master,) = [
+        p for p in everything if p.pid in small_cluster.pids() and "master" in " ".join(p.cmdline())
+    ]
+    master.kill()
+    assert wait_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in everything),
+        timeout=20,
+    )
+    with pytest.raises(parl.ClusterError, match="master at .* closed the connection|lost"):
+        Sampler()
+    with pytest.raises(parl.ActorDiedError):
+        actor.add(1, 2)
+
+
+def test_large_arrays_cross_intact_and_writable(on_cluster):
+    import numpy as np
+
+    actor = Sampler()
+    array = np.random.default_rng(0).random((1 << 21) + 1)  # 16 MiB, inline in the frame
+    back = actor.echo(array)
+    np.testing.assert_array_equal(back, array)
+    back[0] = -1.0  # a value of its own, writable
+    strided = actor.echo(array[::3])
+    np.testing.assert_array_equal(strided, array[::3])
+
+
+def test_a_forked_child_does_not_keep_a_killed_callers_actors_alive(on_cluster, tmp_path):
+    script = tmp_path / "caller.py"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script.write_text(
+        "import os, sys, parl\n"
+        "from tests.runtime.actors import AsyncSampler\n"
+        f"parl.connect({on_cluster.address!r})\n"
+        "actor = AsyncSampler()\n"
+        "pid = actor.pid().get()\n"
+        f"busy = actor.block({str(fifo)!r})  # never answered: the worker is busy\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    sys.stdin.read()\n"
+        "    os._exit(0)\n"
+        "print(pid, child, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    caller = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+        text=True,
+    )
+    child = None
+    try:
+        worker, child = (int(p) for p in caller.stdout.readline().split())
+        caller.kill()
+        caller.wait()
+        assert psutil.pid_exists(child)  # still holds copies of the parent's sockets
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
+        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=5)
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
+        caller.kill()
+        caller.wait()
+        caller.stdin.close()
+        caller.stdout.close()
