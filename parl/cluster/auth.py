@@ -51,7 +51,8 @@ def load_secret(create: bool = False) -> bytes:
         return value.encode()
     path = secret_path()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # no symlink; O_NONBLOCK: a FIFO put there does not block this open
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         if create:
             return _create(path)
@@ -60,8 +61,19 @@ def load_secret(create: bool = False) -> bytes:
             f"Copy the file from the machine that ran `xparl start` (keep it mode 0600: "
             f"`chmod 600 {path}`), or set {SECRET_ENV} to its content"
         ) from None
+    except OSError as exc:  # ELOOP: a symlink; EACCES; ...
+        raise AuthenticationError(
+            f"cannot use the cluster secret {path}: {exc.strerror}; it must be a plain file "
+            f"(not a symlink) of yours with mode 0600"
+        ) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise AuthenticationError(
+            f"the cluster secret {path} is not a plain file; delete it and run "
+            "`xparl start` again to create a new one"
+        )
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(file.fileno()).st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise AuthenticationError(
                 f"the cluster secret {path} can be read by other users (mode "

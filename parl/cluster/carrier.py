@@ -76,6 +76,15 @@ class ClusterCarrier:
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
         grant = self._place()
+        try:
+            return self._start(class_name, options, grant)
+        except BaseException:
+            self._release(grant["token"])  # the slot is free again at once
+            raise
+
+    def _start(
+        self, class_name: str, options: dict[str, Any], grant: control.Message
+    ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
         what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
@@ -134,6 +143,18 @@ class ClusterCarrier:
                     return answer
             except OSError as exc:
                 raise ClusterError(f"lost the connection to {self._what}: {exc}") from exc
+
+    def _release(self, token: object) -> None:
+        """Tell the master that the slot of grant ``token`` was not taken (best effort)."""
+        if not self._master_lock.acquire(timeout=5.0):
+            return
+        try:
+            if not self._closed:
+                control.send(self._master, {"op": "release", "token": token})
+        except OSError:
+            pass
+        finally:
+            self._master_lock.release()
 
     def _channel(self, where: tuple[str, int], what: str) -> _HostChannel:
         with self._lock:

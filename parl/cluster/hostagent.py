@@ -95,7 +95,13 @@ class HostAgent:
         cid = str(hello.get("client", ""))
         client = _Client(cid, sock, bool(hello.get("forward", True)))
         with self._lock:
-            self._clients[cid] = client
+            taken = cid in self._clients
+            if not taken:
+                self._clients[cid] = client
+        if taken:  # another connection's id: its actors are not this one's to stop
+            _answer(sock, {"op": "error", "message": f"caller id {cid!r} is already connected"})
+            sock.close()
+            return
         client.send({"op": "welcome", "host": self.hostname, "slots": self.slots})
         try:
             while True:

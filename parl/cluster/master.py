@@ -11,6 +11,7 @@ caller's timeout passes. Calls never pass through the master.
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 import threading
 import time
@@ -88,8 +89,11 @@ class Master:
     def _update(self, record: _Host, message: control.Message) -> None:
         if message.get("op") != "used":
             return
+        used = message.get("used")
+        if not _is_int(used) or used < 0:
+            return
         with self._changed:
-            record.used = int(message["used"])
+            record.used = used
             token = message.get("token")
             if token is not None:
                 record.pending.pop(str(token), None)
@@ -97,11 +101,13 @@ class Master:
 
     def _serve_host(self, sock: FrameSocket, hello: control.Message) -> None:
         """A remote host agent's connection: its reports, until it ends (the host is gone)."""
+        port, slots = hello["port"], hello["slots"]
+        if not _is_int(port) or not 0 < port < 65536 or not _is_int(slots) or slots < 1:
+            control.send(sock, {"op": "error", "message": "a host needs a port and slots >= 1"})
+            sock.close()
+            return
         hid, report = self.add_host(
-            str(hello["host"]),
-            int(hello["port"]),
-            str(hello.get("hostname", "?")),
-            int(hello["slots"]),
+            str(hello["host"]), port, str(hello.get("hostname", "?")), slots
         )
         try:
             control.send(sock, {"op": "registered", "id": hid})
@@ -119,6 +125,7 @@ class Master:
     def _serve_client(self, sock: FrameSocket, hello: control.Message) -> None:
         with self._lock:
             self._clients += 1
+        grants: set[str] = set()  # this caller's grants: dropped when it goes
         try:
             control.send(sock, {"op": "welcome"})
             while True:
@@ -126,13 +133,30 @@ class Master:
                 if message is None:
                     break
                 if message["op"] == "place":
-                    self._place(sock, float(message.get("timeout", 60.0)))
+                    timeout = message.get("timeout", 60.0)
+                    if not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
+                        control.send(sock, {"op": "error", "message": "timeout: finite seconds"})
+                        continue
+                    self._place(sock, float(timeout), grants)
+                elif message["op"] == "release":
+                    self._release(grants, {str(message.get("token"))})
                 elif message["op"] == "status":
                     control.send(sock, self.status())
         finally:
             with self._lock:
                 self._clients -= 1
+            self._release(grants, set(grants))
             sock.close()
+
+    def _release(self, grants: set[str], tokens: set[str]) -> None:
+        """Free the slots of ``tokens`` among a caller's ``grants`` that no actor took yet (the
+        caller failed to start it, or went away): they are free again at once."""
+        with self._changed:
+            for token in tokens & grants:
+                grants.discard(token)
+                for record in self._hosts.values():
+                    record.pending.pop(token, None)
+            self._changed.notify_all()
 
     def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
         """``xparl status``: one answer, then the connection ends."""
@@ -141,7 +165,7 @@ class Master:
         finally:
             sock.close()
 
-    def _place(self, sock: FrameSocket, timeout: float) -> None:
+    def _place(self, sock: FrameSocket, timeout: float, grants: set[str]) -> None:
         deadline = time.monotonic() + timeout
         told = False
         with self._changed:
@@ -151,6 +175,9 @@ class Master:
                 if best is not None and best.free(now) > 0:
                     token = secrets.token_hex(8)
                     best.pending[token] = now + GRANT_TTL_S
+                    live = {t for h in self._hosts.values() for t in h.pending}
+                    grants.intersection_update(live)  # forget the grants used by now
+                    grants.add(token)
                     grant = {
                         "op": "placed",
                         "host": best.host,
@@ -188,3 +215,7 @@ class Master:
                 "hosts": [h.describe() for h in self._hosts.values()],
                 "clients": self._clients,
             }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

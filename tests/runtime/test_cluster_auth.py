@@ -191,10 +191,11 @@ def _actor_connection(cluster) -> tuple[FrameSocket, FrameSocket]:
     where = ("127.0.0.1", cluster.agent_ports[0])
     secret = SECRET.encode()
     caller = control.dial(where, secret, "agent")
-    control.request(caller, {"op": "caller", "client": "c1", "forward": False}, "agent", 10)
+    cid = os.urandom(8).hex()  # an id of its own: the agent refuses one still connected
+    control.request(caller, {"op": "caller", "client": cid, "forward": False}, "agent", 10)
     sock = control.dial(where, secret, "agent", control.ACTOR_MAX_FRAME)
     answer = control.request(
-        sock, {"op": "actor", "client": "c1", "token": None, "label": "Raw"}, "agent", 30
+        sock, {"op": "actor", "client": cid, "token": None, "label": "Raw"}, "agent", 30
     )
     assert answer["op"] == "started"
     return sock, caller
