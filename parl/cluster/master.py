@@ -90,7 +90,7 @@ class Master:
         if message.get("op") != "used":
             return
         used = message.get("used")
-        if not _is_int(used) or used < 0:
+        if not isinstance(used, int) or isinstance(used, bool) or used < 0:
             return
         with self._changed:
             record.used = used
