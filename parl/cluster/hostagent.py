@@ -70,6 +70,7 @@ class HostAgent:
         self.hostname = hostname or socket.gethostname()
         self.report: Report = report or (lambda message: None)
         self._lock = threading.Lock()
+        self._report_lock = threading.Lock()
         self._used = 0
         self._workers: dict[int, _Worker] = {}
         self._clients: dict[str, _Client] = {}
@@ -143,7 +144,7 @@ class HostAgent:
             _answer(sock, {"op": "error", "message": f"cannot start an actor: {exc}"})
             sock.close()
             return
-        self.report({"op": "used", "used": self._used, "token": request.get("token")})
+        self._report_used(request.get("token"))
         _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
         sock.close()  # the worker holds the connection now
 
@@ -246,7 +247,13 @@ class HostAgent:
         code = server.exit_code(worker.pid, 1.0) if server is not None else None
         if client is not None:
             client.send({"op": "exited", "pid": worker.pid, "code": code})
-        self.report({"op": "used", "used": self._used, "token": None})
+        self._report_used(None)
+
+    def _report_used(self, token: object) -> None:
+        """Tell the master how many slots are used. The count is read under the report lock,
+        so that of two reports racing, the one sent last carries the count as it is now."""
+        with self._report_lock:
+            self.report({"op": "used", "used": self._used, "token": token})
 
     def close(self) -> None:
         """Stop every worker (the fork server waits for them) and the agent's threads."""
