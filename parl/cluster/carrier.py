@@ -13,17 +13,17 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
-import sys
 import threading
 import weakref
 from typing import Any
 
 from parl.cluster import control
 from parl.cluster.auth import load_secret
-from parl.errors import ActorDiedError, ActorMemoryError, ClusterError, ParlError
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
+from parl.errors import ActorDiedError, ClusterError, ParlError
+from parl.shm.carrier import worker_death_error
+from parl.shm.output import write_output
+from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -229,7 +229,7 @@ class _HostChannel:
                 if message is None:
                     break
                 if message["op"] == "output":
-                    _print(str(message.get("stream")), str(message.get("text", "")))
+                    write_output(str(message.get("stream")), str(message.get("text", "")))
                 elif message["op"] == "exited":
                     with self._changed:
                         self._exits[int(message["pid"])] = message.get("code")
@@ -301,23 +301,8 @@ class _RemoteWorker:
                 f"actor {self._label} is gone: the connection to {self._channel.what} was "
                 "lost; create a new actor"
             )
-        code = self._channel.exit_code(self.pid, _EXIT_WAIT_S)
-        if code == EXIT_MAX_MEMORY:
-            return ActorMemoryError(
-                f"actor {self._label} exceeded its max_memory of {self._max_memory} MB and was "
-                "stopped; raise max_memory in @parl.remote_class or use less memory"
-            )
-        if code is None:
-            how = "ended (exit status unknown)"
-        elif code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with status {code}"
-        return ActorDiedError(
-            f"the worker process of actor {self._label} {how}; the actor is gone, create a new one"
+        return worker_death_error(
+            self._label, self._channel.exit_code(self.pid, _EXIT_WAIT_S), self._max_memory
         )
 
     def close(self) -> None:
@@ -342,15 +327,6 @@ def _track(carrier: ClusterCarrier) -> None:
 def _drop_all_in_child() -> None:
     for carrier in list(_carriers or ()):
         carrier._drop_in_child()
-
-
-def _print(stream: str, text: str) -> None:
-    target = sys.stderr if stream == "stderr" else sys.stdout
-    try:
-        target.write(text)
-        target.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _shutdown(sock: FrameSocket) -> None:

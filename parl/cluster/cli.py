@@ -67,7 +67,8 @@ def _start(port: int, cpus: int, host: str) -> int:
                 f"with `xparl stop --port {port}` or choose another port"
             )
     address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log")
-    shown = address.replace("0.0.0.0", _hostname()) if address.startswith("0.0.0.0") else address
+    host, port_number = control.parse_address(address)
+    shown = f"{_hostname()}:{port_number}" if control.is_wildcard(host) else address
     print(f"parl cluster started: master at {shown}, {cpus} local CPU slot(s)")
     print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
     print(f"in your script:  parl.connect({shown!r})")

@@ -34,6 +34,12 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` means "every address of this machine" (only ever chosen by the user
+    with ``--host``: the default is 127.0.0.1); such a host is advertised by another name."""
+    return host in ("0.0.0.0", "::", "")
+
+
 def send(sock: FrameSocket, message: Message) -> None:
     sock.send(json.dumps(message, separators=(",", ":")).encode())
 

@@ -68,7 +68,7 @@ def _run_master(
     if cpus > 0:
         agent = HostAgent(cpus)
         # listening on every address: callers reach it where they reach the master ("")
-        local = "" if server.host in ("0.0.0.0", "::") else server.host
+        local = "" if control.is_wildcard(server.host) else server.host
         _, agent.report = master.add_host(local, server.port, agent.hostname, cpus)
         server.handlers.update(agent.handlers)
     server.start()
@@ -85,7 +85,7 @@ def _run_agent(
     agent = HostAgent(cpus)
     server = Server(host, 0, secret, agent.handlers)
     advertised = server.host
-    if advertised in ("0.0.0.0", "::", ""):  # reachable where the master reached us from
+    if control.is_wildcard(advertised):  # reachable where the master reached us from
         advertised = link.sock.getsockname()[0]
     control.request(
         link,

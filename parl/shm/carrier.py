@@ -255,23 +255,8 @@ class _WorkerLiveness:
         return True
 
     def death_error(self) -> ParlError:
-        code = self._server.exit_code(self.pid, _EXIT_WAIT_S)
-        if code == EXIT_MAX_MEMORY:
-            return ActorMemoryError(
-                f"actor {self._label} exceeded its max_memory of {self._max_memory} MB and was "
-                "stopped; raise max_memory in @parl.remote_class or use less memory"
-            )
-        if code is None:
-            how = "ended (exit status unknown)"
-        elif code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with status {code}"
-        return ActorDiedError(
-            f"the worker process of actor {self._label} {how}; the actor is gone, create a new one"
+        return worker_death_error(
+            self._label, self._server.exit_code(self.pid, _EXIT_WAIT_S), self._max_memory
         )
 
     def close(self) -> None:
@@ -292,6 +277,28 @@ class _WorkerLiveness:
             os.close(self._pidfd)
             self._pidfd = None
         self._carrier._actor_gone()
+
+
+def worker_death_error(label: str, code: int | None, max_memory: Any) -> ParlError:
+    """The error of every call to an actor whose worker ended with exit status ``code``
+    (negative: killed by that signal; None: unknown), whatever carrier it was on."""
+    if code == EXIT_MAX_MEMORY:
+        return ActorMemoryError(
+            f"actor {label} exceeded its max_memory of {max_memory} MB and was "
+            "stopped; raise max_memory in @parl.remote_class or use less memory"
+        )
+    if code is None:
+        how = "ended (exit status unknown)"
+    elif code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with status {code}"
+    return ActorDiedError(
+        f"the worker process of actor {label} {how}; the actor is gone, create a new one"
+    )
 
 
 def _raise_fd_limit() -> None:

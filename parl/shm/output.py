@@ -94,12 +94,15 @@ class OutputForwarder:
             text = "".join(
                 (prefix + line + b"\n").decode("utf-8", "backslashreplace") for line in lines
             )
-            if sink is not None:
-                sink(stream, text)
-                return
-            target = sys.stdout if stream == "stdout" else sys.stderr
-            try:
-                target.write(text)
-                target.flush()
-            except (OSError, ValueError):
-                pass
+            (sink or write_output)(stream, text)
+
+
+def write_output(stream: str, text: str) -> None:
+    """Write an actor's lines to this process's ``stream`` ("stdout" or "stderr"); a closed
+    or broken terminal loses them rather than failing the program."""
+    target = sys.stderr if stream == "stderr" else sys.stdout
+    try:
+        target.write(text)
+        target.flush()
+    except (OSError, ValueError):
+        pass

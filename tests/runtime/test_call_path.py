@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import pickle
 import socket
+import struct
+import termios
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -30,6 +32,7 @@ from parl.wire.framing import FrameSocket, Spin
 from parl.wire.protocol import InlineLink
 from parl.wire.serialization import Encoder, loads
 from tests.runtime.actors import Sampler
+from tests.runtime.conftest import wait_until
 
 
 class Token:
@@ -90,42 +93,51 @@ def pair():
     right.close()
 
 
+def _unread(sock: socket.socket) -> int:
+    """Bytes waiting in ``sock``'s receive queue."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def test_small_frames_split_across_reads_arrive_whole(pair):
-    """The one-read fast path must fall back when a frame is cut between two reads."""
+    """The one-read fast path must fall back when a frame is cut between two reads: the reader
+    has the first part buffered (checked) before the rest is sent."""
     left, right = pair
     raw = left.sock
     for i in range(50):
         meta = b"m%03d" % i + b"x" * (i * 37)
         data = framing.PREFIX.pack(len(meta), 0, 0) + meta
         cut = len(data) // 2 if i % 2 else 3  # inside the prefix or inside the meta
+        got = []
         raw.sendall(data[:cut])
-        sender = threading.Timer(0.01, raw.sendall, args=(data[cut:],))
-        sender.start()
-        frame = right.recv_parts()
-        sender.join()
-        assert frame is not None and bytes(frame[0]) == meta
+        reader = threading.Thread(target=lambda got=got: got.append(right.recv_parts()))
+        reader.start()
+        assert wait_until(lambda: _unread(right.sock) == 0)  # the reader took the first part
+        raw.sendall(data[cut:])
+        reader.join(timeout=10)
+        assert got and got[0] is not None and bytes(got[0][0]) == meta
 
 
-def test_a_small_frame_the_socket_cannot_take_at_once_still_goes_whole(pair):
-    """The fast send (one MSG_DONTWAIT send) finishes a partial send the slow way, draining
-    replies in between when asked to."""
+def test_a_small_frame_the_socket_cannot_take_at_once_still_goes_whole(pair, monkeypatch):
+    """The fast send (one MSG_DONTWAIT send) finishes a partial send the slow way. Each frame
+    is larger than the send buffer, so no single send can take it."""
     left, right = pair
     left.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    drained = []
+    slow_sends = []
+    real = FrameSocket._send_parts
+    monkeypatch.setattr(
+        FrameSocket, "_send_parts", lambda self, *a: slow_sends.append(1) or real(self, *a)
+    )
     got = []
-
-    def reader():
-        time.sleep(0.05)  # let the sender fill the socket first
-        for _ in range(20):
-            got.append(bytes(right.recv().meta))
-
-    thread = threading.Thread(target=reader)
-    thread.start()
+    reader = threading.Thread(
+        target=lambda: got.extend(bytes(right.recv().meta) for _ in range(20))
+    )
+    reader.start()
     metas = [bytes([i]) * 60_000 for i in range(20)]
     for meta in metas:
-        left.send(meta, on_blocked=lambda: drained.append(1))
-    thread.join()
+        left.send(meta, on_blocked=lambda: None)
+    reader.join(timeout=30)
     assert got == metas
+    assert len(slow_sends) == 20  # every frame went out partly, then the slow way
 
 
 def test_frames_with_and_without_descriptors_interleave(pair, tmp_path):
