@@ -11,7 +11,7 @@ import mmap
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -69,8 +69,7 @@ class Allocator:
         self._process_returned()  # blocks dropped while _take held the lock
         assert segment.shared is not None
         block = segment.shared.view(offset, nbytes)
-        segment.blocks[offset] = (weakref.ref(block), handle)
-        weakref.finalize(block, self._give_back, segment, offset)
+        segment.blocks[offset] = _BlockRef(block, self._block_died, segment, offset, handle)
         return block, segment, offset
 
     def _take(self, slot: int) -> tuple[Segment, int]:
@@ -119,11 +118,12 @@ class Allocator:
         with self._lock:
             return len(self._free_segments)
 
-    def _give_back(self, segment: Segment, offset: int) -> None:
-        """A block's last reference is gone (a finalizer: it may run in any thread, and inside
-        this allocator's own locked code when a collection frees a block there). The block is
-        queued and the queue is processed now if the lock is free, else by its holder."""
-        self._returned.append((segment, offset))
+    def _block_died(self, ref: _BlockRef) -> None:
+        """A block's last reference is gone (a weak reference's callback: it may run in any
+        thread, and inside this allocator's own locked code when a collection frees a block
+        there). The block is queued and the queue is processed now if the lock is free, else by
+        its holder."""
+        self._returned.append((ref.segment, ref.offset))
         self._process_returned()
 
     def _process_returned(self) -> None:
@@ -194,10 +194,29 @@ class Allocator:
         """The live block holding ``offset`` of an owned segment, and whether it is a handle."""
         start = offset - offset % segment.slot
         entry = segment.blocks.get(start)
-        block = entry[0]() if entry is not None else None
+        block = entry() if entry is not None else None
         if block is None or entry is None:
             raise ParlError(
                 f"shared-memory block {segment.segment_id:#x}+{start} was referenced after it was "
                 "freed (a bug in parl: please report it)"
             )
-        return block, entry[1]
+        return block, entry.handle
+
+
+class _BlockRef(weakref.ref):
+    """The owner's weak reference to a live block, whose callback gives the block back (a
+    ``weakref.finalize`` costs about 4x as much to make and to run). The segment keeps it
+    alive, in ``Segment.blocks``, until the block has been filed as free again."""
+
+    __slots__ = ("segment", "offset", "handle")
+
+    def __new__(cls, block: Any, callback: Any, segment: Segment, offset: int, handle: bool) -> Any:
+        return super().__new__(cls, block, callback)
+
+    def __init__(
+        self, block: Any, callback: Any, segment: Segment, offset: int, handle: bool
+    ) -> None:
+        super().__init__(block, callback)  # type: ignore[call-arg]
+        self.segment = segment
+        self.offset = offset
+        self.handle = handle

@@ -16,6 +16,7 @@ comes back in a later message.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import mmap
 import os
@@ -73,8 +74,7 @@ class ShmLink:
         nbytes = raw.nbytes
         if not nbytes:
             return None
-        source = np.frombuffer(raw, np.uint8)
-        found = self._table.find(source.__array_interface__["data"][0], nbytes)
+        found = self._table.find(_address(raw), nbytes)
         keep: Any = buffer
         if found is not None and not found.mapping.private:
             segment, offset = found.segment, found.offset
@@ -87,7 +87,7 @@ class ShmLink:
             segment, offset, handle = found.segment, found.offset, False  # forwarded as it came
         elif nbytes >= self._threshold:
             block, segment, offset = self._table.allocator.allocate(nbytes)
-            copy_into(block, source)
+            copy_into(block, np.frombuffer(raw, np.uint8))
             keep, handle = block, False
         else:
             return None
@@ -167,19 +167,13 @@ class ShmLink:
         pin = table.allocator.block_of(segment, ref.offset)[0] if segment.owned else None
         if ref.handle:
             view = table.mapping(segment, private=False).view(ref.offset, ref.length)
-            weakref.finalize(view, _handle_dropped, self._releases, ref.lease, pin)
+            _watch(view, _handle_dropped, (self._releases, ref.lease, pin))
             return view
         mapping, slot, view = table.private_view(segment, ref.offset, ref.length)
-        weakref.finalize(
+        _watch(
             view,
             _value_dropped,
-            mapping,
-            slot,
-            ref.offset,
-            ref.length,
-            self._releases,
-            ref.lease,
-            pin,
+            (mapping, slot, ref.offset, ref.length, self._releases, ref.lease, pin),
         )
         return view
 
@@ -199,6 +193,18 @@ class ShmLink:
 
     def lease_count(self) -> int:
         return len(self._leases)
+
+
+def _address(raw: memoryview) -> int:
+    """The address of a buffer's first byte (ctypes is 5x quicker than numpy's
+    ``__array_interface__``, but only for writable buffers)."""
+    try:
+        probe = ctypes.c_char.from_buffer(raw)
+    except TypeError:  # read-only
+        return int(np.frombuffer(raw, np.uint8).__array_interface__["data"][0])
+    address = ctypes.addressof(probe)
+    del probe
+    return address
 
 
 # memory lent to peers that were closed but may still be running: (peer_gone, leases)
@@ -251,6 +257,35 @@ def release_parked() -> None:
             return
         _parked[:] = [entry for entry in _parked if entry not in done]
     done.clear()  # the leases' blocks are freed here, outside the lock
+
+
+class _ViewRef(weakref.ref):
+    """A weak reference to a received view whose callback runs ``action(*args)`` when the view
+    goes (what ``weakref.finalize`` does, at a quarter of its cost). Kept alive in ``_watched``
+    until then, like a finalizer in its registry."""
+
+    __slots__ = ("action", "args")
+
+    def __new__(cls, view: Any, action: Callable[..., None], args: tuple) -> Any:
+        return super().__new__(cls, view, _view_dropped)
+
+    def __init__(self, view: Any, action: Callable[..., None], args: tuple) -> None:
+        super().__init__(view, _view_dropped)  # type: ignore[call-arg]
+        self.action = action
+        self.args = args
+
+
+_watched: dict[int, _ViewRef] = {}
+
+
+def _watch(view: Any, action: Callable[..., None], args: tuple) -> None:
+    ref = _ViewRef(view, action, args)
+    _watched[id(ref)] = ref
+
+
+def _view_dropped(ref: _ViewRef) -> None:
+    _watched.pop(id(ref), None)
+    ref.action(*ref.args)
 
 
 def _handle_dropped(releases: deque[int], lease: int, pin: Any) -> None:

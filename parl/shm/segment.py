@@ -91,8 +91,9 @@ class Segment:
         self.slot = slot
         self.shared: Mapping | None = None
         self.privates: list[Mapping] = []
-        # owner only: slot offset -> (weak reference to the block, is a parl.shm handle)
-        self.blocks: dict[int, tuple[weakref.ref, bool]] = {}
+        # owner only: slot offset -> weak reference to the block (an allocator._BlockRef, which
+        # also says whether it is a parl.shm handle)
+        self.blocks: dict[int, Any] = {}
 
     def close_fd(self) -> None:
         if self.fd >= 0:

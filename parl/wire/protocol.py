@@ -172,20 +172,30 @@ def encode(
     for buffer in buffers:
         shared = link.place(buffer)
         if shared is None:
-            refs += REF.pack(_INLINE, 0, 0, 0, 0)
+            refs += _INLINE_REF
             bodies.append(buffer.raw())
         else:
             where = _HANDLE if shared.handle else _VALUE
             refs += REF.pack(where, shared.segment, shared.offset, shared.length, shared.lease)
     new, dropped = link.take_attachments()
     releases = link.take_releases()
-    parts = [HEADER.pack(kind, 0, len(buffers), len(releases), len(new), len(dropped), call_id)]
-    parts.append(bytes(refs))
-    parts.extend(_Q.pack(lease) for lease in releases)
-    parts.extend(_QQQ.pack(segment, size, slot) for segment, size, slot, _ in new)
-    parts.extend(_Q.pack(segment) for segment in dropped)
-    parts.append(stream)
-    return b"".join(parts), bodies, [fd for _, _, _, fd in new]
+    head = _pack_header(kind, 0, len(buffers), len(releases), len(new), len(dropped), call_id)
+    if not new and not dropped:  # the usual case: buffers and releases
+        return b"".join((head, refs, _pack_q(releases), stream)), bodies, []
+    news = [field for segment, size, slot, _ in new for field in (segment, size, slot)]
+    meta = b"".join((head, refs, _pack_q(releases), _pack_q(news), _pack_q(dropped), stream))
+    return meta, bodies, [fd for _, _, _, fd in new]
+
+
+_INLINE_REF = REF.pack(_INLINE, 0, 0, 0, 0)
+
+
+def _pack_q(values: list[int]) -> bytes:
+    return struct.pack(f"<{len(values)}Q", *values) if values else b""
+
+
+def _unpack_q(count: int, view: memoryview, pos: int) -> tuple[int, ...]:
+    return struct.unpack_from(f"<{count}Q", view, pos) if count else ()
 
 
 def peek(frame: Frame) -> tuple[int, int]:
@@ -212,25 +222,30 @@ def decode_parts(
     if not (n_refs or n_releases or n_new or n_dropped or fds):
         return kind, call_id, memoryview(meta)[_HEADER_SIZE:], []
     view = memoryview(meta)
-    pos = HEADER.size
-    refs = [REF.unpack_from(view, pos + i * REF.size) for i in range(n_refs)]
-    pos += n_refs * REF.size
-    releases = [_Q.unpack_from(view, pos + 8 * i)[0] for i in range(n_releases)]
-    pos += 8 * n_releases
-    new = [_QQQ.unpack_from(view, pos + 24 * i) for i in range(n_new)]
-    pos += 24 * n_new
-    dropped = [_Q.unpack_from(view, pos + 8 * i)[0] for i in range(n_dropped)]
-    pos += 8 * n_dropped
-    if releases:
-        link.release(releases)
-    if new or dropped or fds:
-        link.attach(new, fds, dropped)
+    pos = _HEADER_SIZE
+    refs = [REF.unpack_from(view, pos + i * _REF_SIZE) for i in range(n_refs)] if n_refs else ()
+    pos += n_refs * _REF_SIZE
+    if n_releases:
+        link.release(list(_unpack_q(n_releases, view, pos)))
+        pos += 8 * n_releases
+    if n_new or n_dropped or fds:
+        news = _unpack_q(3 * n_new, view, pos)
+        pos += 24 * n_new
+        dropped = _unpack_q(n_dropped, view, pos)
+        pos += 8 * n_dropped
+        new = [(news[i], news[i + 1], news[i + 2]) for i in range(0, len(news), 3)]
+        link.attach(new, fds, list(dropped))
+    buffers: list[Any] = []
     inline = iter(bodies)
-    buffers = [
-        next(inline) if where == _INLINE else link.open(SharedRef(s, o, n, lease, where == _HANDLE))
-        for where, s, o, n, lease in refs
-    ]
+    for where, segment, offset, length, lease in refs:
+        if where == _INLINE:
+            buffers.append(next(inline))
+        else:
+            buffers.append(link.open(SharedRef(segment, offset, length, lease, where == _HANDLE)))
     return kind, call_id, view[pos:], buffers
+
+
+_REF_SIZE = REF.size
 
 
 class MethodRef(NamedTuple):

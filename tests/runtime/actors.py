@@ -41,6 +41,9 @@ class Sampler:
     def pid(self):
         return os.getpid()
 
+    def address(self, a):
+        return a.__array_interface__["data"][0]
+
     def append(self, i):
         self.log.append(i)
         return len(self.log)
