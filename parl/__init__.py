@@ -44,6 +44,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "utils": ("parl.utils", None),
     "env": ("parl.env", None),
     "shm": ("parl.shm", None),
+    "monitor": ("parl.monitoring", "monitor"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.core.agent import Agent
     from parl.core.algorithm import Algorithm
     from parl.core.model import Model
+    from parl.monitoring import monitor
     from parl.remote.context import connect, disconnect
     from parl.remote.decorator import remote_class
     from parl.remote.future import Future
@@ -83,6 +85,7 @@ __all__ = [
     "disconnect",
     "env",
     "get",
+    "monitor",
     "remote_class",
     "shm",
     "utils",

@@ -12,6 +12,7 @@ import os
 import selectors
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 
 Sink = Callable[[str, str], None]  # (stream name, text of whole lines)
@@ -94,7 +95,28 @@ class OutputForwarder:
             text = "".join(
                 (prefix + line + b"\n").decode("utf-8", "backslashreplace") for line in lines
             )
+            _keep(prefix, lines)
             (sink or write_output)(stream, text)
+
+
+TAIL_LINES = 20  # the last lines kept per actor, for monitors
+_MAX_ACTORS = 1000
+_tails: dict[bytes, deque[str]] = {}
+
+
+def _keep(prefix: bytes, lines: list[bytes]) -> None:
+    tail = _tails.get(prefix)
+    if tail is None:
+        if len(_tails) >= _MAX_ACTORS:
+            del _tails[next(iter(_tails))]  # the oldest actor's
+        tail = _tails[prefix] = deque(maxlen=TAIL_LINES)
+    tail.extend(line.decode("utf-8", "backslashreplace") for line in lines[-TAIL_LINES:])
+
+
+def recent_lines(label: str) -> list[str]:
+    """The last lines the actor labelled ``label`` wrote (stdout and stderr), oldest first."""
+    tail = _tails.get(f"({label}) ".encode())
+    return list(tail) if tail is not None else []
 
 
 def write_output(stream: str, text: str) -> None:

@@ -29,7 +29,7 @@ from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
 from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
-from parl.wire.protocol import ERROR, RESULT, Link
+from parl.wire.protocol import CALL, ERROR, RESULT, Link
 from parl.wire.serialization import Encoder
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
@@ -68,6 +68,8 @@ class Connection:
         # call id -> _PENDING until the reply is in, then (ok, value); a call that is not here
         # was collected or dropped, and its reply is dropped on arrival
         self._results: dict[int, Any] = {}
+        self.created = time.time()
+        self.names: dict[int, str] = {}  # call id -> method, while a monitor records them
         self._sending = ClassTable("caller").sending  # by-value classes the actor holds
         self._encoder = Encoder(link, self._sending)
         self._spin = Spin(SPIN_S)  # how long to spin for a reply (under the receive lock)
@@ -106,6 +108,8 @@ class Connection:
                     raise self._failure from None  # type: ignore[misc]
                 raise
             self._results[call_id] = _PENDING  # before sending: another thread may read the reply
+            if recording and kind == CALL:
+                _record(self.names, call_id, payload)
             try:
                 self._sock.send(meta, bodies, fds, self._drain_if_free)
             except (BrokenPipeError, ConnectionResetError) as exc:
@@ -221,6 +225,23 @@ class Connection:
             self._failure = ActorClosedError(f"actor {self.label} was closed")
         self._closed = True  # after the failure: a reader that sees it raises that failure
         self._finalizer()
+
+    def poll_death(self) -> ParlError | None:
+        """For monitors: the connection's failure. A worker that died unnoticed is recorded
+        as a reader would record it (under the receive lock, when no reader holds it), so that
+        its exit status is read once, here, and every later call raises that same error."""
+        if self._failure is None and self._recv_lock.acquire(blocking=False):
+            try:
+                if self._failure is None and not self._closed:
+                    try:
+                        alive = self._liveness.is_alive()
+                    except OSError:  # closed by another thread meanwhile
+                        alive = True
+                    if not alive:
+                        self._fail_from_peer(None)
+            finally:
+                self._recv_lock.release()
+        return self._failure
 
     def _check_usable(self) -> None:
         if self._failure is not None:
@@ -366,6 +387,23 @@ class Connection:
             if exc is not None and not isinstance(exc, ParlError):
                 self._failure.__cause__ = exc
         self._finalizer()
+
+
+# set by a monitor (parl.monitor): submit() then notes each call's method name
+recording = False
+_NAMES_KEPT = 64
+
+
+def _record(names: dict[int, str], call_id: int, payload: Any) -> None:
+    names[call_id] = str(payload[0])
+    if len(names) > _NAMES_KEPT:
+        del names[next(iter(names))]
+
+
+def live_connections() -> list[Connection]:
+    """The connections of this process that are still referenced (for monitors)."""
+    with _live_lock:
+        return list(_live) if _live is not None else []
 
 
 _live: weakref.WeakSet[Connection] | None = None

@@ -1,0 +1,86 @@
+"""A live web page of actors and hosts: ``parl.monitor()`` for this process's local actors
+(the cluster's master serves the same page for a cluster).
+
+    mon = parl.monitor()          # http://127.0.0.1:<free port>/
+    print(mon.url)
+    ...
+    mon.close()                   # or: with parl.monitor() as mon: ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parl.monitoring.server import MonitorServer
+
+__all__ = ["Monitor", "MonitorServer", "monitor"]
+
+
+class Monitor:
+    """A running monitor of this process's actors. ``url`` is the page; ``token`` is what a
+    browser must offer when the monitor listens on a non-loopback address
+    (``url_with_token`` opens it directly)."""
+
+    def __init__(
+        self, host: str, port: int, token: str | None, token_required: bool | None
+    ) -> None:
+        from parl.monitoring.snapshot import LocalSource
+        from parl.wire import caller
+
+        self._source = LocalSource()
+        try:
+            self._server = MonitorServer(
+                self._source.snapshot, host, port, token, token_required=token_required
+            )
+        except BaseException:
+            self._source.close()
+            raise
+        self._recording_before = caller.recording
+        caller.recording = True  # calls note their method names: "busy in step()"
+        self.url = self._server.url
+        self.token = self._server.token
+        self._closed = False
+
+    @property
+    def url_with_token(self) -> str:
+        return self.url if self._server.open_to_all else f"{self.url}?token={self.token}"
+
+    def status(self) -> dict[str, Any]:
+        """What ``/api/status`` serves, without HTTP."""
+        return self._source.snapshot()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        from parl.wire import caller
+
+        self._closed = True
+        caller.recording = self._recording_before
+        self._server.close()
+        self._source.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<parl.Monitor {self.url}>"
+
+
+def monitor(
+    port: int = 0,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    token_required: bool | None = None,
+) -> Monitor:
+    """Serve the monitor page for this process's actors on ``host:port`` (0: a free port; the
+    address is in ``.url``). Bound to loopback unless ``host`` says otherwise; on any other
+    address (or with ``token_required=True``, for a machine shared with other users) the page
+    asks for ``token`` (made up when not given: ``.token``)."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int between 0 and 65535, got {port!r}")
+    if token is not None and len(token) < 12:
+        raise ValueError("a monitor's token must have at least 12 characters")
+    return Monitor(host, port, token, token_required)

@@ -1,0 +1,132 @@
+"""The monitor's cost (issue 14), local mode: this process serves the page for its actors.
+
+    python scripts/bench_monitor.py            # 50 actors polled once a second, 200 drawn
+    python scripts/bench_monitor.py --quick
+
+Prints the CPU the serving process spends per second of one viewer polling ``/api/status``
+once a second with 50 actors (target: under 2% of one core), the size of one answer, and how
+long headless Chromium takes to fetch and draw 200 actors (target: under 1 s): its wall time
+with 200 actors less its wall time with none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import parl  # noqa: E402
+
+
+@parl.remote_class(wait=False)
+class Idle:
+    def hello(self) -> int:
+        print("ready", flush=True)
+        return 1
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def poll_cost(n_actors: int, seconds: int) -> tuple[float, int, float]:
+    actors = [Idle() for _ in range(n_actors)]
+    parl.get([a.hello() for a in actors])
+    with parl.monitor() as mon:
+        url = mon.url + "api/status"
+        size = len(urllib.request.urlopen(url).read())
+        idle_start = cpu_s()
+        time.sleep(seconds)  # the same time without a viewer: the sampler thread alone
+        idle = (cpu_s() - idle_start) / seconds
+        start, t0 = cpu_s(), time.monotonic()
+        for i in range(seconds):
+            urllib.request.urlopen(url).read()
+            time.sleep(max(0.0, t0 + i + 1 - time.monotonic()))
+        busy = (cpu_s() - start) / (time.monotonic() - t0)
+    for actor in actors:
+        parl.close_actor(actor)
+    # the client's own urlopen runs in this process too: it is counted (an upper bound)
+    return busy, size, idle
+
+
+def _dump(chromium: str, url: str) -> tuple[float, str]:
+    t = time.perf_counter()
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=1500",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return time.perf_counter() - t, done.stdout
+
+
+def render_s(n_actors: int, reps: int) -> tuple[float, float] | None:
+    """Wall time of a headless Chromium that loads the page and draws it (its JavaScript clock
+    is virtual there, so the page's own figure is not real time): with ``n_actors`` actors and
+    with none, medians of ``reps`` runs. The difference bounds the drawing of the actors."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("  (chromium not installed: apt-get install -y chromium)")
+        return None
+    with parl.monitor() as mon:
+        empty = statistics.median(_dump(chromium, mon.url)[0] for _ in range(reps))
+    actors = [Idle() for _ in range(n_actors)]
+    parl.get([a.hello() for a in actors])
+    with parl.monitor() as mon:
+        runs = [_dump(chromium, mon.url) for _ in range(reps)]
+    for actor in actors:
+        parl.close_actor(actor)
+    rows = runs[-1][1].count('<tr class="actor"')
+    assert rows == n_actors, f"{rows} actor rows drawn, expected {n_actors}"
+    return statistics.median(r[0] for r in runs), empty
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    parl.connect(forward_output=False)
+    t = time.perf_counter()
+    sum(range(1000))
+    calibration = (time.perf_counter() - t) * 1e6
+    seconds = 10 if args.quick else 30
+    busy, size, idle = poll_cost(50, seconds)
+    print(f"calibration: sum(range(1000)) {calibration:.1f} us")
+    print(f"{'workload':<62}{'figure':>14}{'must reach':>14}")
+    print(
+        f"{'50 actors, no viewer (host sampler thread), CPU of one core':<62}{idle * 100:>13.2f}%"
+    )
+    print(
+        f"{'50 actors, one viewer polling /api/status once a second':<62}"
+        f"{busy * 100:>13.2f}%{'< 2%':>14}"
+    )
+    print(f"{'  one /api/status answer with 50 actors':<62}{size / 1024:>11.1f} KiB")
+    timing = render_s(200, 3 if args.quick else 5)
+    if timing is not None:
+        full, empty = timing
+        drawn = "  the 200 actors: fetch, draw and lay out (difference)"
+        print(f"{'headless Chromium: load and draw the page, no actors':<62}{empty:>12.2f} s")
+        print(f"{'  the same with 200 actors':<62}{full:>12.2f} s")
+        print(f"{drawn:<62}{(full - empty) * 1000:>11.0f} ms{'< 1000 ms':>14}")
+
+
+if __name__ == "__main__":
+    main()

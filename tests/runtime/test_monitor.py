@@ -1,0 +1,170 @@
+"""``parl.monitor()`` (issue 14, local mode): what ``/api/status`` reports and who may read it.
+
+The page itself is checked in a real browser in test_monitor_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+import parl
+from parl.wire import caller
+from tests.runtime.conftest import wait_until
+
+
+@parl.remote_class(wait=False)
+class Worker:
+    def hello(self, text):
+        print(text, flush=True)
+        return os.getpid()
+
+    def block(self, path):
+        while not os.path.exists(path):  # the test makes the file
+            pass
+        return 1
+
+
+def _get(url, headers=None):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, dict(response.headers), response.read()
+
+
+def _status(mon):
+    return json.loads(_get(mon.url + "api/status")[2])
+
+
+def _actor(status, pid):
+    return next(a for c in status["clients"] for a in c["actors"] if a["pid"] == pid)
+
+
+def test_status_reports_hosts_actors_states_and_output(tmp_path):
+    go = tmp_path / "go"
+    with parl.monitor() as mon:
+        a, b = Worker(), Worker()
+        pid_a = a.hello("a line from the actor").get()
+        pid_b = b.hello("b is here").get()
+        busy = b.block(str(go))
+        wait_until(lambda: "a line from the actor" in _actor(_status(mon), pid_a)["output"])
+        status = _status(mon)
+        assert status["version"] == parl.__version__ and status["mode"] == "local"
+        (host,) = status["hosts"]
+        assert host["cpus"] == os.cpu_count() and host["used_slots"] == 2
+        assert 0 < host["memory_used"] < host["memory_total"]
+        (client,) = status["clients"]
+        assert client["pid"] == os.getpid()
+        first, second = _actor(status, pid_a), _actor(status, pid_b)
+        assert first["class"] == "Worker" and first["state"] == "idle" and first["calls"] == 1
+        assert first["output"] == ["a line from the actor"] and first["memory"] > 1 << 20
+        assert second["state"] == "busy" and second["method"] == "block"
+        go.touch()
+        assert busy.get() == 1
+        os.kill(pid_a, signal.SIGKILL)
+        assert wait_until(lambda: _actor(_status(mon), pid_a)["state"] == "dead")
+        dead = _actor(_status(mon), pid_a)
+        assert "SIGKILL" in dead["reason"] and dead["memory"] is None
+        # the monitor saw the death first: the caller still gets the same, precise error
+        with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
+            a.hello("too late").get()
+        assert "SIGKILL" in _actor(_status(mon), pid_a)["reason"]
+        parl.close_actor(b)
+        assert wait_until(lambda: _actor(_status(mon), pid_b)["state"] == "closed")
+        del a, b, busy
+
+
+def test_dropped_actors_stay_listed_as_closed():
+    with parl.monitor() as mon:
+        actor = Worker()
+        pid = actor.hello("x").get()
+        assert _actor(_status(mon), pid)["state"] == "idle"
+        del actor
+        assert wait_until(lambda: _actor(_status(mon), pid)["state"] == "closed")
+
+
+def test_history_grows_once_a_second():
+    with parl.monitor() as mon:
+        assert wait_until(lambda: len(mon.status()["hosts"][0]["cpu_history"]) >= 2, timeout=5)
+        host = mon.status()["hosts"][0]
+        assert all(0 <= x <= 100 for x in host["cpu_history"] + host["memory_history"])
+
+
+def test_method_names_are_recorded_only_while_a_monitor_runs():
+    actor = Worker()
+    try:
+        actor.hello("x").get()
+        assert caller.recording is False and actor._parl_conn.names == {}
+        with parl.monitor():
+            actor.hello("y").get()
+            assert "hello" in actor._parl_conn.names.values()
+        assert caller.recording is False
+    finally:
+        parl.close_actor(actor)
+
+
+def test_a_token_protects_everything_when_required():
+    with parl.monitor(token_required=True, token="a-long-enough-token") as mon:
+        for path in ("", "api/status", "static/monitor.js"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _get(mon.url + path)
+            assert info.value.code == 401
+            body = info.value.read()
+            assert b"token" in body and b"Worker" not in body and b"clients" not in body
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _get(mon.url + "api/status?token=wrong-token-value")
+        assert info.value.code == 401
+        code, headers, body = _get(mon.url + "?token=a-long-enough-token")
+        assert code == 200 and b"monitor.js" in body
+        cookie = headers["Set-Cookie"].split(";")[0]
+        assert "HttpOnly" in headers["Set-Cookie"]
+        assert _get(mon.url + "api/status", {"Cookie": cookie})[0] == 200
+        bearer = {"Authorization": "Bearer a-long-enough-token"}
+        assert json.loads(_get(mon.url + "api/status", bearer)[2])["mode"] == "local"
+
+
+def test_the_page_is_read_only_and_serves_only_its_own_files():
+    with parl.monitor() as mon:
+        code, headers, body = _get(mon.url)
+        assert code == 200 and "script-src 'self'" in headers["Content-Security-Policy"]
+        assert b"http" not in body.replace(b"http-equiv", b"")  # no CDN: nothing from elsewhere
+        for path in ("static/../server.py", "static/%2e%2e/server.py", "server.py", "static/x.py"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _get(mon.url + path)
+            assert info.value.code == 404, path
+        request = urllib.request.Request(mon.url + "api/status", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=10)
+        assert info.value.code == 405
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="port"):
+        parl.monitor(port=70000)
+    with pytest.raises(ValueError, match="12 characters"):
+        parl.monitor(token="short")
+
+
+def test_many_viewers_share_one_snapshot_per_interval():
+    calls = []
+    with parl.monitor() as mon:
+        source = mon._source
+        original = source.snapshot
+
+        def counting():
+            calls.append(1)
+            return original()
+
+        mon._server._snapshot = counting
+        mon._server._min_interval = 60.0  # however slowly the viewers' threads start here
+        threads = [threading.Thread(target=_status, args=(mon,)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len(calls) == 1
