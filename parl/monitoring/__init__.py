@@ -15,6 +15,8 @@ from parl.monitoring.server import MonitorServer
 
 __all__ = ["Monitor", "MonitorServer", "monitor"]
 
+_running: list[Monitor] = []
+
 
 class Monitor:
     """A running monitor of this process's actors. ``url`` is the page; ``token`` is what a
@@ -35,7 +37,7 @@ class Monitor:
         except BaseException:
             self._source.close()
             raise
-        self._recording_before = caller.recording
+        _running.append(self)
         caller.recording = True  # calls note their method names: "busy in step()"
         self.url = self._server.url
         self.token = self._server.token
@@ -55,7 +57,8 @@ class Monitor:
         from parl.wire import caller
 
         self._closed = True
-        caller.recording = self._recording_before
+        _running.remove(self)
+        caller.recording = bool(_running)  # while any monitor runs
         self._server.close()
         self._source.close()
 

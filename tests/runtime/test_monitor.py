@@ -103,6 +103,9 @@ def test_method_names_are_recorded_only_while_a_monitor_runs():
         with parl.monitor():
             actor.hello("y").get()
             assert "hello" in actor._parl_conn.names.values()
+            with parl.monitor():
+                pass
+            assert caller.recording is True  # the first monitor still runs
         assert caller.recording is False
     finally:
         parl.close_actor(actor)
