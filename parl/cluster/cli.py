@@ -1,7 +1,7 @@
 """``xparl``: start, extend, list and stop this user's clusters.
 
-    xparl start --port P [--cpu_num N] [--host ADDR]    master + a local host agent
-    xparl connect --address HOST:PORT [--cpu_num N] [--host ADDR]   add this machine
+    xparl start --port P [--cpu_num N] [--host ADDR] [--cache_dir D]   master + local host agent
+    xparl connect --address HOST:PORT [--cpu_num N] [--host ADDR] [--cache_dir D]   add this host
     xparl status                                          each cluster: hosts, slots, clients
     xparl stop [--port P]                                 only that cluster's processes
 
@@ -25,6 +25,7 @@ from parl.cluster.auth import load_secret
 from parl.errors import ParlError
 
 _READY_TIMEOUT_S = 30.0
+_CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
 _STOP_TIMEOUT_S = 15.0
 
 
@@ -35,19 +36,21 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--port", type=int, required=True)
     start.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
     start.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    start.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     connect = commands.add_parser("connect", help="add this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master's host:port")
     connect.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
     connect.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    connect.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     commands.add_parser("status", help="list the clusters this user started")
     stop = commands.add_parser("stop", help="stop a cluster's processes")
     stop.add_argument("--port", type=int, help="the cluster's port (default: every cluster)")
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            return _start(args.port, args.cpu_num, args.host)
+            return _start(args.port, args.cpu_num, args.host, args.cache_dir)
         if args.command == "connect":
-            return _connect(args.address, args.cpu_num, args.host)
+            return _connect(args.address, args.cpu_num, args.host, args.cache_dir)
         if args.command == "status":
             return _status()
         return _stop(args.port)
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _start(port: int, cpus: int, host: str) -> int:
+def _start(port: int, cpus: int, host: str, cache_dir: str = "") -> int:
     if cpus < 0:
         raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
     load_secret(create=True)  # refuses a secret file that others can read
@@ -66,7 +69,7 @@ def _start(port: int, cpus: int, host: str) -> int:
                 f"a cluster of yours already runs on port {port} ({other.address}); stop it "
                 f"with `xparl stop --port {port}` or choose another port"
             )
-    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log")
+    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log", cache_dir)
     host, port_number = control.parse_address(address)
     shown = f"{_hostname()}:{port_number}" if control.is_wildcard(host) else address
     print(f"parl cluster started: master at {shown}, {cpus} local CPU slot(s)")
@@ -75,18 +78,19 @@ def _start(port: int, cpus: int, host: str) -> int:
     return 0
 
 
-def _connect(address: str, cpus: int, host: str) -> int:
+def _connect(address: str, cpus: int, host: str, cache_dir: str = "") -> int:
     if cpus < 1:
         raise ValueError(f"--cpu_num must be >= 1, got {cpus}")
     control.parse_address(address)
     load_secret()
     _, port = control.parse_address(address)
-    listening = _spawn("agent", host, address, cpus, f"xparl-agent-{port}-{os.getpid()}.log")
+    log_name = f"xparl-agent-{port}-{os.getpid()}.log"
+    listening = _spawn("agent", host, address, cpus, log_name, cache_dir)
     print(f"host agent at {listening} with {cpus} CPU slot(s) joined the cluster at {address}")
     return 0
 
 
-def _spawn(role: str, host: str, where: str, cpus: int, log_name: str) -> str:
+def _spawn(role: str, host: str, where: str, cpus: int, log_name: str, cache_dir: str) -> str:
     """Start a daemon in its own session; its address once it serves."""
     os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
     log_path = os.path.join(state.parl_dir(), "logs", log_name)
@@ -103,6 +107,7 @@ def _spawn(role: str, host: str, where: str, cpus: int, log_name: str) -> str:
                 where,
                 str(cpus),
                 str(ready_w),
+                os.path.abspath(cache_dir) if cache_dir else "",
             ],
             pass_fds=(ready_w,),
             stdin=subprocess.DEVNULL,

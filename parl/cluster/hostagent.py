@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parl.cluster import control
+from parl.cluster.deploy import CodeCache
 from parl.cluster.server import Handler
+from parl.cluster.versions import local_versions
 from parl.shm.output import OutputForwarder
 from parl.shm.pool import ForkServer
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
@@ -63,12 +65,21 @@ class _Client:
 
 
 class HostAgent:
-    """``slots`` CPU slots on this machine; ``hostname`` names it in actors' labels."""
+    """``slots`` CPU slots on this machine; ``hostname`` names it in actors' labels; callers'
+    code is cached under ``cache_dir`` (default ``~/.parl/cache``)."""
 
-    def __init__(self, slots: int, hostname: str | None = None, report: Report | None = None):
+    def __init__(
+        self,
+        slots: int,
+        hostname: str | None = None,
+        report: Report | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
         self.slots = slots
         self.hostname = hostname or socket.gethostname()
         self.report: Report = report or (lambda message: None)
+        self.versions = local_versions()
+        self.cache = CodeCache(cache_dir)
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._used = 0
@@ -83,7 +94,12 @@ class HostAgent:
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return {"caller": self._serve_caller, "actor": self._start_actor, "host": self._status}
+        return {
+            "caller": self._serve_caller,
+            "actor": self._start_actor,
+            "host": self._status,
+            "code": self.cache.receive,
+        }
 
     @property
     def used(self) -> int:
@@ -103,7 +119,16 @@ class HostAgent:
             _answer(sock, {"op": "error", "message": f"caller id {cid!r} is already connected"})
             sock.close()
             return
-        client.send({"op": "welcome", "host": self.hostname, "slots": self.slots})
+        code = hello.get("code")
+        client.send(
+            {
+                "op": "welcome",
+                "host": self.hostname,
+                "slots": self.slots,
+                "versions": self.versions,
+                "has_code": code is None or self.cache.folder(str(code)) is not None,
+            }
+        )
         try:
             while True:
                 message = control.recv(sock)
@@ -151,12 +176,19 @@ class HostAgent:
     def _spawn(self, sock: FrameSocket, client: _Client, request: control.Message) -> int:
         options = request.get("options") or {}
         label = str(request.get("label", "actor"))
+        cwd, sys_path = os.getcwd(), []
+        if request.get("code") is not None:
+            folder = self.cache.folder(str(request["code"]))
+            if folder is None:
+                raise ValueError(f"the caller's code {request['code']!r} is not on this host")
+            cwd, sys_path = str(folder), [str(folder)]
         stop_timeout = float(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
         worker_options = {
             "caller_pid": None,
             "link": "inline",
             "max_frame": int(request.get("max_frame", control.ACTOR_MAX_FRAME)),
-            "cwd": os.getcwd(),
+            "cwd": cwd,
+            "sys_path": sys_path,
             "label": label,
             "max_memory": options.get("max_memory"),
             "num_threads": options.get("num_threads"),
@@ -217,7 +249,17 @@ class HostAgent:
                 {"pid": w.pid, "label": w.label, "client": w.client, "lines": list(w.lines)}
                 for w in self._workers.values()
             ]
-        _answer(sock, {"op": "status", "slots": self.slots, "used": self._used, "actors": actors})
+        _answer(
+            sock,
+            {
+                "op": "status",
+                "slots": self.slots,
+                "used": self._used,
+                "actors": actors,
+                "uploads": self.cache.uploads,
+                "versions": self.versions,
+            },
+        )
         sock.close()
 
     # -- workers ending -----------------------------------------------------------------------

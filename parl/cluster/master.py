@@ -32,6 +32,7 @@ class _Host:
     port: int
     hostname: str
     slots: int
+    versions: dict[str, str] = field(default_factory=dict)
     used: int = 0
     pending: dict[str, float] = field(default_factory=dict)  # grant token -> expiry
 
@@ -47,6 +48,7 @@ class _Host:
             "hostname": self.hostname,
             "slots": self.slots,
             "used": self.used + len(self.pending),
+            "versions": self.versions,
         }
 
 
@@ -68,11 +70,14 @@ class Master:
 
     # -- hosts --------------------------------------------------------------------------------
 
-    def add_host(self, host: str, port: int, hostname: str, slots: int) -> tuple[int, Report]:
+    def add_host(
+        self, host: str, port: int, hostname: str, slots: int, versions: object = None
+    ) -> tuple[int, Report]:
         """Register a host agent; returns its id and the function its reports go to."""
+        known = {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
         with self._changed:
             hid = next(self._ids)
-            record = _Host(hid, host, port, hostname, slots)
+            record = _Host(hid, host, port, hostname, slots, known)
             self._hosts[hid] = record
             self._changed.notify_all()
 
@@ -107,7 +112,7 @@ class Master:
             sock.close()
             return
         hid, report = self.add_host(
-            str(hello["host"]), port, str(hello.get("hostname", "?")), slots
+            str(hello["host"]), port, str(hello.get("hostname", "?")), slots, hello.get("versions")
         )
         try:
             control.send(sock, {"op": "registered", "id": hid})
@@ -127,7 +132,9 @@ class Master:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
         try:
-            control.send(sock, {"op": "welcome"})
+            with self._lock:
+                hosts = [h.describe() for h in self._hosts.values()]
+            control.send(sock, {"op": "welcome", "hosts": hosts})
             while True:
                 message = control.recv(sock)
                 if message is None:
