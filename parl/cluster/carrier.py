@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -21,12 +22,13 @@ from typing import Any
 
 from parl.cluster import control, versions
 from parl.cluster.auth import load_secret
-from parl.cluster.deploy import upload
+from parl.cluster.deploy import outside_modules, upload
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError
 from parl.shm.carrier import worker_death_error
 from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
+from parl.wire import classes
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -68,7 +70,9 @@ class ClusterCarrier:
         self._what = f"the master at {address}"
         self._master_host, self._master_port = control.parse_address(address)
         self._versions = versions.local_versions()
-        self._pack: Pack = pack_project(project_root(), distributed_files)
+        self._root = project_root()
+        self._pack: Pack = pack_project(self._root, distributed_files)
+        self._modules_seen: set[str] = set()
         self._master = self._dial_master()
         self._master_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -92,12 +96,22 @@ class ClusterCarrier:
 
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
+        self._outside_by_value()
         grant = self._place()
         try:
             return self._start(class_name, options, grant)
         except BaseException:
             self._release(grant["token"])  # the slot is free again at once
             raise
+
+    def _outside_by_value(self) -> None:
+        """Modules imported from outside the deployed folder (and not installed) are not on the
+        hosts: what is defined there travels by value from now on."""
+        new = set(sys.modules.copy()) - self._modules_seen
+        if new:
+            for name in outside_modules(self._root, sorted(new)):
+                classes.send_by_value(name)
+            self._modules_seen |= new
 
     def _start(
         self, class_name: str, options: dict[str, Any], grant: control.Message

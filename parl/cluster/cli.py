@@ -107,7 +107,7 @@ def _spawn(role: str, host: str, where: str, cpus: int, log_name: str, cache_dir
                 where,
                 str(cpus),
                 str(ready_w),
-                os.path.abspath(cache_dir) if cache_dir else "",
+                *([f"--cache_dir={os.path.abspath(cache_dir)}"] if cache_dir else []),
             ],
             pass_fds=(ready_w,),
             stdin=subprocess.DEVNULL,

@@ -1,13 +1,14 @@
 """The long-running cluster processes that ``xparl`` starts in the background.
 
-``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [CACHE]``: the master, with a
-local host agent of CPUS slots on the same port (none when CPUS is 0). ``... agent HOST MASTER
-CPUS READY_FD [CACHE]``: a host agent that registers with the master at MASTER, and again
-whenever a master answers there after the connection was lost. CACHE: where host agents keep
-callers' code (default ``~/.parl/cache``). Each writes one line to READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once
-it serves, or fails; it runs until SIGTERM or SIGINT, then stops its workers, removes its
-state file and exits. The secret comes from the environment or the secret file, and is removed
-from the environment before anything is started (workers never see it there).
+``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]``: the
+master, with a local host agent of CPUS slots on the same port (none when CPUS is 0).
+``... agent HOST MASTER CPUS READY_FD [--cache_dir=CACHE]``: a host agent that registers with
+the master at MASTER, and again whenever a master answers there after the connection was lost.
+CACHE: where host agents keep callers' code (default ``~/.parl/cache``). Each writes one line to
+READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
+or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
+environment or the secret file, and is removed from the environment before anything is started
+(workers never see it there).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ _RETRY_MAX_S = 1.0
 
 def main(argv: list[str]) -> int:
     role, host, where, cpus, ready_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
-    cache_dir = argv[5] if len(argv) > 5 and argv[5] else None
+    # options after the positional arguments: --cache_dir=PATH (others are not ours)
+    cache_dir = next((a.split("=", 1)[1] for a in argv[5:] if a.startswith("--cache_dir=")), "")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -44,9 +46,9 @@ def main(argv: list[str]) -> int:
         secret = load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
-            parts = _run_master(host, int(where), cpus, secret, cache_dir)
+            parts = _run_master(host, int(where), cpus, secret, cache_dir or None)
         else:
-            parts = _run_agent(host, where, cpus, secret, stop, cache_dir)
+            parts = _run_agent(host, where, cpus, secret, stop, cache_dir or None)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, f"error {exc}")
         return 1

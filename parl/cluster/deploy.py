@@ -10,8 +10,12 @@ of that caller's actors then start in that folder, with it first on ``sys.path``
 
 from __future__ import annotations
 
+import os
 import re
+import site
+import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from parl.cluster import control
@@ -124,6 +128,32 @@ def upload(
         raise DeploymentError(f"sending this project's code to {what} failed: {exc}") from None
     finally:
         sock.close()
+
+
+def outside_modules(root: Path, names: Iterable[str]) -> list[str]:
+    """Of the imported modules ``names``, those a host cannot import: their file lies neither
+    in the deployed project folder ``root`` nor in the Python installation (the standard
+    library, site-packages), and they are not parl. Their classes and functions must travel
+    by value, as those of ``__main__`` do."""
+    installed = [
+        os.path.realpath(p)
+        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    ]
+    user_site = site.getusersitepackages()
+    if isinstance(user_site, str):
+        installed.append(os.path.realpath(user_site))
+    keep = [os.path.realpath(root), *installed]
+    found = []
+    for name in names:
+        if name == "parl" or name.startswith("parl.") or name == "__main__":
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(file, str):
+            continue  # built in, or a namespace package
+        path = os.path.realpath(file)
+        if not any(os.path.commonpath([path, k]) == k for k in keep):
+            found.append(name)
+    return found
 
 
 def _answer(sock: FrameSocket, message: control.Message) -> None:

@@ -20,7 +20,7 @@ from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
 from parl.remote.methods import argument_error, make_method, proxy_methods
 from parl.wire.caller import Connection
-from parl.wire.classes import MAIN_MODULES
+from parl.wire.classes import MAIN_MODULES, module_travels_by_value
 from parl.wire.dispatch import ClassRef
 from parl.wire.protocol import GETATTR, INIT, SETATTR, MethodRef
 from parl.wire.serialization import dumps
@@ -276,10 +276,11 @@ def _with_class_cell(value: Any, cell: types.CellType) -> Any:
 
 def _class_spec(cls: type) -> Any:
     """How the worker finds the class: by name when importable, else the class by value (the
-    main script, ``__mp_main__`` in a multiprocessing child, or a class made in a function)."""
+    main script, ``__mp_main__`` in a multiprocessing child, a class made in a function, or a
+    module that a cluster's hosts lack: see ``parl.wire.classes.send_by_value``)."""
     module = sys.modules.get(cls.__module__)
     if (
-        cls.__module__ not in MAIN_MODULES
+        not module_travels_by_value(cls.__module__)
         and module is not None
         and "<locals>" not in cls.__qualname__
     ):

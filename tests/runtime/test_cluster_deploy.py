@@ -7,10 +7,12 @@ through relative paths. Each host agent of the session's cluster has its own cod
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import uuid
 from importlib import metadata
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import parl
-from parl.cluster import versions
+from parl.cluster import control, deploy, packer, versions
 from tests.runtime import cluster as clusters
 
 READER = """
@@ -39,10 +41,27 @@ class Reader:
             return file.read()
 """
 
+OUTSIDE = """
+import parl
+
+
+def shout(text):
+    return text.upper()
+
+
+@parl.remote_class
+class Outside:
+    def hello(self, fn):
+        return fn("from a module outside the project")
+"""
+
 MAIN = """
 import json, os, sys
 import parl
 from pkg.reader import Reader
+
+sys.path.insert(0, sys.argv[2])  # a folder of the caller's that is not deployed
+from helper_mod import Outside, shout
 
 
 @parl.remote_class
@@ -52,9 +71,11 @@ class Local:  # defined in __main__: travels by value, as without deployment
 
 
 parl.connect(sys.argv[1], distributed_files=["train_log/*.txt"])
-readers = [Reader() for _ in range(4)]  # the 2 + 3 slots: both host agents get some
+readers = [Reader() for _ in range(3)]  # with the 2 below, the 2 + 3 slots of both hosts
 local = Local()
+outside = Outside()
 print(json.dumps({
+    "outside": outside.hello(shout),
     "where": [r.where() for r in readers],
     "cwd": [r.cwd() for r in readers] + [local.cwd()],
     "data": [r.read("data/input.txt") for r in readers],
@@ -72,6 +93,8 @@ def _project(root: Path) -> Path:
     (root / "pkg" / "reader.py").write_text(READER)
     (root / "data" / "input.txt").write_text(f"input {uuid.uuid4().hex}")  # a digest of its own
     (root / "train_log" / "extra.txt").write_text("extra")  # ignored unless listed
+    (root.parent / "lib").mkdir()
+    (root.parent / "lib" / "helper_mod.py").write_text(OUTSIDE)
     return root
 
 
@@ -79,7 +102,7 @@ def _run(project: Path, cluster) -> dict:
     env = {k: v for k, v in cluster.env.items() if k != "PYTHONPATH"}
     env["HOME"] = str(project.parent)  # not the cluster's: the caller has only the secret
     done = subprocess.run(
-        [sys.executable, str(project / "main.py"), cluster.address],
+        [sys.executable, str(project / "main.py"), cluster.address, str(project.parent / "lib")],
         cwd=project.parent,  # not the project: the workers' folder must come from the cache
         env=env,
         capture_output=True,
@@ -105,7 +128,9 @@ def test_the_project_is_deployed_once_per_host_and_digest(cluster, tmp_path):
     assert {cache_of(c) for c in first["cwd"]} == set(caches)  # actors on both hosts
     digests = {Path(c).relative_to(cache_of(c)).parts[0] for c in first["cwd"]}
     assert len(digests) == 1 and len(digests.pop()) == 64
-    assert first["data"] == [(project / "data" / "input.txt").read_text()] * 4
+    assert first["data"] == [(project / "data" / "input.txt").read_text()] * 3
+    # classes and functions of a module outside the project travel by value, as __main__'s
+    assert first["outside"] == "FROM A MODULE OUTSIDE THE PROJECT"
     assert first["extra"] == "extra"  # in an ignored folder, shipped by distributed_files
     assert cluster.uploads() == before + 2  # one per host
 
@@ -166,3 +191,45 @@ def test_version_comparison():
     with pytest.raises(parl.VersionMismatchError, match=r"(?s)python +3\.11 +3\.10.*then connect"):
         versions.check(ours, dict(ours, python="3.10"), "the host agent at h:1")
     assert set(versions.local_versions()) == set(versions.CHECKED)
+
+
+# -- uploads from a peer that holds the secret but sends bad archives --------------------------
+
+
+def _upload(cluster, digest: str, data: bytes) -> None:
+    sock = control.dial(("127.0.0.1", cluster.agent_ports[0]), clusters.SECRET.encode(), "agent")
+    try:
+        answer = control.request(
+            sock, {"op": "code", "digest": digest, "size": len(data)}, "agent", 10
+        )
+        assert answer["op"] == "send"
+        sock.send(data)
+        answer = control.recv(sock, 10)
+        if answer is not None and answer["op"] == "error":
+            raise parl.DeploymentError(answer["message"])
+    finally:
+        sock.close()
+
+
+def test_uploads_are_capped_checked_and_unpacked_safely(cluster, tmp_path):
+    cache = Path(cluster.home, "cache-0")
+    sock = control.dial(("127.0.0.1", cluster.agent_ports[0]), clusters.SECRET.encode(), "agent")
+    try:
+        hello = {"op": "code", "digest": "0" * 64, "size": deploy.MAX_UPLOAD_BYTES + 1}
+        with pytest.raises(parl.ClusterError, match="over this host's cap"):
+            control.request(sock, hello, "agent", 10)  # refused before a byte is sent
+    finally:
+        sock.close()
+    with pytest.raises(parl.DeploymentError, match="does not match its digest"):
+        _upload(cluster, "0" * 64, b"not what the digest says")
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as archive:
+        info = tarfile.TarInfo("../../escaped")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"x"))
+    hostile = raw.getvalue()
+    with pytest.raises(parl.DeploymentError, match="unsafe name '../../escaped'"):
+        _upload(cluster, packer.digest_of(hostile), hostile)
+    assert not (cache / ("0" * 64)).exists() and not (cache / packer.digest_of(hostile)).exists()
+    assert not (Path(cluster.home) / "escaped").exists() and not (cache.parent / "escaped").exists()
+    assert len(cluster.status()["hosts"]) == 2  # and the host agent goes on serving

@@ -265,3 +265,11 @@ def test_concurrent_unpacks_of_one_digest_give_one_complete_folder(tmp_path):
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
     assert os.listdir(dest.parent) == [pack.digest]
     assert (dest / "pkg" / "mod.py").read_text() == "VALUE = 1\n"
+
+
+def test_a_folder_too_large_to_be_a_project_is_refused(tmp_path, monkeypatch):
+    """A script run from a home folder or /tmp would pack all of it: refused, saying why."""
+    root = _project(tmp_path)
+    monkeypatch.setattr(packer, "MAX_PROJECT_FILES", 3)
+    with pytest.raises(DeploymentError, match="keep the script in a folder of its own"):
+        pack_project(root)
