@@ -97,7 +97,8 @@ class ClusterCarrier:
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
         self._outside_by_value()
-        grant = self._place()
+        n_gpu = int(options.get("n_gpu") or 0)
+        grant = self._place(n_gpu)
         try:
             return self._start(class_name, options, grant)
         except BaseException:
@@ -131,6 +132,7 @@ class ClusterCarrier:
             "options": {
                 "max_memory": options.get("max_memory"),
                 "num_threads": options.get("num_threads"),
+                "n_gpu": int(options.get("n_gpu") or 0),
                 "stop_timeout": self.stop_timeout,
             },
         }
@@ -146,26 +148,27 @@ class ClusterCarrier:
         liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
         return Connection(sock, InlineLink(), liveness, label)
 
-    def _place(self) -> control.Message:
+    def _place(self, n_gpu: int = 0) -> control.Message:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
         master that went away (and maybe came back: a restart) is connected to once more."""
         with self._master_lock:
             if self._closed:
                 raise ClusterError(f"the connection to {self._what} is closed")
             try:
-                return self._ask_for_slot()
+                return self._ask_for_slot(n_gpu)
             except _MasterLost:
                 _shutdown(self._master)
             log.warning("lost the connection to %s: connecting again", self._what)
             self._master = self._dial_master()  # "cannot reach the master ...": a clear end
             try:
-                return self._ask_for_slot()
+                return self._ask_for_slot(n_gpu)
             except _MasterLost as exc:
                 raise ClusterError(str(exc)) from None
 
-    def _ask_for_slot(self) -> control.Message:
+    def _ask_for_slot(self, n_gpu: int) -> control.Message:
         try:
-            control.send(self._master, {"op": "place", "timeout": self.slot_timeout})
+            ask = {"op": "place", "timeout": self.slot_timeout, "n_gpu": n_gpu}
+            control.send(self._master, ask)
             while True:
                 answer = control.recv(self._master, self.slot_timeout + 10.0)
                 if answer is None:
@@ -175,8 +178,8 @@ class ClusterCarrier:
                     )
                 if answer["op"] == "waiting":
                     log.warning(
-                        "no free slot in the cluster at %s (%s slots, %s used): waiting up "
-                        "to %g s for one",
+                        "no free %s in the cluster at %s (%s in all, %s used): waiting up to %g s",
+                        f"host with {n_gpu} GPU(s)" if n_gpu else "slot",
                         self.address,
                         answer.get("slots"),
                         answer.get("used"),

@@ -1,10 +1,11 @@
 """The long-running cluster processes that ``xparl`` starts in the background.
 
-``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]``: the
-master, with a local host agent of CPUS slots on the same port (none when CPUS is 0).
-``... agent HOST MASTER CPUS READY_FD [--cache_dir=CACHE]``: a host agent that registers with
-the master at MASTER, and again whenever a master answers there after the connection was lost.
-CACHE: where host agents keep callers' code (default ``~/.parl/cache``). Each writes one line to
+``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]
+[--gpus=0,1]``: the master, with a local host agent of CPUS slots (and the GPUs listed) on the
+same port (none when it has neither). ``... agent HOST MASTER CPUS READY_FD [...]``: a host
+agent that registers with the master at MASTER, and again whenever a master answers there
+after the connection was lost. CACHE: where host agents keep callers' code (default
+``~/.parl/cache``). Each writes one line to
 READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
 or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
 environment or the secret file, and is removed from the environment before anything is started
@@ -34,8 +35,10 @@ _RETRY_MAX_S = 1.0
 
 def main(argv: list[str]) -> int:
     role, host, where, cpus, ready_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
-    # options after the positional arguments: --cache_dir=PATH (others are not ours)
-    cache_dir = next((a.split("=", 1)[1] for a in argv[5:] if a.startswith("--cache_dir=")), "")
+    # options after the positional arguments: --cache_dir=PATH, --gpus=0,1 (others not ours)
+    options = dict(a[2:].split("=", 1) for a in argv[5:] if a.startswith("--") and "=" in a)
+    cache_dir = options.get("cache_dir") or None
+    gpus = [g for g in options.get("gpus", "").split(",") if g]
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -46,9 +49,9 @@ def main(argv: list[str]) -> int:
         secret = load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
-            parts = _run_master(host, int(where), cpus, secret, cache_dir or None)
+            parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus)
         else:
-            parts = _run_agent(host, where, cpus, secret, stop, cache_dir or None)
+            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, f"error {exc}")
         return 1
@@ -67,16 +70,23 @@ def main(argv: list[str]) -> int:
 
 
 def _run_master(
-    host: str, port: int, cpus: int, secret: bytes, cache_dir: str | None = None
+    host: str,
+    port: int,
+    cpus: int,
+    secret: bytes,
+    cache_dir: str | None = None,
+    gpus: list[str] | None = None,
 ) -> tuple[Server, HostAgent | None, state.ProcessState]:
     master = Master()
     server = Server(host, port, secret, master.handlers)
     agent = None
-    if cpus > 0:
-        agent = HostAgent(cpus, cache_dir=cache_dir)
+    if cpus > 0 or gpus:
+        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
         # listening on every address: callers reach it where they reach the master ("")
         local = "" if control.is_wildcard(server.host) else server.host
-        _, agent.report = master.add_host(local, server.port, agent.hostname, cpus, agent.versions)
+        _, agent.report = master.add_host(
+            local, server.port, agent.hostname, cpus, agent.versions, len(agent.gpus)
+        )
         server.handlers.update(agent.handlers)
     server.start()
     own = _state("master", server.address, server.address, server.port)
@@ -91,10 +101,11 @@ def _run_agent(
     secret: bytes,
     stop: threading.Event,
     cache_dir: str | None = None,
+    gpus: list[str] | None = None,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = control.dial(where, secret, f"the master at {master_address}")
-    agent = HostAgent(cpus, cache_dir=cache_dir)
+    agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
     server = Server(host, 0, secret, agent.handlers)
     advertised = server.host
     if control.is_wildcard(advertised):  # reachable where the master reached us from
@@ -105,6 +116,7 @@ def _run_agent(
         "port": server.port,
         "hostname": agent.hostname,
         "slots": cpus,
+        "gpus": len(agent.gpus),
         "versions": agent.versions,
     }
     master = MasterLink(where, secret, hello, agent, stop)
@@ -142,7 +154,7 @@ class MasterLink:
             control.request(link, self.hello, self.what, 10.0)
             with self._lock:
                 self._link = link
-            self.report({"op": "used", "used": self.agent.used, "token": None})
+            self.report({"op": "used", **self.agent.usage(), "token": None})
         except BaseException:
             link.close()
             raise

@@ -41,6 +41,7 @@ class _Worker:
     label: str
     client: str
     pidfd: int
+    gpus: list[str] = field(default_factory=list)  # none: the worker holds a CPU slot
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
 
 
@@ -74,8 +75,11 @@ class HostAgent:
         hostname: str | None = None,
         report: Report | None = None,
         cache_dir: str | None = None,
+        gpus: list[str] | None = None,
     ) -> None:
         self.slots = slots
+        self.gpus = list(gpus or [])
+        self._free_gpus = list(self.gpus)
         self.hostname = hostname or socket.gethostname()
         self.report: Report = report or (lambda message: None)
         self.versions = local_versions()
@@ -104,6 +108,10 @@ class HostAgent:
     @property
     def used(self) -> int:
         return self._used
+
+    def usage(self) -> control.Message:
+        """Used CPU slots and GPUs, as the master's ``used`` report carries them."""
+        return {"used": self._used, "gpu_used": len(self.gpus) - len(self._free_gpus)}
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -154,16 +162,11 @@ class HostAgent:
                 client = self._clients.get(str(request.get("client")))
                 if client is None:
                     raise ValueError("open a control connection (op 'caller') first")
-                if self._closed or self._used >= self.slots:
-                    raise ValueError(
-                        f"host {self.hostname} has no free slot ({self._used} of {self.slots} used)"
-                    )
-                self._used += 1
+                gpus = self._take(request)
             try:
-                pid = self._spawn(sock, client, request)
+                pid = self._spawn(sock, client, request, gpus)
             except BaseException:
-                with self._lock:
-                    self._used -= 1
+                self._give_back(gpus)
                 raise
         except Exception as exc:  # noqa: BLE001 - e.g. the fork server failed: say so
             _answer(sock, {"op": "error", "message": f"cannot start an actor: {exc}"})
@@ -173,7 +176,38 @@ class HostAgent:
         _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
         sock.close()  # the worker holds the connection now
 
-    def _spawn(self, sock: FrameSocket, client: _Client, request: control.Message) -> int:
+    def _take(self, request: control.Message) -> list[str]:
+        """Take a CPU slot, or the GPUs the request asks for (their ids); lock held."""
+        n_gpu = (request.get("options") or {}).get("n_gpu") or 0
+        if not isinstance(n_gpu, int) or n_gpu < 0:
+            raise ValueError(f"n_gpu must be an int >= 0, got {n_gpu!r}")
+        if self._closed:
+            raise ValueError(f"host {self.hostname} is stopping")
+        if n_gpu:
+            if len(self._free_gpus) < n_gpu:
+                raise ValueError(
+                    f"host {self.hostname} has {len(self._free_gpus)} free GPU(s) of "
+                    f"{len(self.gpus)}, not {n_gpu}"
+                )
+            taken, self._free_gpus = self._free_gpus[:n_gpu], self._free_gpus[n_gpu:]
+            return taken
+        if self._used >= self.slots:
+            raise ValueError(
+                f"host {self.hostname} has no free slot ({self._used} of {self.slots} used)"
+            )
+        self._used += 1
+        return []
+
+    def _give_back(self, gpus: list[str]) -> None:
+        with self._lock:
+            if gpus:
+                self._free_gpus = sorted(self._free_gpus + gpus, key=self.gpus.index)
+            else:
+                self._used -= 1
+
+    def _spawn(
+        self, sock: FrameSocket, client: _Client, request: control.Message, gpus: list[str]
+    ) -> int:
         options = request.get("options") or {}
         label = str(request.get("label", "actor"))
         cwd, sys_path = os.getcwd(), []
@@ -194,6 +228,8 @@ class HostAgent:
             "num_threads": options.get("num_threads"),
             "stop_timeout": stop_timeout,
         }
+        if self.gpus:  # a GPU actor sees its GPUs, a CPU actor none
+            worker_options["env"] = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus))
         with self._lock:
             if self._server is None or not self._server.alive:
                 self._server = ForkServer()
@@ -210,7 +246,7 @@ class HostAgent:
         finally:
             os.close(out_w)
             os.close(err_w)
-        worker = _Worker(pid, label, client.cid, pidfd)
+        worker = _Worker(pid, label, client.cid, pidfd, gpus)
         with self._lock:
             self._workers[pid] = worker
         prefix = f"({label} pid={pid} on {self.hostname}) "
@@ -255,6 +291,8 @@ class HostAgent:
                 "op": "status",
                 "slots": self.slots,
                 "used": self._used,
+                "gpus": self.gpus,
+                "gpu_used": len(self.gpus) - len(self._free_gpus),
                 "actors": actors,
                 "uploads": self.cache.uploads,
                 "versions": self.versions,
@@ -280,9 +318,9 @@ class HostAgent:
                     self._ended(worker)
 
     def _ended(self, worker: _Worker) -> None:
+        self._give_back(worker.gpus)
         with self._lock:
             self._workers.pop(worker.pid, None)
-            self._used -= 1
             client = self._clients.get(worker.client)
             server = self._server
         os.close(worker.pidfd)
@@ -295,7 +333,7 @@ class HostAgent:
         """Tell the master how many slots are used. The count is read under the report lock,
         so that of two reports racing, the one sent last carries the count as it is now."""
         with self._report_lock:
-            self.report({"op": "used", "used": self._used, "token": token})
+            self.report({"op": "used", **self.usage(), "token": token})
 
     def close(self) -> None:
         """Stop every worker (the fork server waits for them) and the agent's threads."""

@@ -120,23 +120,30 @@ def _name(process: psutil.Process | None) -> str:
 
 
 def start(
-    home: str, agent_slots: tuple[int, ...] = AGENT_SLOTS, agent_env: dict[str, str] | None = None
+    home: str,
+    agent_slots: tuple[int, ...] = AGENT_SLOTS,
+    agent_env: dict[str, str] | None = None,
+    master_args: tuple[str, ...] = (),
+    agent_args: tuple[str, ...] = (),
 ) -> Cluster:
     """Each host agent has a code cache of its own (``home/cache-<i>``), as on two machines;
-    ``agent_env``: extra environment of the host agents (test hooks)."""
+    ``agent_env``: extra environment of the host agents (test hooks). ``master_args`` (e.g.
+    ``--gpu_cluster --gpu 0,1``) give the master a local host agent."""
     os.makedirs(home, exist_ok=True)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=SECRET)
     cluster = Cluster(home, free_port(), env)
-    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0")
+    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0", *master_args)
     try:
         for i, slots in enumerate(agent_slots):
             out = xparl(
                 dict(env, **(agent_env or {})),
                 *("connect", "--address", cluster.address, "--cpu_num", str(slots)),
                 *("--cache_dir", os.path.join(home, f"cache-{i}")),
+                *agent_args,
             )
             cluster.agent_ports.append(int(out.stdout.split()[3].rsplit(":", 1)[1]))
-        assert wait_until(lambda: len(cluster.status()["hosts"]) == len(agent_slots), timeout=10)
+        hosts = len(agent_slots) + bool(master_args)
+        assert wait_until(lambda: len(cluster.status()["hosts"]) == hosts, timeout=10)
     except BaseException:
         stop(cluster)
         raise
