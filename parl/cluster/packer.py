@@ -79,14 +79,14 @@ class Pack:
 
 def project_root() -> Path:
     """The caller's project folder: the folder of the entry script (``__main__.__file__``), or
-    the current directory under ``python -c``, ``python -m`` of a stdin script, or a REPL."""
+    the current directory under ``python -m pkg.mod`` (where imports start), ``python -c``, a
+    REPL or a notebook, and when the entry is an installed tool (pytest, ipykernel)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if isinstance(path, str) and path and os.path.isfile(path):
+    if getattr(main, "__spec__", None) is None and isinstance(path, str) and path:
         folder = Path(path).resolve().parent
-        if not _installed(folder):
+        if os.path.isfile(path) and not _installed(folder):
             return folder
-    # an installed tool's entry (pytest, ipykernel) is not the project: its cwd is
     return Path.cwd().resolve()
 
 

@@ -180,7 +180,7 @@ def _states(home: str) -> list[dict]:
 def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluster):
     actor = Sampler()
     assert actor.add(1, 2) == 3
-    (agent,) = [p for p in small_cluster.processes() if "agent" in " ".join(p.cmdline())]
+    (agent,) = [psutil.Process(pid) for pid in small_cluster.pids("agent")]
     agent.kill()
 
     def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s (issue 8)

@@ -184,6 +184,16 @@ def test_project_root_is_the_entry_scripts_folder(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout.strip()
     assert out == str(tmp_path.resolve())
+    # python -m sub.train: imports start at the current folder, so that is the project
+    (script.parent / "__init__.py").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "sub.train"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.strip()
+    assert out == str(tmp_path.resolve())
 
 
 # -- unpack -----------------------------------------------------------------------------------
