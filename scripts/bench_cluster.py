@@ -19,6 +19,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -214,6 +215,7 @@ def main() -> None:
             parl.disconnect()
     finally:
         _xparl(env, "stop", "--port", str(port))
+        shutil.rmtree(home, ignore_errors=True)
     baseline, local_s, tcp_s = got["mp"], got["local"], got["tcp"]
     print(f"xparl start returned in {started:.2f} s")
     print(
