@@ -10,7 +10,7 @@ import atexit
 import os
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
@@ -67,6 +67,7 @@ def connect(
     stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
     slot_timeout: float = _DEFAULT_SLOT_TIMEOUT_S,
     max_frame: int = _DEFAULT_MAX_FRAME,
+    distributed_files: Sequence[str] = (),
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -82,6 +83,9 @@ def connect(
     ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
     ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
     ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
+    ``distributed_files`` (cluster): globs, relative to the entry script's folder, of files to
+    deploy besides that folder's own (which is packed, minus ``.git``, virtual environments,
+    caches and files over 32 MiB, and sent once per host and content); e.g. ``["data/*.npz"]``.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -118,6 +122,13 @@ def connect(
             f"got {stop_timeout!r}"
         )
     preload = _module_names(preload)
+    if isinstance(distributed_files, str) or not all(
+        isinstance(name, str) for name in distributed_files
+    ):
+        raise TypeError(
+            f"distributed_files must be a list of globs (e.g. ['data/*.npz']), got "
+            f"{distributed_files!r}"
+        )
     options = dict(
         address=None if address in _LOCAL_NAMES else address,
         forward_output=bool(forward_output),
@@ -127,6 +138,7 @@ def connect(
         stop_timeout=float(stop_timeout),
         slot_timeout=float(slot_timeout),
         max_frame=max_frame,
+        distributed_files=tuple(distributed_files),
     )
     # a cluster is reached now: a wrong address or secret shows here, not at the first actor
     new = _Context(_carrier(options)) if options["address"] is not None else None
@@ -160,6 +172,7 @@ def _carrier(options: dict[str, Any]) -> Carrier:
         slot_timeout=options["slot_timeout"],
         max_frame=options["max_frame"],
         stop_timeout=options["stop_timeout"],
+        distributed_files=options["distributed_files"],
     )
 
 
