@@ -23,12 +23,13 @@ from typing import Any
 from parl.cluster import control, versions
 from parl.cluster.auth import load_secret
 from parl.cluster.deploy import outside_modules, upload
+from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError
 from parl.shm.carrier import worker_death_error
 from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
-from parl.wire import classes
+from parl.wire import caller, classes
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -73,12 +74,18 @@ class ClusterCarrier:
         self._root = project_root()
         self._pack: Pack = pack_project(self._root, distributed_files)
         self._modules_seen: set[str] = set()
+        self._monitored = False  # the master serves a monitor page: report our actors to it
         self._master = self._dial_master()
         self._master_lock = threading.Lock()
         self._lock = threading.Lock()
         self._channels: dict[tuple[str, int], _HostChannel] = {}
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._live = 0
         self._closed = False
+        self._reporter: Every | None = None
+        if self._monitored:
+            caller.recording = True  # calls note their method names: "busy in step()"
+            self._reporter = Every(ACTORS_PERIOD_S, self._report_actors, "parl-actor-report")
         _track(self)
 
     def _dial_master(self) -> FrameSocket:
@@ -86,6 +93,7 @@ class ClusterCarrier:
         sock = control.dial((self._master_host, self._master_port), self._secret, self._what)
         try:
             welcome = control.request(sock, {"op": "client"}, self._what, 10.0)
+            self._monitored = bool(welcome.get("monitor"))
             for host in welcome.get("hosts") or ():
                 where = f"the host agent at {host.get('address')} ({host.get('hostname')})"
                 versions.check(self._versions, host.get("versions"), where)
@@ -146,7 +154,22 @@ class ClusterCarrier:
         with self._lock:
             self._live += 1
         liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
-        return Connection(sock, InlineLink(), liveness, label)
+        connection = Connection(sock, InlineLink(), liveness, label)
+        self._connections.add(connection)
+        return connection
+
+    def _report_actors(self) -> None:
+        """Our actors as we see them, for the master's monitor page; skipped while the
+        connection to the master is busy (a placement waiting for a slot)."""
+        if self._closed or not self._master_lock.acquire(blocking=False):
+            return
+        try:
+            report = actors_report(self._client_id, list(self._connections))
+            control.send(self._master, report)
+        except (OSError, ValueError):
+            pass  # a lost master: the next placement reconnects
+        finally:
+            self._master_lock.release()
 
     def _place(self, n_gpu: int = 0) -> control.Message:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
@@ -244,6 +267,8 @@ class ClusterCarrier:
             self._closed = True
             channels = list(self._channels.values())
             self._channels.clear()
+        if self._reporter is not None:
+            self._reporter.close()
         for channel in channels:
             channel.close()
         _shutdown(self._master)

@@ -14,6 +14,7 @@ once they serve. They are found again through state files (:mod:`parl.cluster.st
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,9 @@ import psutil
 
 from parl.cluster import control, state
 from parl.cluster.auth import load_secret
+from parl.cluster.monitor import monitor_token
 from parl.errors import ParlError
+from parl.monitoring.server import is_loopback
 
 _READY_TIMEOUT_S = 30.0
 _CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
@@ -44,13 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     start.add_argument("--gpu_cluster", action="store_true", help="local GPUs, no CPU slots")
     start.add_argument("--gpu", default="", help=_GPU_HELP)
+    start.add_argument(
+        "--monitor_port", type=int, default=0, help="serve the cluster's web page on this port"
+    )
     connect = commands.add_parser("connect", help="add this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master's host:port")
     connect.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
     connect.add_argument("--host", default="127.0.0.1", help="address to listen on")
     connect.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     connect.add_argument("--gpu", default="", help=_GPU_HELP)
-    commands.add_parser("status", help="list the clusters this user started")
+    status = commands.add_parser("status", help="list the clusters this user started")
+    status.add_argument(
+        "--json", action="store_true", help="everything the monitor page shows, as JSON"
+    )
     stop = commands.add_parser("stop", help="stop a cluster's processes")
     stop.add_argument("--port", type=int, help="the cluster's port (default: every cluster)")
     args = parser.parse_args(argv)
@@ -64,10 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                 cpus = 0 if gpus else os.cpu_count() or 1
             options = _daemon_options(args.cache_dir, gpus)
             if args.command == "start":
-                return _start(args.port, cpus, args.host, options, gpus)
+                monitor = args.monitor_port
+                if not 0 <= monitor < 65536 or monitor == args.port:
+                    raise ValueError(
+                        f"--monitor_port must be a free port other than --port, got {monitor}"
+                    )
+                if monitor:
+                    options.append(f"--monitor_port={monitor}")
+                return _start(args.port, cpus, args.host, options, gpus, monitor)
             return _connect(args.address, cpus, args.host, options, gpus)
         if args.command == "status":
-            return _status()
+            return _status_json() if args.json else _status()
         return _stop(args.port)
     except (ParlError, ValueError) as exc:
         print(f"xparl {args.command}: {exc}", file=sys.stderr)
@@ -97,7 +113,12 @@ def _offer(cpus: int, gpus: list[str]) -> str:
 
 
 def _start(
-    port: int, cpus: int, host: str, options: list[str] | None = None, gpus: Sequence[str] = ()
+    port: int,
+    cpus: int,
+    host: str,
+    options: list[str] | None = None,
+    gpus: Sequence[str] = (),
+    monitor_port: int = 0,
 ) -> int:
     if cpus < 0:
         raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
@@ -114,6 +135,13 @@ def _start(
     print(f"parl cluster started: master at {shown}, {_offer(cpus, list(gpus))} here")
     print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
     print(f"in your script:  parl.connect({shown!r})")
+    if monitor_port:
+        page_host = _hostname() if control.is_wildcard(host) else host
+        page_host = f"[{page_host}]" if ":" in page_host else page_host
+        print(f"monitor:         http://{page_host}:{monitor_port}/")
+        if not is_loopback(host):
+            token = monitor_token(load_secret())
+            print(f"                 (asks for this token, or the cluster secret: {token})")
     return 0
 
 
@@ -214,6 +242,26 @@ def _status() -> int:
                 f"  {h['address']} ({h['hostname']}): {h['used']} used, "
                 f"{h['slots'] - h['used']} free of {h['slots']}{gpus}"
             )
+    return 0
+
+
+def _status_json() -> int:
+    """Each running cluster of this user with what its monitor page shows, as one JSON list."""
+    secret = load_secret() if state.read_all() else b""
+    clusters = []
+    for master in (s for s in state.read_all() if s.role == "master"):
+        entry: dict = {"address": master.address, "pid": master.pid}
+        try:
+            sock = control.dial(control.parse_address(master.address), secret, master.address)
+            try:
+                info = control.request(sock, {"op": "status", "full": True}, master.address, 5.0)
+            finally:
+                sock.close()
+            entry["status"] = info.get("monitor")
+        except ParlError as exc:
+            entry["error"] = f"not answering: {exc}"
+        clusters.append(entry)
+    print(json.dumps(clusters, indent=2))
     return 0
 
 

@@ -1,8 +1,8 @@
 """The long-running cluster processes that ``xparl`` starts in the background.
 
 ``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]
-[--gpus=0,1]``: the master, with a local host agent of CPUS slots (and the GPUs listed) on the
-same port (none when it has neither). ``... agent HOST MASTER CPUS READY_FD [...]``: a host
+[--gpus=0,1] [--monitor_port=M]``: the master, with a local host agent of CPUS slots (and the
+GPUs listed) on the same port (none when it has neither), and its monitor page on port M. ``... agent HOST MASTER CPUS READY_FD [...]``: a host
 agent that registers with the master at MASTER, and again whenever a master answers there
 after the connection was lost. CACHE: where host agents keep callers' code (default
 ``~/.parl/cache``). Each writes one line to
@@ -25,8 +25,10 @@ from parl.cluster import control, state
 from parl.cluster.auth import SECRET_ENV, load_secret
 from parl.cluster.hostagent import HostAgent
 from parl.cluster.master import Master
+from parl.cluster.monitor import monitor_token
 from parl.cluster.server import Server
 from parl.errors import ClusterError
+from parl.monitoring.server import MonitorServer
 
 log = logging.getLogger("parl.cluster")
 _RETRY_MIN_S = 0.1
@@ -39,6 +41,7 @@ def main(argv: list[str]) -> int:
     options = dict(a[2:].split("=", 1) for a in argv[5:] if a.startswith("--") and "=" in a)
     cache_dir = options.get("cache_dir") or None
     gpus = [g for g in options.get("gpus", "").split(",") if g]
+    monitor_port = int(options.get("monitor_port") or 0)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> int:
         secret = load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
-            parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus)
+            parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus, monitor_port)
         else:
             parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
@@ -76,9 +79,23 @@ def _run_master(
     secret: bytes,
     cache_dir: str | None = None,
     gpus: list[str] | None = None,
+    monitor_port: int = 0,
 ) -> tuple[Server, HostAgent | None, state.ProcessState]:
     master = Master()
     server = Server(host, port, secret, master.handlers)
+    if monitor_port:  # the page, bound like the master; its token derives from the secret
+        try:
+            secret_text = secret.decode()
+        except UnicodeDecodeError:
+            secret_text = ""
+        server.monitor = MonitorServer(
+            master.monitor_snapshot,
+            host,
+            monitor_port,
+            token=monitor_token(secret),
+            also=(secret_text,),
+        )
+        master.monitoring = True
     agent = None
     if cpus > 0 or gpus:
         agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)

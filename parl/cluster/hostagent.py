@@ -22,8 +22,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psutil
+
 from parl.cluster import control
 from parl.cluster.deploy import CodeCache
+from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler
 from parl.cluster.versions import local_versions
 from parl.shm.output import OutputForwarder
@@ -95,6 +98,8 @@ class HostAgent:
         self._closed = False
         self._watcher = threading.Thread(target=self._watch, name="parl-workers", daemon=True)
         self._watcher.start()
+        psutil.cpu_percent(interval=None)  # starts the measurement the reports read
+        self._stats = Every(STATS_PERIOD_S, self._report_stats, "parl-host-stats")
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -279,6 +284,12 @@ class HostAgent:
         if server is not None:
             server.stop(pid)
 
+    def _report_stats(self) -> None:
+        """The machine and its workers, for the master's monitor."""
+        with self._lock:
+            workers = list(self._workers.values())
+        self.report(host_stats(workers, self.hostname))
+
     def _status(self, sock: FrameSocket, request: control.Message) -> None:
         with self._lock:
             actors = [
@@ -343,6 +354,7 @@ class HostAgent:
             self._closed = True
             server, self._server = self._server, None
             clients = list(self._clients.values())
+        self._stats.close()
         if server is not None:
             server.close()
         for client in clients:

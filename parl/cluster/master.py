@@ -18,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+import parl
 from parl.cluster import control
 from parl.cluster.hostagent import Report
+from parl.cluster.monitor import ClusterView
 from parl.cluster.server import Handler
 from parl.wire.framing import FrameSocket
 
@@ -69,6 +71,8 @@ class Master:
         self._hosts: dict[int, _Host] = {}
         self._ids = itertools.count(1)
         self._clients = 0
+        self.view = ClusterView()  # what the monitor page shows
+        self.monitoring = False  # callers report their actors only while a page is served
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -106,8 +110,12 @@ class Master:
         with self._changed:
             self._hosts.pop(hid, None)
             self._changed.notify_all()
+        self.view.host_gone(hid)
 
     def _update(self, record: _Host, message: control.Message) -> None:
+        if message.get("op") == "stats":
+            self.view.host_stats(record.hid, message)
+            return
         if message.get("op") != "used":
             return
         used, gpu_used = message.get("used"), message.get("gpu_used", 0)
@@ -162,10 +170,11 @@ class Master:
         with self._lock:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
+        key = f"{id(sock):x}-{next(self._ids)}"
         try:
             with self._lock:
                 hosts = [h.describe() for h in self._hosts.values()]
-            control.send(sock, {"op": "welcome", "hosts": hosts})
+            control.send(sock, {"op": "welcome", "hosts": hosts, "monitor": self.monitoring})
             while True:
                 message = control.recv(sock)
                 if message is None:
@@ -183,7 +192,10 @@ class Master:
                     self._release(grants, {str(message.get("token"))})
                 elif message["op"] == "status":
                     control.send(sock, self.status())
+                elif message["op"] == "actors":
+                    self.view.client_actors(key, message)
         finally:
+            self.view.client_gone(key)
             with self._lock:
                 self._clients -= 1
             self._release(grants, set(grants))
@@ -200,9 +212,13 @@ class Master:
             self._changed.notify_all()
 
     def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
-        """``xparl status``: one answer, then the connection ends."""
+        """``xparl status``: one answer, then the connection ends (with ``full``: the monitor
+        page's data too, for ``xparl status --json``)."""
         try:
-            control.send(sock, self.status())
+            answer = self.status()
+            if request.get("full"):
+                answer["monitor"] = self.monitor_snapshot()
+            control.send(sock, answer)
         finally:
             sock.close()
 
@@ -264,6 +280,12 @@ class Master:
     def _totals(self, now: float, gpu: bool = False) -> tuple[int, int]:
         total = sum(h.gpus if gpu else h.slots for h in self._hosts.values())
         return total, total - sum(h.free(now, gpu) for h in self._hosts.values())
+
+    def monitor_snapshot(self) -> dict:
+        """What the monitor page shows (see :mod:`parl.cluster.monitor`)."""
+        with self._lock:
+            hosts = [dict(h.describe(), id=h.hid) for h in self._hosts.values()]
+        return self.view.snapshot(hosts, parl.__version__)
 
     def status(self) -> control.Message:
         with self._lock:

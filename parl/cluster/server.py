@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from parl.cluster import control
 from parl.cluster.auth import HANDSHAKE_TIMEOUT_S, serve_handshake
@@ -42,6 +43,7 @@ class Server:
         self.host, self.port = self._listener.getsockname()[:2]
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self.monitor: Any = None  # the master's monitor page (parl.monitoring), closed with it
 
     @property
     def address(self) -> str:
@@ -55,6 +57,8 @@ class Server:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self.monitor is not None:
+            self.monitor.close()
         try:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
         except OSError:

@@ -52,9 +52,11 @@ class MonitorServer:
         token: str | None = None,
         min_interval: float = 0.5,
         token_required: bool | None = None,
+        also: tuple[str, ...] = (),
     ) -> None:
         self.open_to_all = is_loopback(host) if token_required is None else not token_required
         self.token = token or secrets.token_urlsafe(16)
+        self._accepted = [t.encode() for t in (self.token, *also) if t]
         self._snapshot = snapshot
         self._min_interval = min_interval
         self._cached: tuple[float, bytes] = (0.0, b"")
@@ -87,7 +89,12 @@ class MonitorServer:
         if self.open_to_all:
             return True
         offered = [*query.get("token", []), cookie or "", bearer or ""]
-        return any(hmac.compare_digest(o.encode(), self.token.encode()) for o in offered if o)
+        return any(
+            hmac.compare_digest(o.encode(), accepted)
+            for o in offered
+            if o
+            for accepted in self._accepted
+        )
 
     def close(self) -> None:
         self._httpd.shutdown()

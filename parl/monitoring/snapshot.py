@@ -9,6 +9,7 @@ memory are sampled once a second by :class:`HostHistory` for the sparklines.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -67,11 +68,24 @@ def host_record(history: HostHistory, slots: int, used: int, name: str | None = 
     }
 
 
-def actor_record(conn: Connection, host: str, now: float) -> dict:
-    """One actor as its caller sees it."""
+_LABEL = re.compile(r"^(?P<cls>.*?) pid=(?P<pid>\d+)(?: on (?P<host>.+))?$")
+
+
+def parse_label(label: str) -> tuple[str, int | None, str | None]:
+    """``"Sampler pid=12 on node1"`` (or without `` on HOST``, locally) as its class, pid and
+    host."""
+    match = _LABEL.match(label)
+    if match is None:
+        return label, None, None
+    return match["cls"], int(match["pid"]), match["host"]
+
+
+def actor_record(conn: Connection, host: str, now: float, local: bool = True) -> dict:
+    """One actor as its caller sees it (``local``: its worker runs on this machine, whose
+    /proc has its memory)."""
     label = conn.label
-    class_name, _, pid_text = label.partition(" pid=")
-    pid = int(pid_text) if pid_text.isdigit() else None
+    class_name, pid, on = parse_label(label)
+    host = on or host
     state, method, reason = "idle", None, None
     if conn.closed:
         state = "closed"
@@ -84,7 +98,8 @@ def actor_record(conn: Connection, host: str, now: float) -> dict:
             if pending:
                 state = "busy"
                 method = conn.names.get(min(pending))
-    memory = _resident(pid) if pid is not None and state in ("idle", "busy") else None
+    running = state in ("idle", "busy")
+    memory = _resident(pid) if local and pid is not None and running else None
     return {
         "id": label,
         "class": class_name,

@@ -125,14 +125,17 @@ def start(
     agent_env: dict[str, str] | None = None,
     master_args: tuple[str, ...] = (),
     agent_args: tuple[str, ...] = (),
+    monitor_port: int = 0,
 ) -> Cluster:
     """Each host agent has a code cache of its own (``home/cache-<i>``), as on two machines;
     ``agent_env``: extra environment of the host agents (test hooks). ``master_args`` (e.g.
-    ``--gpu_cluster --gpu 0,1``) give the master a local host agent."""
+    ``--gpu_cluster --gpu 0,1``) give the master a local host agent; ``monitor_port``: the
+    master serves its monitor page there."""
     os.makedirs(home, exist_ok=True)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=SECRET)
     cluster = Cluster(home, free_port(), env)
-    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0", *master_args)
+    page = ("--monitor_port", str(monitor_port)) if monitor_port else ()
+    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0", *master_args, *page)
     try:
         for i, slots in enumerate(agent_slots):
             out = xparl(

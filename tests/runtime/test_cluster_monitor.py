@@ -1,0 +1,161 @@
+"""The cluster's monitor page (issue 14): ``xparl start --monitor_port`` on a real cluster on
+loopback (a master and two host agents, each its own process), checked through
+``/api/status``, ``xparl status --json`` and a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import parl
+from parl.cluster.monitor import monitor_token
+from tests.runtime import cluster as clusters
+from tests.runtime.conftest import wait_until
+from tests.runtime.test_monitor_browser import CHROMIUM, _browser
+
+
+@parl.remote_class(wait=False)
+class Trainer:
+    def say(self, text):
+        print(text, flush=True)
+        return os.getpid()
+
+    def wait_for(self, path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return True
+
+
+@pytest.fixture
+def monitored(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    port = clusters.free_port()
+    cluster = clusters.start(str(tmp_path / "home"), monitor_port=port)
+    try:
+        parl.connect(cluster.address, linger=0)
+        yield cluster, f"http://127.0.0.1:{port}/"
+    finally:
+        parl.disconnect()
+        parl.connect(linger=0)
+        clusters.stop(cluster)
+
+
+def _status(url):
+    with urllib.request.urlopen(url + "api/status", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _actors(status):
+    return {a["pid"]: a for c in status["clients"] for a in c["actors"]}
+
+
+def test_the_page_shows_both_hosts_actors_output_and_deaths(monitored, tmp_path):
+    cluster, url = monitored
+    go = tmp_path / "go"
+    actors = [Trainer() for _ in range(3)]  # 2 + 3 slots: the master spreads them
+    pids = [a.say(f"hello from actor {i}").get() for i, a in enumerate(actors)]
+    busy = actors[0].wait_for(str(go))
+
+    def ready():
+        found = _actors(_status(url))
+        return (
+            all(pid in found and found[pid]["output"] for pid in pids)
+            and found[pids[0]]["state"] == "busy"
+        )
+
+    assert wait_until(ready, timeout=15)
+    status = _status(url)
+    assert status["mode"] == "cluster" and status["version"] == parl.__version__
+    hosts = status["hosts"]
+    assert sorted(h["slots"] for h in hosts) == [2, 3]
+    assert sum(h["used_slots"] for h in hosts) == 3
+    assert all(0 < h["memory_used"] < h["memory_total"] for h in hosts)
+    found = _actors(status)
+    assert found[pids[0]]["method"] == "wait_for"
+    assert found[pids[1]]["output"] == ["hello from actor 1"]
+    assert all(found[pid]["memory"] > 1 << 20 for pid in pids)
+    # the same through `xparl status --json`
+    listed = json.loads(clusters.xparl(cluster.env, "status", "--json").stdout)
+    (entry,) = listed
+    assert set(_actors(entry["status"])) == set(pids)
+
+    if CHROMIUM is not None:
+        dom = _browser(url, "--dump-dom")
+        assert dom.count('<tr class="actor"') == 3 and dom.count("<tr data-host=") == 2
+        assert "hello from actor 2" in dom and "busy: wait_for()" in dom
+
+    os.kill(pids[1], signal.SIGKILL)
+    assert wait_until(
+        lambda: "SIGKILL" in (_actors(_status(url))[pids[1]]["reason"] or ""), timeout=10
+    )
+    if CHROMIUM is not None:
+        dom = _browser(url, "--dump-dom")
+        row = re.search(
+            rf'<tr class="actor" data-actor="Trainer pid={pids[1]} on [^"]+".*?</tr>', dom, re.S
+        )
+        assert row and 'data-state="dead"' in row.group(0) and "SIGKILL" in row.group(0)
+    with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
+        actors[1].say("too late").get()
+    go.touch()
+    assert busy.get() is True
+    parl.close_actor(actors[2])
+    assert wait_until(lambda: _actors(_status(url))[pids[2]]["state"] == "closed", timeout=10)
+    del actors, busy
+
+
+def test_a_caller_that_leaves_leaves_the_page(monitored):
+    _, url = monitored
+    actor = Trainer()
+    pid = actor.say("x").get()
+    assert wait_until(lambda: pid in _actors(_status(url)), timeout=10)
+    parl.disconnect()  # the caller's connection to the master ends
+    assert wait_until(lambda: not _status(url)["clients"], timeout=10)
+    del actor
+
+
+def test_on_a_network_address_the_page_wants_the_token(tmp_path, monkeypatch):
+    """Bound to every address (traffic in the test still goes to loopback only): nothing but
+    the token page without the token; the derived token or the secret itself opens it."""
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    home = str(tmp_path / "home")
+    os.makedirs(home)
+    env = dict(os.environ, HOME=home)
+    port, page = clusters.free_port(), clusters.free_port()
+    out = clusters.xparl(
+        env,
+        "start",
+        "--port",
+        str(port),
+        "--host",
+        "0.0.0.0",
+        "--cpu_num",
+        "1",
+        "--monitor_port",
+        str(page),
+    ).stdout
+    try:
+        token = monitor_token(clusters.SECRET.encode())
+        assert f":{page}/" in out and token in out
+        url = f"http://127.0.0.1:{page}/"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(url + "api/status", timeout=10)
+        assert info.value.code == 401 and b"hosts" not in info.value.read()
+        for key in (token, clusters.SECRET):
+            with urllib.request.urlopen(f"{url}api/status?token={key}", timeout=10) as response:
+                assert json.loads(response.read())["mode"] == "cluster"
+    finally:
+        clusters.xparl(env, "stop", "--port", str(port))
+    assert wait_until(lambda: not clusters.port_open(page), timeout=10)
+
+
+def test_a_monitor_port_equal_to_the_cluster_port_is_refused(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path), PARL_CLUSTER_SECRET=clusters.SECRET)
+    done = clusters.xparl(env, "start", "--port", "8123", "--monitor_port", "8123", check=False)
+    assert done.returncode == 1 and "--monitor_port" in done.stderr
