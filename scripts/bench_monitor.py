@@ -12,11 +12,13 @@ with 200 actors less its wall time with none.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -56,6 +58,42 @@ def poll_cost(n_actors: int, seconds: int) -> tuple[float, int, float]:
         parl.close_actor(actor)
     # the client's own urlopen runs in this process too: it is counted (an upper bound)
     return busy, size, idle
+
+
+def cluster_cost(n_actors: int, seconds: int) -> tuple[float, float]:
+    """CPU of the master process (its host agents and this caller report to it every second)
+    over ``seconds`` with one viewer polling once a second, and without the page at all."""
+    import psutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from runtime import cluster as clusters  # the tests' throwaway loopback cluster
+
+    os.environ["PARL_CLUSTER_SECRET"] = clusters.SECRET
+    figures = []
+    with tempfile.TemporaryDirectory() as home:
+        for page in (clusters.free_port(), 0):
+            cluster = clusters.start(
+                os.path.join(home, str(page)), agent_slots=(n_actors,), monitor_port=page
+            )
+            try:
+                parl.connect(cluster.address, linger=0, forward_output=False)
+                actors = [Idle() for _ in range(n_actors)]
+                parl.get([a.hello() for a in actors])
+                master = psutil.Process(cluster.pids("master")[0])
+                time.sleep(2.0)
+                before, t0 = sum(master.cpu_times()[:2]), time.monotonic()
+                for i in range(seconds):
+                    if page:
+                        urllib.request.urlopen(f"http://127.0.0.1:{page}/api/status").read()
+                    time.sleep(max(0.0, t0 + i + 1 - time.monotonic()))
+                figures.append((sum(master.cpu_times()[:2]) - before) / (time.monotonic() - t0))
+                for actor in actors:
+                    parl.close_actor(actor)
+            finally:
+                parl.disconnect()
+                parl.connect(linger=0, forward_output=False)
+                clusters.stop(cluster)
+    return figures[0], figures[1]
 
 
 def _dump(chromium: str, url: str) -> tuple[float, str]:
@@ -119,6 +157,12 @@ def main() -> None:
         f"{busy * 100:>13.2f}%{'< 2%':>14}"
     )
     print(f"{'  one /api/status answer with 50 actors':<62}{size / 1024:>11.1f} KiB")
+    with_page, without = cluster_cost(50, seconds)
+    print(f"{'cluster master, 50 actors, no page (slot reports only)':<62}{without * 100:>13.2f}%")
+    print(
+        f"{'cluster master, 50 actors, one viewer polling once a second':<62}"
+        f"{with_page * 100:>13.2f}%{'< 2%':>14}"
+    )
     timing = render_s(200, 3 if args.quick else 5)
     if timing is not None:
         full, empty = timing
