@@ -29,7 +29,7 @@ from parl.cluster.deploy import CodeCache
 from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler
 from parl.cluster.versions import local_versions
-from parl.shm.output import OutputForwarder
+from parl.shm.output import OutputForwarder, clip
 from parl.shm.pool import ForkServer
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire.framing import FrameSocket, wait_readable
@@ -263,7 +263,7 @@ class HostAgent:
 
     def _sink(self, worker: _Worker, client: _Client) -> Callable[[str, str], None]:
         def sink(stream: str, text: str) -> None:
-            worker.lines.extend(text.splitlines())
+            worker.lines.extend(map(clip, text.splitlines()))
             if client.forward:
                 client.send({"op": "output", "stream": stream, "text": text})
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from parl.cluster import control
 from parl.monitoring.snapshot import HISTORY_S, _resident, actor_record
 
 STATS_PERIOD_S = 1.0
@@ -42,7 +44,18 @@ def monitor_token(secret: bytes) -> str:
 
 def host_stats(workers: list[Any], hostname: str) -> dict[str, Any]:
     """A host agent's ``stats`` report: this machine and each of ``workers`` (its _Worker
-    records: pid, label, client, lines that carry the actor's prefix)."""
+    records: pid, label, client, lines that carry the actor's prefix). Fewer lines per worker
+    when they would not fit in half a control frame: a report the master refuses would stop
+    the whole host's figures."""
+    shown = LINES_SHOWN
+    while True:
+        report = _host_stats(workers, hostname, shown)
+        if shown == 0 or len(json.dumps(report)) <= control.CONTROL_MAX_FRAME // 2:
+            return report
+        shown //= 2
+
+
+def _host_stats(workers: list[Any], hostname: str, shown: int) -> dict[str, Any]:
     memory = psutil.virtual_memory()
     return {
         "op": "stats",
@@ -59,7 +72,7 @@ def host_stats(workers: list[Any], hostname: str) -> dict[str, Any]:
                 "rss": _resident(w.pid),
                 "lines": [
                     line.removeprefix(f"({w.label} pid={w.pid} on {hostname}) ")
-                    for line in list(w.lines)[-LINES_SHOWN:]
+                    for line in (list(w.lines)[-shown:] if shown else [])
                 ],
             }
             for w in workers

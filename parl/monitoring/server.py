@@ -13,7 +13,9 @@ import hmac
 import http.server
 import ipaddress
 import json
+import logging
 import secrets
+import socket
 import threading
 import time
 import urllib.parse
@@ -29,6 +31,9 @@ _TYPES = {
     ".svg": "image/svg+xml",
 }
 _COOKIE = "parl_monitor"
+_MAX_CONNECTIONS = 64  # open at once; more are closed at once (a page makes one at a time)
+_IDLE_S = 20.0  # a client that sends nothing this long is dropped (slowloris)
+log = logging.getLogger("parl.monitor")
 
 
 def is_loopback(host: str) -> bool:
@@ -100,22 +105,62 @@ class MonitorServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+        self._httpd.end_connections(5.0)
 
 
 class _Server(http.server.ThreadingHTTPServer):
+    """Keeps its open connections, at most ``_MAX_CONNECTIONS``, so that ``close`` can end
+    them: a client that never finishes its request must not keep a thread and a descriptor of
+    the user's process after the monitor is closed."""
+
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], handler: type) -> None:
         if ":" in address[0]:
-            self.address_family = __import__("socket").AF_INET6
+            self.address_family = socket.AF_INET6
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            full = len(self._open) >= _MAX_CONNECTIONS
+            if not full:
+                self._open.add(request)
+        if full:
+            return self.shutdown_request(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def end_connections(self, timeout: float) -> None:
+        """Shut the open connections down and wait (up to ``timeout``) for their threads."""
+        with self._open_lock:
+            still = list(self._open)
+        for request in still:
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        while self._open and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A viewer that went away mid-answer (or any failure of one request) must not print
+        a traceback into the user's program."""
+        log.debug("monitor request from %s failed", client_address, exc_info=True)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     monitor: MonitorServer
     server_version = "parl-monitor"
     sys_version = ""
+    timeout = _IDLE_S
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         pass  # a monitor polled every second must not flood the terminal

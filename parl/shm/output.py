@@ -100,8 +100,17 @@ class OutputForwarder:
 
 
 TAIL_LINES = 20  # the last lines kept per actor, for monitors
+LINE_CHARS = 1000  # a longer kept line is cut: a monitor shows it, 20 lines a second per actor
 _MAX_ACTORS = 1000
 _tails: dict[bytes, deque[str]] = {}
+
+
+def clip(line: str) -> str:
+    """``line`` cut to ``LINE_CHARS`` for a monitor (the terminal gets it whole): an actor
+    printing a long array must not make every status answer megabytes long."""
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_CHARS]}… ({len(line) - LINE_CHARS} more characters)"
 
 
 def _keep(prefix: bytes, lines: list[bytes]) -> None:
@@ -110,7 +119,7 @@ def _keep(prefix: bytes, lines: list[bytes]) -> None:
         if len(_tails) >= _MAX_ACTORS:
             del _tails[next(iter(_tails))]  # the oldest actor's
         tail = _tails[prefix] = deque(maxlen=TAIL_LINES)
-    tail.extend(line.decode("utf-8", "backslashreplace") for line in lines[-TAIL_LINES:])
+    tail.extend(clip(line.decode("utf-8", "backslashreplace")) for line in lines[-TAIL_LINES:])
 
 
 def recent_lines(label: str) -> list[str]:

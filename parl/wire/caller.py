@@ -229,9 +229,13 @@ class Connection:
     def poll_death(self) -> ParlError | None:
         """For monitors: the connection's failure. A worker that died unnoticed is recorded
         as a reader would record it (under the receive lock, when no reader holds it), so that
-        its exit status is read once, here, and every later call raises that same error."""
+        its exit status is read once, here, and every later call raises that same error. The
+        replies already here are filed first, as a reader would: a reply the worker sent before
+        it died still belongs to its call."""
         if self._failure is None and self._recv_lock.acquire(blocking=False):
             try:
+                if self._failure is None and not self._closed:
+                    self._drain()
                 if self._failure is None and not self._closed:
                     try:
                         alive = self._liveness.is_alive()
