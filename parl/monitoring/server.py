@@ -184,6 +184,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         cookie = _cookie(self.headers.get("Cookie", ""))
         auth = self.headers.get("Authorization", "")
         bearer = auth[7:] if auth.startswith("Bearer ") else None
+        if monitor.open_to_all and not _local_host(self.headers.get("Host", "")):
+            # a loopback page answers only to loopback names: a web page whose name resolves
+            # to 127.0.0.1 (DNS rebinding) must not read the actors' data
+            return self._send(403, "text/plain", b"this monitor answers on loopback only", head)
         if not monitor.allowed(cookie, query, bearer):
             body = _ask_for_token(bool(query.get("token")))
             return self._send(401, "text/html", body, head)
@@ -217,6 +221,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+
+def _local_host(header: str) -> bool:
+    """Whether a request's ``Host`` header names this machine's loopback (with any port)."""
+    name = header.strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    else:
+        name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return name in ("localhost", "localhost.") or (name != "" and is_loopback(name))
 
 
 def _cookie(header: str) -> str | None:

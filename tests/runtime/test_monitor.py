@@ -171,3 +171,15 @@ def test_many_viewers_share_one_snapshot_per_interval():
         for thread in threads:
             thread.join(10)
         assert len(calls) == 1
+
+
+@pytest.mark.parametrize("host", ["evil.example:80", "attacker.test", "10.0.0.1:1234", ""])
+def test_a_loopback_monitor_answers_only_to_loopback_names(host):
+    """DNS rebinding: a web page of another site whose name resolves to 127.0.0.1 sends its own
+    name as Host; the page refuses it, and serves 127.0.0.1, localhost and [::1]."""
+    with parl.monitor() as mon:
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _get(mon.url + "api/status", {"Host": host})
+        assert info.value.code == 403 and b"clients" not in info.value.read()
+        for good in (f"127.0.0.1:{mon._server.port}", "localhost", f"[::1]:{mon._server.port}"):
+            assert _get(mon.url + "api/status", {"Host": good})[0] == 200
