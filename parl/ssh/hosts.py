@@ -20,6 +20,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from parl.errors import HostsFileError
 
@@ -87,8 +88,7 @@ def parse_hosts(text: str, filename: str = "hosts.txt") -> list[HostSpec]:
         if not line:
             continue
 
-        def fail(what: str) -> HostsFileError:
-            return HostsFileError(f"{filename}, line {number}: {what} (in {raw.strip()!r})")
+        fail = _failure(filename, number, raw)
 
         spec = _parse_line(line, fail)
         key = (spec.user, spec.host.lower(), spec.port)
@@ -97,6 +97,13 @@ def parse_hosts(text: str, filename: str = "hosts.txt") -> list[HostSpec]:
         seen[key] = number
         specs.append(spec)
     return specs
+
+
+def _failure(filename: str, number: int, raw: str) -> Fail:
+    def fail(what: str) -> HostsFileError:
+        return HostsFileError(f"{filename}, line {number}: {what} (in {raw.strip()!r})")
+
+    return fail
 
 
 def parse_host(text: str) -> HostSpec:
@@ -130,7 +137,7 @@ def _parse_line(line: str, fail: Fail) -> HostSpec:
         if not match["port"].isdigit() or not 0 < int(match["port"]) < 65536:
             raise fail(f"bad port {match['port']!r}: a number from 1 to 65535")
         port = int(match["port"])
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for setting in settings:
         key, sep, value = setting.partition("=")
         if not sep:

@@ -111,3 +111,7 @@ def on_cluster(cluster):
         parl.connect(linger=0)
         assert wait_until(lambda: cluster.used() == 0, timeout=10), "cluster slots still used"
         assert wait_until(lambda: not cluster.workers(), timeout=10), "workers left behind"
+
+
+# -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
+from tests.runtime.sshd import lab, ssh_lab  # noqa: E402, F401

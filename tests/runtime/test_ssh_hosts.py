@@ -78,14 +78,19 @@ def test_a_junk_line_is_reported_with_its_number(hosts, junk, position, blanks):
 
 def test_a_duplicate_host_names_both_lines():
     text = "alice@box:2222 cpus=2\n\n# again:\nalice@BOX:2222 cpus=4\nbob@box:2222\n"
-    with pytest.raises(HostsFileError, match=r"hosts.txt, line 4: host alice@BOX:2222 is already "
-                       r"listed on line 1"):
+    with pytest.raises(
+        HostsFileError,
+        match=r"hosts.txt, line 4: host alice@BOX:2222 is already "
+        r"listed on line 1",
+    ):
         parse_hosts(text)
 
 
 def test_settings_and_addresses():
-    text = "gpu-box-1 cpus=16\nalice@10.0.0.7:2222 cpus=8 python=/opt/venv/bin/python3\n" \
-           "[fe80::1]:22 identity=~/.ssh/id workdir=/scratch tunnel=yes  # v6\n"
+    text = (
+        "gpu-box-1 cpus=16\nalice@10.0.0.7:2222 cpus=8 python=/opt/venv/bin/python3\n"
+        "[fe80::1]:22 identity=~/.ssh/id workdir=/scratch tunnel=yes  # v6\n"
+    )
     assert parse_hosts(text) == [
         HostSpec("gpu-box-1", cpus=16),
         HostSpec("10.0.0.7", user="alice", port=2222, cpus=8, python="/opt/venv/bin/python3"),
