@@ -70,6 +70,16 @@ class AuthenticationError(ClusterError):
     """A cluster peer did not prove that it holds the cluster secret (or this side has none)."""
 
 
+class DeploymentError(ClusterError):
+    """The caller's code could not be packed, sent or unpacked on a host (an unsafe archive, a
+    project above the size cap)."""
+
+
+class VersionMismatchError(ClusterError):
+    """The caller and a host run different versions of Python or of a package that must match
+    (parl, numpy, torch, cloudpickle); the message shows both sides."""
+
+
 class HostsFileError(ParlError, ValueError):
     """A hosts file (``parl.connect(hosts=...)``) has a bad line: the message names the file,
     the line number and what is wrong."""

@@ -1,0 +1,294 @@
+"""Packing the caller's project (and parl itself) into a deterministic archive, and unpacking one
+safely into a host's cache.
+
+Pure: no network, no cluster state. The cluster carrier and the SSH launcher ship ``Pack.data``
+to hosts that lack ``Pack.digest``; hosts unpack it into ``<cache>/<digest>/``.
+
+Determinism: the same file content gives the same digest on every machine, whatever the
+mtimes, owners or umask. The archive lists regular files only, sorted by name, with zeroed
+times and owners and mode 0644 or 0755 (only the executable bit is kept). The digest is the
+sha256 of that (uncompressed) tar, so it does not depend on the zlib version either.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import gzip
+import hashlib
+import io
+import logging
+import os
+import shutil
+import site
+import stat
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from parl.errors import DeploymentError
+
+log = logging.getLogger("parl.cluster")
+
+DEFAULT_IGNORE: tuple[str, ...] = (
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    "node_modules",
+    ".tox",
+    "*.egg-info",
+    "train_log",
+    ".ipynb_checkpoints",
+)
+"""Names (fnmatch patterns, matched against each file's and folder's own name) never packed.
+A folder holding ``pyvenv.cfg`` (a virtual environment of any name) is skipped too."""
+
+DEFAULT_MAX_FILE_BYTES = 32 << 20
+MAX_UNPACKED_BYTES = 2 << 30
+"""Largest total size ``unpack`` accepts (a gzip bomb stops here)."""
+
+_GZIP_LEVEL = 1
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A packed folder: ``data`` is a gzip (level 1) tar whose uncompressed bytes hash to
+    ``digest`` (sha256 hex); ``files`` regular files, ``size`` bytes of file content."""
+
+    digest: str
+    data: bytes
+    files: int
+    size: int
+
+    def __repr__(self) -> str:  # never print the bytes
+        return (
+            f"Pack(digest={self.digest[:12]}..., files={self.files}, size={self.size}, "
+            f"compressed={len(self.data)})"
+        )
+
+
+def project_root() -> Path:
+    """The caller's project folder: the folder of the entry script (``__main__.__file__``), or
+    the current directory under ``python -c``, ``python -m`` of a stdin script, or a REPL."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if isinstance(path, str) and path and os.path.isfile(path):
+        folder = Path(path).resolve().parent
+        if not _installed(folder):
+            return folder
+    # an installed tool's entry (pytest, ipykernel) is not the project: its cwd is
+    return Path.cwd().resolve()
+
+
+def _installed(folder: Path) -> bool:
+    """Whether ``folder`` belongs to the Python installation (site-packages, the venv's bin)."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    return any(folder.is_relative_to(Path(p).resolve()) for p in prefixes if p)
+
+
+def pack_project(
+    root: str | Path,
+    distributed_files: Sequence[str] = (),
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+) -> Pack:
+    """Pack ``root`` recursively (minus ``ignore`` and files above ``max_file_bytes``) plus
+    every file matching a ``distributed_files`` glob (relative to ``root``; ``**`` recurses).
+    A glob matching nothing raises ValueError naming it."""
+    base = Path(root).resolve()
+    if not base.is_dir():
+        raise ValueError(f"the project folder to pack, {str(root)!r}, is not a folder")
+    if isinstance(distributed_files, str):
+        raise TypeError(
+            f"distributed_files is a list of globs, got the string {distributed_files!r}: "
+            f"write [{distributed_files!r}]"
+        )
+    files: dict[str, Path] = {}
+    too_large: list[str] = []
+    for name, path in _walk(base, ignore):
+        if path.stat().st_size > max_file_bytes:
+            too_large.append(name)
+        else:
+            files[name] = path
+    files.update(_globbed(base, distributed_files))
+    skipped = sorted(set(too_large) - set(files))
+    if skipped:
+        log.warning(
+            "not deploying %d file(s) larger than %d MiB from %s: %s; to ship them, list them "
+            "(or a glob) in parl.connect(..., distributed_files=[...])",
+            len(skipped),
+            max_file_bytes >> 20,
+            base,
+            ", ".join(skipped),
+        )
+    return _pack(files)
+
+
+def pack_parl() -> Pack:
+    """This ``parl`` package (as ``parl/...``), for hosts that lack it; same rules as a project."""
+    package = Path(__file__).resolve().parent.parent
+    files = {f"parl/{name}": path for name, path in _walk(package, DEFAULT_IGNORE)}
+    return _pack(files)
+
+
+def unpack(data: bytes, dest: str | Path, *, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
+    """Extract the archive ``data`` into the folder ``dest``, atomically: it is filled under a
+    temporary name beside ``dest`` and renamed into place, so a half-written folder is never
+    seen. When ``dest`` exists already (the same digest was unpacked before) this does nothing.
+    Absolute names, ``..``, links, devices and archives above ``max_bytes`` raise
+    DeploymentError before anything is written."""
+    target = Path(dest)
+    if target.is_dir():
+        return
+    members, archive = _checked_members(data, max_bytes)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        with archive:
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(temp, members=members, filter="data")
+            else:  # pragma: no cover - Python < 3.11.4; the members were checked above
+                archive.extractall(temp, members=members)
+        try:
+            os.rename(temp, target)
+        except OSError:
+            if not target.is_dir():  # not "another process won the race"
+                raise
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def digest_of(data: bytes) -> str:
+    """The digest of a ``Pack.data`` (the sha256 of its uncompressed tar), for a receiver that
+    checks what it was sent."""
+    raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _ignored(name: str, ignore: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in ignore)
+
+
+def _walk(base: Path, ignore: Sequence[str]) -> Iterator[tuple[str, Path]]:
+    """(archive name, path) of every regular file under ``base``, minus ignored names. Links
+    are followed only where they stay inside ``base``; a link to a folder that holds it (a
+    loop) is not."""
+    stack: list[tuple[Path, frozenset[str]]] = [(base, frozenset())]
+    while stack:
+        folder, above = stack.pop()
+        real = os.path.realpath(folder)
+        if real in above or (folder != base and os.path.isfile(os.path.join(folder, "pyvenv.cfg"))):
+            continue
+        above = above | {real}
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name, reverse=True):
+            if _ignored(entry.name, ignore):
+                continue
+            path = Path(entry.path)
+            if entry.is_symlink() and not _inside(path, base):
+                log.debug("not deploying %s: a link out of %s", path, base)
+                continue
+            if entry.is_dir():
+                stack.append((path, above))
+            elif entry.is_file():
+                yield path.relative_to(base).as_posix(), path
+
+
+def _inside(path: Path, base: Path) -> bool:
+    return os.path.commonpath([os.path.realpath(path), str(base)]) == str(base)
+
+
+def _globbed(base: Path, patterns: Sequence[str]) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for pattern in patterns:
+        if os.path.isabs(pattern) or ".." in Path(pattern).parts:
+            raise ValueError(
+                f"distributed_files entry {pattern!r} must be relative to the project folder "
+                f"{base} and stay inside it"
+            )
+        matched = 0
+        for hit in sorted(glob.glob(pattern, root_dir=base, recursive=True)):
+            path = base / hit
+            if path.is_dir():
+                found = {f"{Path(hit).as_posix()}/{n}": p for n, p in _walk(path, ())}
+            elif path.is_file() and _inside(path, base):
+                found = {Path(hit).as_posix(): path}
+            else:
+                found = {}
+            files.update(found)
+            matched += len(found)
+        if not matched:
+            raise ValueError(
+                f"distributed_files entry {pattern!r} matches no file under the project folder "
+                f"{base}; globs are relative to that folder (the entry script's), e.g. "
+                "'data/*.csv' or 'assets/**/*.npz'"
+            )
+    return files
+
+
+def _pack(files: dict[str, Path]) -> Pack:
+    raw = io.BytesIO()
+    size = 0
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for name in sorted(files):
+            path = files[name]
+            with open(path, "rb") as file:
+                st = os.fstat(file.fileno())
+                info = tarfile.TarInfo(name)
+                info.size = st.st_size
+                info.mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+                info.mtime = 0
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                archive.addfile(info, file)
+            size += st.st_size
+    tar = raw.getvalue()
+    data = gzip.compress(tar, compresslevel=_GZIP_LEVEL, mtime=0)
+    return Pack(hashlib.sha256(tar).hexdigest(), data, len(files), size)
+
+
+def _checked_members(data: bytes, max_bytes: int) -> tuple[list[tarfile.TarInfo], tarfile.TarFile]:
+    """The archive's members, each checked as it is read (so a bomb stops at ``max_bytes``)."""
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DeploymentError(f"a code archive is not a readable tar: {exc}") from None
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    try:
+        for member in archive:
+            _check_member(member)
+            total += member.size
+            if total > max_bytes:
+                raise DeploymentError(
+                    f"a code archive unpacks to more than {max_bytes} bytes; refused"
+                )
+            members.append(member)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        archive.close()
+        raise DeploymentError(f"a code archive is not a readable tar: {exc}") from None
+    except BaseException:
+        archive.close()
+        raise
+    return members, archive
+
+
+def _check_member(member: tarfile.TarInfo) -> None:
+    name = member.name
+    parts = Path(name).parts
+    if not parts or os.path.isabs(name) or name.startswith("\\") or ".." in parts:
+        raise DeploymentError(f"a code archive holds the unsafe name {name!r}; refused")
+    if not (member.isreg() or member.isdir()):
+        raise DeploymentError(
+            f"a code archive holds {name!r}, which is not a plain file or folder (a link or "
+            "device); refused"
+        )

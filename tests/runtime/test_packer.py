@@ -1,0 +1,267 @@
+"""The code packer: deterministic archives, ignore rules, the size cap and distributed_files,
+and an unpack that refuses hostile archives and never leaves a half-written folder."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from parl.cluster import packer
+from parl.cluster.packer import pack_parl, pack_project, unpack
+from parl.errors import DeploymentError
+
+
+def _project(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "main.py").write_text("import pkg.mod\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    (root / "data.txt").write_text("hello\n")
+    return root
+
+
+def _names(data: bytes) -> list[str]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+        return archive.getnames()
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as archive:
+        for info, content in members:
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content) if content else None)
+    return raw.getvalue()
+
+
+def _file(name: str, content: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), content
+
+
+# -- determinism ------------------------------------------------------------------------------
+
+
+def test_same_content_same_digest_whatever_the_mtime(tmp_path):
+    root = _project(tmp_path / "p")
+    first = pack_project(root)
+    assert pack_project(root) == first
+    os.utime(root / "pkg" / "mod.py", (1, 1))
+    assert pack_project(root).digest == first.digest
+    (root / "pkg" / "mod.py").write_text("VALUE = 2\n")
+    assert pack_project(root).digest != first.digest
+    assert first.files == 4 and first.size == len("import pkg.mod\n") + len("VALUE = 1\n") + 6
+
+
+def test_same_content_in_another_folder_with_another_umask_same_digest(tmp_path):
+    """The digest depends on names and content (and the executable bit) only, so two machines
+    with the same code agree on it."""
+    here = pack_project(_project(tmp_path / "a"))
+    script = (
+        "import os, sys; os.umask(0o077); from tests.runtime.test_packer import _project;"
+        "from parl.cluster.packer import pack_project; from pathlib import Path;"
+        "print(pack_project(_project(Path(sys.argv[1]))).digest)"
+    )
+    there = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    ).stdout.strip()
+    assert there == here.digest
+    os.chmod(tmp_path / "a" / "main.py", 0o755)
+    assert pack_project(tmp_path / "a").digest != here.digest
+
+
+def test_archive_is_sorted_with_zeroed_metadata(tmp_path):
+    pack = pack_project(_project(tmp_path))
+    with tarfile.open(fileobj=io.BytesIO(pack.data), mode="r:*") as archive:
+        members = archive.getmembers()
+    assert [m.name for m in members] == sorted(m.name for m in members)
+    assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" and m.mode == 0o644 for m in members)
+    assert packer.digest_of(pack.data) == pack.digest
+
+
+# -- what is packed ---------------------------------------------------------------------------
+
+
+def test_ignore_rules(tmp_path):
+    root = _project(tmp_path)
+    for junk in (
+        ".git/HEAD",
+        "__pycache__/m.cpython-311.pyc",
+        "pkg/stale.pyc",
+        ".venv/lib/x.py",
+        "myenv/lib/y.py",
+        "myenv/pyvenv.cfg",
+        "train_log/log.txt",
+        "thing.egg-info/PKG-INFO",
+        "node_modules/a.js",
+        ".ipynb_checkpoints/n.ipynb",
+    ):
+        (root / junk).parent.mkdir(parents=True, exist_ok=True)
+        (root / junk).write_text("junk")
+    assert sorted(_names(pack_project(root).data)) == [
+        "data.txt",
+        "main.py",
+        "pkg/__init__.py",
+        "pkg/mod.py",
+    ]
+    ignore = (*packer.DEFAULT_IGNORE, "pkg")
+    assert _names(pack_project(root, ignore=ignore).data) == ["data.txt", "main.py"]
+
+
+def test_links_out_of_the_project_are_not_followed(tmp_path):
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "key").write_text("private")
+    root = _project(tmp_path / "p")
+    (root / "out").symlink_to(outside)
+    (root / "out_file").symlink_to(outside / "key")
+    (root / "inside").symlink_to(root / "pkg")
+    (root / "loop").symlink_to(root)
+    names = _names(pack_project(root).data)
+    assert not any(name.startswith("out") for name in names)
+    assert "inside/mod.py" in names  # a link inside the project is followed, loops are not
+
+
+def test_large_files_are_skipped_with_a_hint_unless_listed(tmp_path, caplog):
+    root = _project(tmp_path)
+    (root / "big.bin").write_bytes(b"\0" * 2048)
+    (root / "weights").mkdir()
+    (root / "weights" / "w.npz").write_bytes(b"\1" * 4096)
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        names = _names(pack_project(root, max_file_bytes=1024).data)
+    assert "big.bin" not in names and "weights/w.npz" not in names
+    assert "big.bin, weights/w.npz" in caplog.text and "distributed_files" in caplog.text
+    caplog.clear()
+    pack = pack_project(root, ["*.bin", "weights/**/*.npz"], max_file_bytes=1024)
+    assert {"big.bin", "weights/w.npz"} <= set(_names(pack.data))
+    assert "larger than" not in caplog.text
+
+
+def test_distributed_files_reach_into_ignored_folders(tmp_path):
+    root = _project(tmp_path)
+    (root / "train_log").mkdir()
+    (root / "train_log" / "model.ckpt").write_text("w")
+    assert "train_log/model.ckpt" in _names(pack_project(root, ["train_log"]).data)
+
+
+def test_a_glob_matching_nothing_names_itself(tmp_path):
+    root = _project(tmp_path)
+    with pytest.raises(ValueError, match=r"'assets/\*\.npz' matches no file under the project"):
+        pack_project(root, ["data.txt", "assets/*.npz"])
+    with pytest.raises(ValueError, match="must be relative"):
+        pack_project(root, ["../etc/passwd"])
+    with pytest.raises(TypeError, match=r"write \['data.txt'\]"):
+        pack_project(root, "data.txt")
+
+
+def test_pack_parl_holds_this_package():
+    pack = pack_parl()
+    names = _names(pack.data)
+    assert "parl/__init__.py" in names and "parl/cluster/packer.py" in names
+    assert not any("__pycache__" in name for name in names)
+
+
+def test_project_root_is_the_entry_scripts_folder(tmp_path):
+    script = tmp_path / "sub" / "train.py"
+    script.parent.mkdir()
+    script.write_text("from parl.cluster.packer import project_root; print(project_root())")
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.strip()
+    assert out == str(script.parent.resolve())
+    code = "from parl.cluster.packer import project_root; print(project_root())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.strip()
+    assert out == str(tmp_path.resolve())
+
+
+# -- unpack -----------------------------------------------------------------------------------
+
+
+def test_unpack_round_trip(tmp_path):
+    root = _project(tmp_path / "p")
+    os.chmod(root / "main.py", 0o755)
+    dest = tmp_path / "cache" / "d"
+    unpack(pack_project(root).data, dest)
+    assert (dest / "pkg" / "mod.py").read_text() == "VALUE = 1\n"
+    assert os.access(dest / "main.py", os.X_OK) and not os.access(dest / "data.txt", os.X_OK)
+    assert os.listdir(dest.parent) == ["d"]
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        _file("../escape"),
+        _file("a/../../escape"),
+        _file("/tmp/absolute"),
+    ],
+)
+def test_unpack_refuses_unsafe_names(tmp_path, member):
+    with pytest.raises(DeploymentError, match="unsafe name"):
+        unpack(_tar(_file("ok"), member), tmp_path / "cache" / "d")
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "cache" / "d").exists()
+
+
+def test_unpack_refuses_links(tmp_path):
+    link = tarfile.TarInfo("out")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+    hard = tarfile.TarInfo("hard")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "../../etc/passwd"
+    for member in (link, hard):
+        with pytest.raises(DeploymentError, match="not a plain file or folder"):
+            unpack(_tar((member, b"")), tmp_path / "cache" / "d")
+    assert not (tmp_path / "cache" / "d").exists()
+
+
+def test_unpack_refuses_a_bomb_and_garbage(tmp_path):
+    with pytest.raises(DeploymentError, match="more than 100 bytes"):
+        unpack(_tar(_file("a", b"\0" * 80), _file("b", b"\0" * 80)), tmp_path / "d", max_bytes=100)
+    with pytest.raises(DeploymentError, match="not a readable tar"):
+        unpack(b"\x1f\x8b" + os.urandom(200), tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_failed_unpack_leaves_nothing_behind(tmp_path):
+    """'a' as a file, then 'a/b': extraction fails half-way; neither the destination nor the
+    temporary folder remains."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with pytest.raises(OSError):
+        unpack(_tar(_file("a"), _file("a/b")), cache / "d")
+    assert os.listdir(cache) == []
+
+
+def test_a_second_unpack_of_the_same_digest_is_a_no_op(tmp_path):
+    dest = tmp_path / "d"
+    unpack(pack_project(_project(tmp_path / "p")).data, dest)
+    (dest / "marker").write_text("kept")
+    unpack(b"not even an archive", dest)  # not read: the folder is there
+    assert (dest / "marker").read_text() == "kept"
+
+
+def test_concurrent_unpacks_of_one_digest_give_one_complete_folder(tmp_path):
+    pack = pack_project(_project(tmp_path / "p"))
+    (tmp_path / "pack").write_bytes(pack.data)
+    script = (
+        "import sys; from parl.cluster.packer import unpack;"
+        "unpack(open(sys.argv[1], 'rb').read(), sys.argv[2])"
+    )
+    dest = tmp_path / "cache" / pack.digest
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "pack"), str(dest)])
+        for _ in range(4)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
+    assert os.listdir(dest.parent) == [pack.digest]
+    assert (dest / "pkg" / "mod.py").read_text() == "VALUE = 1\n"
