@@ -40,7 +40,8 @@ class ClusterCarrier:
 
     Connects to the master at once, so that a wrong address or secret shows at
     ``parl.connect``. ``slot_timeout``: how long creating an actor waits for a free slot.
-    ``max_frame``: the largest message on an actor's connection, in bytes.
+    ``max_frame``: the largest message on an actor's connection, in bytes. ``secret``: the
+    cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH launcher's own).
     """
 
     def __init__(
@@ -50,13 +51,14 @@ class ClusterCarrier:
         slot_timeout: float = DEFAULT_SLOT_TIMEOUT_S,
         max_frame: int = control.ACTOR_MAX_FRAME,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+        secret: bytes | None = None,
     ) -> None:
         self.address = address
         self.forward_output = forward_output
         self.slot_timeout = slot_timeout
         self.max_frame = max_frame
         self.stop_timeout = stop_timeout
-        self._secret = load_secret()
+        self._secret = secret or load_secret()
         self._client_id = secrets.token_hex(8)
         self._what = f"the master at {address}"
         self._master_host, port = control.parse_address(address)

@@ -6,7 +6,9 @@ READY_FD``: a host agent that registers with the master at MASTER and ends when 
 connection does. Each writes one line to READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once
 it serves, or fails; it runs until SIGTERM or SIGINT, then stops its workers, removes its
 state file and exits. The secret comes from the environment or the secret file, and is removed
-from the environment before anything is started (workers never see it there).
+from the environment before anything is started (workers never see it there). With a last
+argument ``--secret-stdin`` (the SSH launcher), the secret is the first line of stdin instead,
+and the end of stdin (the SSH session closed) stops the process as SIGTERM does.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        secret = load_secret()
+        secret = _secret_from_stdin(stop) if argv[5:] == ["--secret-stdin"] else load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
             parts = _run_master(host, int(where), cpus, secret, stop)
@@ -131,6 +133,28 @@ def _state(role: str, address: str, cluster: str, port: int) -> state.ProcessSta
     own.role, own.address, own.cluster, own.cluster_port = role, address, cluster, port
     own.log = os.environ.get("PARL_XPARL_LOG", "")
     return own
+
+
+def _secret_from_stdin(stop: threading.Event) -> bytes:
+    """The first line of stdin; a thread then sets ``stop`` when stdin ends."""
+    secret = b""
+    while not secret.endswith(b"\n"):  # unbuffered: nothing past the line is taken from fd 0
+        byte = os.read(0, 1)
+        if not byte:
+            break
+        secret += byte
+    secret = secret.strip()
+    if len(secret) < 16:
+        raise ValueError("no secret (of at least 16 bytes) came on stdin")
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        log.info("stdin closed (the SSH session ended): stopping")
+        stop.set()
+
+    threading.Thread(target=watch, name="parl-stdin", daemon=True).start()
+    return secret
 
 
 def _ready(fd: int, line: str) -> None:
