@@ -3,15 +3,28 @@ aliases, and the end of every remote process."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import platform
+import subprocess
 import sys
 
 import psutil
 import pytest
 
 import parl
+from parl.errors import (
+    RemoteEnvironmentError,
+    SSHAuthenticationError,
+    SSHError,
+    VersionMismatchError,
+)
 from parl.remote import context
+from parl.ssh import remote
+from parl.ssh.hosts import HostSpec
 from tests.runtime.conftest import wait_until
+from tests.runtime.sshd import _free_port
 
 pytestmark = pytest.mark.ssh
 
@@ -129,5 +142,166 @@ def test_hosts_file_with_ssh_config_aliases(lab, project, tmp_path):
         actors = [Where() for _ in range(3)]
         homes = sorted(a.where()["cwd"].split(os.sep + "cache-")[1][:2] for a in actors)
         assert homes == ["h2", "h2", "h3"]
+    finally:
+        parl.disconnect()
+
+
+# -- failures, each named ------------------------------------------------------------------------
+
+
+def test_no_such_python_names_the_host(lab, project, tmp_path):
+    hosts = specs(lab, tmp_path)
+    hosts[1] = lab.spec(1, python="/nonexistent/python3", workdir=str(tmp_path / "c2"))
+    with pytest.raises(RemoteEnvironmentError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options())
+    message = str(caught.value)
+    assert f"host {hosts[1].name}: no such python '/nonexistent/python3'" in message
+    assert "set python=/path/to/python3" in message
+
+
+def test_a_python_without_the_packages_names_what_is_missing(lab, project, tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    hosts = [lab.spec(0, python=python, workdir=str(tmp_path / "c1"))]
+    with pytest.raises(RemoteEnvironmentError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options())
+    message = str(caught.value)
+    assert f"on host {hosts[0].name} lacks cloudpickle, numpy, psutil, torch" in message
+    assert f"{python} -m pip install" in message and "numpy==" in message
+
+
+def test_other_versions_on_a_host_show_both_sides():
+    mine = {"numpy": "2.1.0", "cloudpickle": "3.0.0", "torch": "2.13.0", "psutil": "5.9.0"}
+    probe = remote.Probe(
+        python="3.9.7",
+        executable="/opt/py/bin/python3",
+        base="/c",
+        have=(),
+        cpus=4,
+        packages=dict(mine, numpy="1.26.4"),
+    )
+    with pytest.raises(VersionMismatchError) as caught:
+        remote.check_versions("alice@box", probe, mine, "python3")
+    message = str(caught.value)
+    assert message.startswith("/opt/py/bin/python3 on host alice@box does not match this machine")
+    assert f"Python {platform.python_version()} here, 3.9.7 there" in message
+    assert "numpy 2.1.0 here, 1.26.4 there" in message and "torch" not in message
+
+
+def test_failed_hosts_are_all_named_and_the_good_ones_left_clean(lab, project, tmp_path):
+    hosts = specs(lab, tmp_path)
+    dead = _free_port("127.0.0.3")
+    hosts[1] = HostSpec("127.0.0.3", port=dead, identity=lab.client_key)
+    unknown = tmp_path / "known_hosts"  # host 3's key is missing from it
+    unknown.write_text("\n".join(open(lab.known_hosts).read().splitlines()[:2]) + "\n")
+    with pytest.raises(SSHError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options(known_hosts=(str(unknown),)))
+    message = str(caught.value)
+    assert message.startswith("2 hosts failed:")
+    assert f"host 127.0.0.3:{dead} is unreachable" in message
+    assert f"[127.0.0.4]:{lab.hosts[2].port}" in message and "is unknown" in message
+    assert not lab.remote_processes()  # host 1 was reached, and left as it was
+    # the same hosts with the documented opt-in for unknown keys (and without the dead one)
+    parl.connect(
+        hosts=[hosts[0], hosts[2]],
+        ssh=lab.options(known_hosts=(str(unknown),)),
+        accept_unknown_host_keys=True,
+    )
+    parl.disconnect()
+    assert "127.0.0.4" not in unknown.read_text()  # trusted for that run, never written
+
+
+def test_a_refused_login_names_the_host(lab, project, tmp_path):
+    stranger = str(tmp_path / "stranger")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    with pytest.raises(SSHAuthenticationError, match="host h2: authentication refused"):
+        parl.connect(hosts=["h2 identity=" + stranger], ssh=lab.options())
+
+
+# -- the end of remote processes -------------------------------------------------------------------
+
+CALLER = """
+import json, sys
+import parl
+from parl.ssh.client import SSHOptions
+from parl.ssh.hosts import HostSpec
+from pkg.helper import Where
+
+setup = json.loads(sys.argv[1])
+hosts = [HostSpec(**h) for h in setup["hosts"]]
+options = SSHOptions(config=None, known_hosts=(setup["known_hosts"],), allow_agent=False)
+parl.connect(hosts=hosts, ssh=options)
+actors = [Where() for _ in range(3)]
+print(json.dumps([a.where()["pid"] for a in actors]), flush=True)
+if setup["end"] == "exception":
+    raise RuntimeError("the caller fails")
+if setup["end"] == "wait":
+    sys.stdin.read()
+"""
+
+
+def run_caller(lab, project, tmp_path, end: str) -> subprocess.Popen:
+    (project / "caller.py").write_text(CALLER)
+    setup = {
+        "hosts": [dataclasses.asdict(s) for s in specs(lab, tmp_path)],
+        "known_hosts": lab.known_hosts,
+        "end": end,
+    }
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.Popen(
+        [sys.executable, str(project / "caller.py"), json.dumps(setup)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+        text=True,
+        cwd=str(project),
+    )
+
+
+@pytest.mark.parametrize("end", ["exit", "exception", "sigkill"])
+def test_every_remote_process_ends_with_the_caller(lab, project, tmp_path, end):
+    caller = run_caller(lab, project, tmp_path, "wait" if end == "sigkill" else end)
+    try:
+        line = caller.stdout.readline()
+        assert line, caller.stderr.read()
+        workers = json.loads(line)
+        assert len(workers) == 3 and all(psutil.pid_exists(p) for p in workers)
+        assert lab.remote_processes()
+        if end == "sigkill":
+            caller.kill()
+        caller.wait(60)
+        assert wait_until(lambda: not lab.remote_processes(), timeout=10), [
+            " ".join(p.cmdline()) for p in lab.remote_processes()
+        ]
+        assert not any(psutil.pid_exists(p) for p in workers)
+        if end == "exception":
+            assert "RuntimeError: the caller fails" in caller.stderr.read()
+    finally:
+        caller.kill()
+        caller.wait()
+        for stream in (caller.stdin, caller.stdout, caller.stderr):
+            stream.close()
+
+
+def test_a_lost_host_fails_its_actors_calls_within_5_s(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    parl.connect(hosts=specs(lab, tmp_path)[:1], ssh=lab.options(), linger=0)
+    try:
+        actor = Where()
+        assert actor.twice(1) == 2
+        (agent,) = [p for p in lab.remote_processes() if "parl.cluster.daemon" in p.cmdline()]
+        agent.kill()
+
+        def calls_fail() -> bool:
+            try:
+                actor.twice(1)
+            except parl.ActorDiedError:
+                return True
+            return False
+
+        assert wait_until(calls_fail, timeout=5)
     finally:
         parl.disconnect()
