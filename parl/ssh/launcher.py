@@ -193,6 +193,13 @@ class Launch:
     ) -> None:
         if not hosts:
             raise ValueError("no host to launch on: give at least one in the hosts file")
+        tunnelled = [h.name for h in hosts if h.tunnel]
+        if tunnelled:
+            raise SSHError(
+                f"tunnel=yes (calls through the SSH connection) is not available in this version "
+                f"yet (hosts {', '.join(tunnelled)}): calls go over direct TCP, so the hosts must "
+                "reach this machine and it them; remove tunnel=yes"
+            )
         self.progress = progress
         self.secret = secrets.token_hex(32).encode()
         self._hosts = [_Host(spec, options, HostReport(spec.name)) for spec in hosts]

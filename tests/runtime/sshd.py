@@ -24,7 +24,6 @@ import pytest
 
 from parl.ssh.client import SSHOptions
 from parl.ssh.hosts import HostSpec
-from tests.runtime.conftest import wait_until
 
 SSHD = "/usr/sbin/sshd"
 MARKER = "PARL_SSH_LAB"
@@ -255,6 +254,8 @@ def ssh_lab(tmp_path_factory):
 def lab(ssh_lab):
     """The lab, for one test: afterwards no process started over SSH may be left (polled
     with a deadline; what is left is killed so the next test starts clean)."""
+    from tests.runtime.conftest import wait_until  # (conftest imports this module)
+
     yield ssh_lab
     gone = wait_until(lambda: not ssh_lab.remote_processes(), timeout=10)
     left = [(p.pid, _cmdline(p)) for p in ssh_lab.remote_processes()]

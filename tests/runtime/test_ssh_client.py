@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError
+from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError, SSHError
 from parl.ssh.client import Connection
 from parl.ssh.hosts import HostSpec
 from tests.runtime.sshd import _free_port
@@ -105,3 +105,23 @@ def test_hashed_known_hosts_entries_match(lab, tmp_path):
     with Connection(lab.spec(0), lab.options(known_hosts=(str(hashed),))) as conn:
         assert conn.run("echo ok").stdout == b"ok\n"
     os.unlink(str(hashed) + ".old")
+
+
+def test_a_missing_sshd_skips_with_the_hint_or_fails_under_ci(monkeypatch, tmp_path):
+    from tests.runtime import sshd
+
+    monkeypatch.setattr(sshd, "SSHD", str(tmp_path / "no-sshd"))
+    monkeypatch.delenv("REQUIRE_SSH_TESTS", raising=False)
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y openssh-server"):
+        sshd.require_sshd()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-sshd is missing: .*openssh-server"):
+        sshd.require_sshd()
+
+
+def test_tunnel_is_refused_clearly_until_it_exists(lab):
+    from parl.ssh.launcher import Launch
+
+    with pytest.raises(SSHError, match="tunnel=yes .* is not available in this version yet"):
+        Launch([lab.spec(0, tunnel=True)], lab.options())
