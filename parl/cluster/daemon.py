@@ -8,7 +8,9 @@ it serves, or fails; it runs until SIGTERM or SIGINT, then stops its workers, re
 state file and exits. The secret comes from the environment or the secret file, and is removed
 from the environment before anything is started (workers never see it there). With a last
 argument ``--secret-stdin`` (the SSH launcher), the secret is the first line of stdin instead,
-and the end of stdin (the SSH session closed) stops the process as SIGTERM does.
+and the end of stdin (the SSH session closed) stops the process as SIGTERM does; with
+``--advertise=HOST:PORT`` too, an agent registers that address instead of its own (the
+caller's end of an SSH tunnel to it).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        secret = _secret_from_stdin(stop) if argv[5:] == ["--secret-stdin"] else load_secret()
+        flags = argv[5:]
+        secret = _secret_from_stdin(stop) if "--secret-stdin" in flags else load_secret()
+        advertise = [f.split("=", 1)[1] for f in flags if f.startswith("--advertise=")]
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
             parts = _run_master(host, int(where), cpus, secret, stop)
         else:
-            parts = _run_agent(host, where, cpus, secret, stop)
+            parts = _run_agent(host, where, cpus, secret, stop, *advertise[:1])
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, f"error {exc}")
         return 1
@@ -80,7 +84,12 @@ def _run_master(
 
 
 def _run_agent(
-    host: str, master_address: str, cpus: int, secret: bytes, stop: threading.Event
+    host: str,
+    master_address: str,
+    cpus: int,
+    secret: bytes,
+    stop: threading.Event,
+    advertise: str | None = None,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = control.dial(where, secret, f"the master at {master_address}")
@@ -89,12 +98,15 @@ def _run_agent(
     advertised = server.host
     if control.is_wildcard(advertised):  # reachable where the master reached us from
         advertised = link.sock.getsockname()[0]
+    port, listening = server.port, advertised
+    if advertise is not None:
+        advertised, port = control.parse_address(advertise)
     control.request(
         link,
         {
             "op": "register",
             "host": advertised,
-            "port": server.port,
+            "port": port,
             "hostname": agent.hostname,
             "slots": cpus,
         },
@@ -123,7 +135,7 @@ def _run_agent(
         stop.set()
 
     threading.Thread(target=watch_master, name="parl-master-link", daemon=True).start()
-    own = _state("agent", f"{advertised}:{server.port}", master_address, where[1])
+    own = _state("agent", f"{listening}:{server.port}", master_address, where[1])
     state.write(own)
     return server, agent, own
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import paramiko
 
+from parl.cluster.control import parse_address
 from parl.cluster.master import Master
 from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
 from parl.cluster.server import Server
@@ -34,6 +35,7 @@ from parl.errors import DeploymentError, SSHError
 from parl.ssh import remote
 from parl.ssh.client import Connection, SSHOptions
 from parl.ssh.hosts import HostSpec
+from parl.ssh.tunnel import LocalForward, remote_forward
 
 log = logging.getLogger("parl.ssh")
 DEFAULT_CACHE = "~/.parl/cache"
@@ -63,6 +65,7 @@ class _Host:
     conn: Connection | None = None
     base: str = ""
     channel: paramiko.Channel | None = None
+    forward: LocalForward | None = None
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=40))
 
     def prepare(self, packs: list[Pack], versions: dict[str, str | None], bars: bool) -> None:
@@ -117,13 +120,22 @@ class _Host:
                 f"{done.stderr.decode(errors='replace')[-1000:]}"
             )
 
-    def start(self, bind: str, master: str, secret: bytes, parl: str, project: str) -> None:
-        """Start the host agent; returns once it has registered with the master."""
+    def start(
+        self, master: tuple[str, int], here: tuple[str, int], secret: bytes, parl: str, project: str
+    ) -> None:
+        """Start the host agent; returns once it has registered with the master. ``master``:
+        where the host reaches the master; ``here``: where this process does (for a tunnel)."""
         assert self.conn is not None
         started = time.monotonic()
+        bind, advertise = self.conn.peer_address, None
+        if self.spec.tunnel:  # all on the host's loopback, through the SSH connection
+            self.forward = LocalForward(self.conn.transport, self.spec.name)
+            bind, advertise = "127.0.0.1", f"127.0.0.1:{self.forward.port}"
+            master = ("127.0.0.1", remote_forward(self.conn.transport, here))
         command = remote.agent_command(
-            self.spec.python, self.base, parl, project, bind, master, self.report.cpus
-        )
+            self.spec.python, self.base, parl, project, bind, f"{master[0]}:{master[1]}",
+            self.report.cpus, advertise,
+        )  # fmt: skip
         self.channel = channel = self.conn.open(command)
         channel.sendall(secret + b"\n")  # the only way the secret travels
         threading.Thread(target=self._drain, name="parl-ssh-log", daemon=True).start()
@@ -132,6 +144,9 @@ class _Host:
             said = line[6:] if line.startswith("error ") else "\n".join(self.errors)
             raise SSHError(f"host {self.spec.name}: the host agent did not start: {said}")
         self.report.agent = line[3:]
+        if self.forward is not None:
+            self.forward.set_target(*parse_address(line[3:]))
+            self.report.agent += f" (tunnel from 127.0.0.1:{self.forward.port})"
         self.report.seconds += time.monotonic() - started
 
     def _drain(self) -> None:
@@ -155,6 +170,8 @@ class _Host:
                 pass
 
     def close(self, deadline: float) -> None:
+        if self.forward is not None:
+            self.forward.close()
         if self.channel is not None:
             self.channel.status_event.wait(max(0.0, deadline - time.monotonic()))
             self.channel.close()
@@ -193,13 +210,6 @@ class Launch:
     ) -> None:
         if not hosts:
             raise ValueError("no host to launch on: give at least one in the hosts file")
-        tunnelled = [h.name for h in hosts if h.tunnel]
-        if tunnelled:
-            raise SSHError(
-                f"tunnel=yes (calls through the SSH connection) is not available in this version "
-                f"yet (hosts {', '.join(tunnelled)}): calls go over direct TCP, so the hosts must "
-                "reach this machine and it them; remove tunnel=yes"
-            )
         self.progress = progress
         self.secret = secrets.token_hex(32).encode()
         self._hosts = [_Host(spec, options, HostReport(spec.name)) for spec in hosts]
@@ -210,7 +220,9 @@ class Launch:
             packs = [pack_parl(), pack_project(project or project_root(), distributed_files)]
             versions = remote.local_versions()
             self._each(lambda h: h.prepare(packs, versions, progress), "ready")
-            bind = _master_bind([h.conn.local_address for h in self._hosts if h.conn])
+            bind = _master_bind(
+                [h.conn.local_address for h in self._hosts if h.conn and not h.spec.tunnel]
+            )
             self.master = Master()
             self._server = Server(bind, 0, self.secret, self.master.handlers)
             self._server.start()
@@ -226,9 +238,8 @@ class Launch:
                 assert host.conn is not None
                 reach = bind if bind != "0.0.0.0" else host.conn.local_address or here
                 host.start(
-                    host.conn.peer_address, f"{reach}:{port}", self.secret,
-                    packs[0].digest, packs[1].digest,
-                )  # fmt: skip
+                    (reach, port), (here, port), self.secret, packs[0].digest, packs[1].digest
+                )
 
             self._each(start, "started")
         except BaseException:

@@ -169,14 +169,14 @@ def agent_command(
     bind: str,
     master: str,
     cpus: int,
+    advertise: str | None = None,
 ) -> str:
     """Start a host agent in the project's folder, parl and the project first on its path.
     Its ready line goes to the channel's stdout (fd 3), its log to the channel's stderr; it
-    reads the secret from stdin and ends when stdin closes."""
+    reads the secret from stdin and ends when stdin closes. ``advertise``: the address the
+    agent registers (a tunnel's end on the caller's side) instead of its own."""
     project = f"{base}/{project_digest}"
     path = f"{project}:{base}/{parl_digest}"
     daemon = [python, "-m", "parl.cluster.daemon", "agent", bind, master, str(cpus), "3"]
-    return (
-        f"cd {quote([project])} && PYTHONPATH={quote([path])} exec "
-        f"{quote(daemon)} --secret-stdin 3>&1 1>&2"
-    )
+    daemon += ["--secret-stdin"] + ([f"--advertise={advertise}"] if advertise else [])
+    return f"cd {quote([project])} && PYTHONPATH={quote([path])} exec {quote(daemon)} 3>&1 1>&2"

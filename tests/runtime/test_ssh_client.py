@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError, SSHError
+from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError
 from parl.ssh.client import Connection
 from parl.ssh.hosts import HostSpec
 from tests.runtime.sshd import _free_port
@@ -118,10 +118,3 @@ def test_a_missing_sshd_skips_with_the_hint_or_fails_under_ci(monkeypatch, tmp_p
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="no-sshd is missing: .*openssh-server"):
         sshd.require_sshd()
-
-
-def test_tunnel_is_refused_clearly_until_it_exists(lab):
-    from parl.ssh.launcher import Launch
-
-    with pytest.raises(SSHError, match="tunnel=yes .* is not available in this version yet"):
-        Launch([lab.spec(0, tunnel=True)], lab.options())

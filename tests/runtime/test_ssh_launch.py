@@ -10,6 +10,7 @@ import platform
 import subprocess
 import sys
 
+import numpy as np
 import psutil
 import pytest
 
@@ -43,6 +44,9 @@ class Where:
 
     def twice(self, x):
         return TWICE * x
+
+    def echo(self, a):
+        return a
 """
 
 
@@ -303,5 +307,34 @@ def test_a_lost_host_fails_its_actors_calls_within_5_s(lab, project, tmp_path):
             return False
 
         assert wait_until(calls_fail, timeout=5)
+    finally:
+        parl.disconnect()
+
+
+def test_a_tunnel_carries_calls_through_the_ssh_connection(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    hosts = specs(lab, tmp_path)[:2]
+    hosts[1] = dataclasses.replace(hosts[1], tunnel=True)
+    parl.connect(hosts=hosts, ssh=lab.options(), linger=0)
+    try:
+        direct, tunnelled = carrier().reports
+        assert direct.agent.startswith("127.0.0.2:") and "tunnel" not in direct.agent
+        # the tunnelled agent listens on the host's loopback; this process reaches it only
+        # through its local end of the tunnel
+        listening, forward = tunnelled.agent.split(" (tunnel from ")
+        assert listening.startswith("127.0.0.1:")
+        agent_port = int(listening.split(":")[1])
+        actors = [Where(), Where()]
+        homes = sorted(a.where()["cwd"].split(os.sep + "cache-")[1][:2] for a in actors)
+        assert homes == ["h1", "h2"]
+        big = np.arange(3 << 20, dtype=np.int64)  # 24 MiB: many SSH packets each way
+        for actor in actors:
+            assert np.array_equal(actor.echo(big), big)
+        mine = psutil.Process().net_connections(kind="tcp")
+        assert not [c for c in mine if c.raddr and c.raddr.port == agent_port]
+        assert [
+            c for c in mine if c.raddr and c.raddr.port == int(forward.rstrip(")").split(":")[1])
+        ]
     finally:
         parl.disconnect()
