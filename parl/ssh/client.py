@@ -34,7 +34,7 @@ class SSHOptions:
     *changed* key is refused all the same). ``allow_agent``: offer the ssh-agent's keys."""
 
     config: str | None = "~/.ssh/config"
-    known_hosts: tuple[str, ...] = ("~/.ssh/known_hosts",)
+    known_hosts: tuple[str, ...] = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
     accept_unknown_host_keys: bool = False
     allow_agent: bool = True
     timeout: float = 10.0
@@ -49,6 +49,7 @@ class Target:
     user: str
     identities: tuple[str, ...]
     jump: str | None = None
+    identities_only: bool = False  # IdentitiesOnly: the agent's keys are not offered
 
 
 @dataclass
@@ -82,6 +83,7 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
         user=spec.user or entry.get("user") or getpass.getuser(),
         identities=tuple(os.path.expanduser(p) for p in identities),
         jump=jump,
+        identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
     )
 
 
@@ -179,7 +181,7 @@ class Connection:
         """The agent's keys first, then each identity file, as OpenSSH offers them."""
         user = self.target.user
         tried: list[str] = []
-        if self.options.allow_agent:
+        if self.options.allow_agent and not self.target.identities_only:
             agent = paramiko.Agent()
             try:
                 for key in agent.get_keys():

@@ -11,6 +11,7 @@ import pytest
 from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError
 from parl.ssh.client import Connection
 from parl.ssh.hosts import HostSpec
+from tests.runtime.conftest import wait_until
 from tests.runtime.sshd import _free_port
 
 pytestmark = pytest.mark.ssh
@@ -118,3 +119,27 @@ def test_a_missing_sshd_skips_with_the_hint_or_fails_under_ci(monkeypatch, tmp_p
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="no-sshd is missing: .*openssh-server"):
         sshd.require_sshd()
+
+
+def test_the_agents_keys_come_first(lab, tmp_path, monkeypatch):
+    stranger = str(tmp_path / "stranger")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: os.path.exists(sock), timeout=10)
+        env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        subprocess.run(["ssh-add", "-q", lab.client_key], env=env, check=True, capture_output=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        # the identity file is refused by the host; the agent's key is accepted, and tried first
+        with Connection(lab.spec(0, identity=stranger), lab.options(allow_agent=True)) as conn:
+            assert conn.run("echo ok").stdout == b"ok\n"
+        # IdentitiesOnly in the ssh config keeps the agent's keys out, as in OpenSSH
+        config = tmp_path / "config"
+        config.write_text("Host 127.0.0.2\n  IdentitiesOnly yes\n")
+        options = lab.options(allow_agent=True, config=str(config))
+        with pytest.raises(SSHAuthenticationError, match=f"tried: {stranger}\\. "):
+            Connection(lab.spec(0, identity=stranger), options)
+    finally:
+        agent.terminate()
+        agent.wait()
