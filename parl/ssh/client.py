@@ -284,6 +284,15 @@ class Connection:
         if self._jump is not None:
             self._jump.close()
 
+    def drop_in_child(self) -> None:
+        """In a forked child: close this process's copy of the connection's socket (sending
+        nothing), so that the parent's end is the connection's end."""
+        self._closed = True
+        if isinstance(self.transport.sock, socket.socket):
+            self.transport.sock.close()
+        if self._jump is not None:
+            self._jump.drop_in_child()
+
     def __enter__(self) -> Connection:
         return self
 

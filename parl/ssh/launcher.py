@@ -245,6 +245,7 @@ class Launch:
         except BaseException:
             self.close()
             raise
+        _track(self)
 
     @property
     def reports(self) -> list[HostReport]:
@@ -285,6 +286,16 @@ class Launch:
 
             tqdm.write(line, file=sys.stderr)
 
+    def _drop_in_child(self) -> None:
+        """In a forked child: close the copies of the SSH connections' sockets, so that the
+        parent's death still ends every SSH session, and with it every remote process."""
+        for host in self._hosts:
+            if host.conn is not None:
+                host.conn.drop_in_child()
+            if host.forward is not None:
+                host.forward.drop_in_child()
+        # (the master's sockets are left: a shutdown here would end the parent's too)
+
     def close(self) -> None:
         """End every host agent (stdin closed, then the SSH connections), then the master."""
         if self._closed:
@@ -304,6 +315,22 @@ def _close_all(pid: int, hosts: list[_Host], servers: list[Server | None]) -> No
     for server in servers:
         if server is not None:
             server.close()
+
+
+_launches: weakref.WeakSet[Launch] | None = None
+
+
+def _track(launch: Launch) -> None:
+    global _launches
+    if _launches is None:
+        _launches = weakref.WeakSet()
+        os.register_at_fork(after_in_child=_drop_all_in_child)
+    _launches.add(launch)
+
+
+def _drop_all_in_child() -> None:
+    for launch in list(_launches or ()):
+        launch._drop_in_child()
 
 
 def _master_bind(local_addresses: list[str | None]) -> str:

@@ -97,6 +97,12 @@ class LocalForward:
             return
         pump(sock, channel)
 
+    def drop_in_child(self) -> None:
+        """In a forked child: close this copy of the listener only (no shutdown, which would
+        stop the parent's listener too)."""
+        self._closed = True
+        self._listener.close()
+
     def close(self) -> None:
         if self._closed:
             return

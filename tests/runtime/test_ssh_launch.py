@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 
@@ -226,7 +227,7 @@ def test_a_refused_login_names_the_host(lab, project, tmp_path):
 # -- the end of remote processes -------------------------------------------------------------------
 
 CALLER = """
-import json, sys
+import json, os, sys
 import parl
 from parl.ssh.client import SSHOptions
 from parl.ssh.hosts import HostSpec
@@ -240,7 +241,13 @@ actors = [Where() for _ in range(3)]
 print(json.dumps([a.where()["pid"] for a in actors]), flush=True)
 if setup["end"] == "exception":
     raise RuntimeError("the caller fails")
-if setup["end"] == "wait":
+if setup["end"] == "fork":
+    child = os.fork()
+    if child == 0:  # holds copies of every socket of its parent
+        sys.stdin.read()
+        os._exit(0)
+    print(child, flush=True)
+if setup["end"] in ("wait", "fork"):
     sys.stdin.read()
 """
 
@@ -264,18 +271,25 @@ def run_caller(lab, project, tmp_path, end: str) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize("end", ["exit", "exception", "sigkill"])
+@pytest.mark.parametrize("end", ["exit", "exception", "sigkill", "fork"])
 def test_every_remote_process_ends_with_the_caller(lab, project, tmp_path, end):
+    """Leaving, failing, SIGKILL; and SIGKILL while a forked child lives on (it must not keep
+    the SSH sessions open: it closes its copies of their sockets)."""
     caller = run_caller(lab, project, tmp_path, "wait" if end == "sigkill" else end)
+    child = None
     try:
         line = caller.stdout.readline()
         assert line, caller.stderr.read()
         workers = json.loads(line)
         assert len(workers) == 3 and all(psutil.pid_exists(p) for p in workers)
         assert lab.remote_processes()
-        if end == "sigkill":
+        if end == "fork":
+            child = int(caller.stdout.readline())
+        if end in ("sigkill", "fork"):
             caller.kill()
         caller.wait(60)
+        if child is not None:
+            assert psutil.pid_exists(child)
         assert wait_until(lambda: not lab.remote_processes(), timeout=10), [
             " ".join(p.cmdline()) for p in lab.remote_processes()
         ]
@@ -283,6 +297,9 @@ def test_every_remote_process_ends_with_the_caller(lab, project, tmp_path, end):
         if end == "exception":
             assert "RuntimeError: the caller fails" in caller.stderr.read()
     finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
         caller.kill()
         caller.wait()
         for stream in (caller.stdin, caller.stdout, caller.stderr):
