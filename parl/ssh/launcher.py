@@ -180,9 +180,16 @@ class _Host:
 
 
 def _read_line(channel: paramiko.Channel, timeout: float) -> str:
+    """The agent's ready line (``ok ...`` or ``error ...``), skipping whatever the remote
+    login shell may print before it; "" at the end of output or after ``timeout``."""
     data = b""
     deadline = time.monotonic() + timeout
-    while not data.endswith(b"\n"):
+    while True:
+        *lines, data = data.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace").strip()
+            if text.startswith(("ok ", "error ")):
+                return text
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
@@ -194,7 +201,7 @@ def _read_line(channel: paramiko.Channel, timeout: float) -> str:
         if not chunk:
             break
         data += chunk
-    return data.decode(errors="replace").strip()
+    return ""
 
 
 class Launch:

@@ -80,8 +80,17 @@ class Probe:
     cpus: int
 
 
+def shell_word(word: str) -> str:
+    """``word`` quoted for the remote shell, except a leading ``~/``, which the shell expands
+    (``python=~/venv/bin/python3`` in a hosts file means the remote user's home)."""
+    if word.startswith("~/"):
+        return "~/" + quote([word[2:]])
+    return quote([word])
+
+
 def probe_command(python: str, base: str, digests: list[str]) -> str:
-    return quote([python, "-c", PROBE, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))])
+    args = [PROBE, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
+    return f"{shell_word(python)} -c {quote(args)}"
 
 
 def parse_probe(host: str, python: str, status: int, stdout: bytes, stderr: bytes) -> Probe:
@@ -158,7 +167,7 @@ def unpack_command(python: str, base: str, parl_digest: str, jobs: list[tuple[st
     """Unpack each uploaded (archive path, digest) into ``base/digest``; parl's own archive
     first, with the standard library, then the others with parl's safe unpack."""
     args = [a for job in jobs for a in job]
-    return quote([python, "-c", UNPACK, base, parl_digest, *args])
+    return f"{shell_word(python)} -c {quote([UNPACK, base, parl_digest, *args])}"
 
 
 def agent_command(
@@ -177,6 +186,9 @@ def agent_command(
     agent registers (a tunnel's end on the caller's side) instead of its own."""
     project = f"{base}/{project_digest}"
     path = f"{project}:{base}/{parl_digest}"
-    daemon = [python, "-m", "parl.cluster.daemon", "agent", bind, master, str(cpus), "3"]
+    daemon = ["-m", "parl.cluster.daemon", "agent", bind, master, str(cpus), "3"]
     daemon += ["--secret-stdin"] + ([f"--advertise={advertise}"] if advertise else [])
-    return f"cd {quote([project])} && PYTHONPATH={quote([path])} exec {quote(daemon)} 3>&1 1>&2"
+    return (
+        f"cd {quote([project])} && PYTHONPATH={quote([path])} exec {shell_word(python)} "
+        f"{quote(daemon)} 3>&1 1>&2"
+    )

@@ -4,6 +4,7 @@ address."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -33,9 +34,13 @@ def test_the_agent_command_quotes_paths_and_carries_no_secret():
 
 def test_the_probe_runs_here_and_reports_versions_and_cached_digests(tmp_path):
     (tmp_path / "abc").mkdir()
-    command = remote.probe_command(sys.executable, str(tmp_path), ["abc", "def"])
-    done = subprocess.run(command, shell=True, capture_output=True)
-    probe = remote.parse_probe("here", sys.executable, done.returncode, done.stdout, done.stderr)
+    # "~/" stays the shell's to expand: this interpreter, named from a HOME above it
+    home, rest = os.path.dirname(os.path.dirname(sys.executable)), os.path.basename(sys.executable)
+    python = f"~/bin/{rest}"
+    command = remote.probe_command(python, str(tmp_path), ["abc", "def"])
+    env = dict(os.environ, HOME=home)
+    done = subprocess.run(command, shell=True, capture_output=True, env=env)
+    probe = remote.parse_probe("here", python, done.returncode, done.stdout, done.stderr)
     assert probe.have == ("abc",) and probe.base == str(tmp_path)
     assert probe.packages == remote.local_versions()
     remote.check_versions("here", probe, remote.local_versions(), sys.executable)  # no error
