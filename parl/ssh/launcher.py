@@ -106,7 +106,7 @@ class _Host:
                     )  # fmt: skip
                 jobs.append((path, pack.digest))
                 self.report.uploaded += len(pack.data)
-        except OSError as exc:
+        except (OSError, paramiko.SSHException) as exc:
             raise DeploymentError(
                 f"host {self.spec.name}: uploading to {self.base} failed: {exc}"
             ) from None
@@ -131,7 +131,13 @@ class _Host:
         if self.spec.tunnel:  # all on the host's loopback, through the SSH connection
             self.forward = LocalForward(self.conn.transport, self.spec.name)
             bind, advertise = "127.0.0.1", f"127.0.0.1:{self.forward.port}"
-            master = ("127.0.0.1", remote_forward(self.conn.transport, here))
+            try:
+                master = ("127.0.0.1", remote_forward(self.conn.transport, here))
+            except paramiko.SSHException as exc:
+                raise SSHError(
+                    f"host {self.spec.name} refuses to forward a port back to this machine "
+                    f"({exc}): tunnel=yes needs `AllowTcpForwarding yes` in its sshd_config"
+                ) from None
         command = remote.agent_command(
             self.spec.python, self.base, parl, project, bind, f"{master[0]}:{master[1]}",
             self.report.cpus, advertise,
