@@ -1,4 +1,5 @@
-"""Small-call round trip over the cluster's TCP carrier, against baselines of the same run.
+"""The cluster's TCP carrier against baselines of the same run: small calls, futures on two
+actors, a 128 MiB array, and what an idle cluster costs.
 
     python scripts/bench_cluster.py            # starts a throwaway cluster on loopback
     python scripts/bench_cluster.py --calls 2000
@@ -6,7 +7,9 @@
 Baselines: a ``multiprocessing.connection`` Client/Listener round trip over loopback TCP (the
 floor for a call to another process over TCP, with its HMAC authentication done once), and
 this project's local carrier (a Unix socket with shared memory). The cluster runs in its own
-``HOME`` with a secret in ``PARL_CLUSTER_SECRET``, and is stopped at the end.
+``HOME`` with a secret in ``PARL_CLUSTER_SECRET``, and is stopped at the end. The idle cluster
+(master plus a host agent with 2 slots, no actor yet) is measured right after ``xparl start``:
+its processes and their total resident memory.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Client, Listener
 
 import numpy as np
+import psutil
 
 import parl
 
@@ -39,6 +43,12 @@ class Echo:
 
     def echo(self, a: np.ndarray) -> np.ndarray:
         return a
+
+
+@parl.remote_class(wait=False)
+class AsyncEcho:
+    def noop(self, x: int) -> int:
+        return x
 
 
 def _serve(address: tuple[str, int], authkey: bytes, ready: mp.Event) -> None:
@@ -129,6 +139,12 @@ def timings(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def _seconds(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
 def _xparl(env: dict[str, str], *args: str) -> str:
     return subprocess.run(
         [sys.executable, "-m", "parl.cluster.cli", *args],
@@ -137,6 +153,17 @@ def _xparl(env: dict[str, str], *args: str) -> str:
         capture_output=True,
         text=True,
     ).stdout
+
+
+def _idle_cluster(home: str) -> tuple[int, int]:
+    """(processes, total RSS in bytes) of the cluster's daemons and their children."""
+    folder = os.path.join(home, ".parl", "clusters")
+    found: list[psutil.Process] = []
+    for name in os.listdir(folder):
+        pid = int(name.rsplit("-", 1)[1].split(".")[0])
+        daemon = psutil.Process(pid)
+        found += [daemon, *daemon.children(recursive=True)]
+    return len(found), sum(p.memory_info().rss for p in found)
 
 
 def main() -> None:
@@ -154,6 +181,7 @@ def main() -> None:
     start = time.perf_counter()
     _xparl(env, "start", "--port", str(port), "--cpu_num", "2")
     started = time.perf_counter() - start
+    idle = _idle_cluster(home)
     try:
         with mp_echo() as mp_call:
             parl.connect(linger=5)
@@ -165,6 +193,19 @@ def main() -> None:
                 args.calls,
                 args.rounds,
             )
+            parl.close_actor(tcp)
+            pair = [AsyncEcho(), AsyncEcho()]
+
+            def futures() -> None:
+                pending = [pair[i % 2].noop(i) for i in range(args.calls)]
+                for future in pending:
+                    future.get()
+
+            futures()  # warm-up
+            batch = statistics.median(_seconds(futures) for _ in range(args.rounds))
+            for actor in pair:
+                parl.close_actor(actor)
+            tcp = Echo()
             array = np.ones(BIG, np.uint8)
             with raw_echo() as raw_call:
                 big = timings({"raw": raw_call, "tcp": lambda: tcp.echo(array)}, 1, args.rounds)
@@ -175,6 +216,10 @@ def main() -> None:
         _xparl(env, "stop", "--port", str(port))
     baseline, local_s, tcp_s = got["mp"], got["local"], got["tcp"]
     print(f"xparl start returned in {started:.2f} s")
+    print(
+        f"idle cluster (master + host agent, 2 slots): {idle[0]} process(es), "
+        f"{idle[1] / 2**20:.0f} MiB resident in total"
+    )
     print(f"{'round trip of a small call':42s} {'us':>8s} {'ratio':>8s}")
     print(f"{'multiprocessing.connection over TCP':42s} {baseline * 1e6:8.1f} {1.0:8.2f}")
     print(f"{'parl local carrier':42s} {local_s * 1e6:8.1f} {local_s / baseline:8.2f}")
@@ -182,6 +227,10 @@ def main() -> None:
         f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
     )
     print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
+    print(f"{'calls per second':42s} {'calls/s':>8s} {'ratio':>8s}")
+    print(f"{'multiprocessing.connection, sequential':42s} {1 / baseline:8.0f} {1.0:8.2f}")
+    rate = args.calls / batch
+    print(f"{'cluster, futures on 2 actors':42s} {rate:8.0f} {rate * baseline:8.2f}")
     print(f"{'128 MiB to a process and back':42s} {'GB/s':>8s} {'ratio':>8s}")
     for name, label in (("raw", "plain socket, sendall/recv_into"), ("tcp", "cluster actor")):
         rate = 2 * BIG / big[name] / 1e9

@@ -14,16 +14,21 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
-from parl.cluster import control
+from parl.cluster import control, versions
 from parl.cluster.auth import load_secret
+from parl.cluster.deploy import outside_modules, upload
+from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError
 from parl.shm.carrier import worker_death_error
 from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
+from parl.wire import classes
 from parl.wire.caller import Connection
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -38,10 +43,14 @@ log = logging.getLogger("parl.cluster")
 class ClusterCarrier:
     """Creates actors on the cluster whose master listens at ``address``.
 
-    Connects to the master at once, so that a wrong address or secret shows at
-    ``parl.connect``. ``slot_timeout``: how long creating an actor waits for a free slot.
-    ``max_frame``: the largest message on an actor's connection, in bytes. ``secret``: the
-    cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH launcher's own).
+    Connects to the master at once, so that a wrong address or secret, or hosts with other
+    versions of Python, parl, numpy, torch or cloudpickle, show at ``parl.connect``.
+    ``slot_timeout``: how long creating an actor waits for a free slot. ``max_frame``: the
+    largest message on an actor's connection, in bytes. ``distributed_files``: globs of files
+    (relative to the project folder) to deploy besides the project's own (see
+    :func:`parl.cluster.packer.pack_project`).
+    ``secret``: the cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH
+    launcher gives its own).
     """
 
     def __init__(
@@ -51,6 +60,7 @@ class ClusterCarrier:
         slot_timeout: float = DEFAULT_SLOT_TIMEOUT_S,
         max_frame: int = control.ACTOR_MAX_FRAME,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+        distributed_files: Sequence[str] = (),
         secret: bytes | None = None,
     ) -> None:
         self.address = address
@@ -61,13 +71,12 @@ class ClusterCarrier:
         self._secret = secret or load_secret()
         self._client_id = secrets.token_hex(8)
         self._what = f"the master at {address}"
-        self._master_host, port = control.parse_address(address)
-        self._master = control.dial((self._master_host, port), self._secret, self._what)
-        try:
-            control.request(self._master, {"op": "client"}, self._what, 10.0)
-        except BaseException:
-            self._master.close()
-            raise
+        self._master_host, self._master_port = control.parse_address(address)
+        self._versions = versions.local_versions()
+        self._root = project_root()
+        self._pack: Pack = pack_project(self._root, distributed_files)
+        self._modules_seen: set[str] = set()
+        self._master = self._dial_master()
         self._master_lock = threading.Lock()
         self._lock = threading.Lock()
         self._channels: dict[tuple[str, int], _HostChannel] = {}
@@ -75,14 +84,38 @@ class ClusterCarrier:
         self._closed = False
         _track(self)
 
+    def _dial_master(self) -> FrameSocket:
+        """A client connection to the master, after checking the versions of its hosts."""
+        sock = control.dial((self._master_host, self._master_port), self._secret, self._what)
+        try:
+            welcome = control.request(sock, {"op": "client"}, self._what, 10.0)
+            for host in welcome.get("hosts") or ():
+                where = f"the host agent at {host.get('address')} ({host.get('hostname')})"
+                versions.check(self._versions, host.get("versions"), where)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     def create(self, class_name: str, options: dict[str, Any]) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
-        grant = self._place()
+        self._outside_by_value()
+        n_gpu = int(options.get("n_gpu") or 0)
+        grant = self._place(n_gpu)
         try:
             return self._start(class_name, options, grant)
         except BaseException:
             self._release(grant["token"])  # the slot is free again at once
             raise
+
+    def _outside_by_value(self) -> None:
+        """Modules imported from outside the deployed folder (and not installed) are not on the
+        hosts: what is defined there travels by value from now on."""
+        new = set(sys.modules.copy()) - self._modules_seen
+        if new:
+            for name in outside_modules(self._root, sorted(new)):
+                classes.send_by_value(name)
+            self._modules_seen |= new
 
     def _start(
         self, class_name: str, options: dict[str, Any], grant: control.Message
@@ -97,10 +130,12 @@ class ClusterCarrier:
             "client": self._client_id,
             "token": grant["token"],
             "label": class_name,
+            "code": self._pack.digest,
             "max_frame": self.max_frame,
             "options": {
                 "max_memory": options.get("max_memory"),
                 "num_threads": options.get("num_threads"),
+                "n_gpu": int(options.get("n_gpu") or 0),
                 "stop_timeout": self.stop_timeout,
             },
         }
@@ -116,35 +151,49 @@ class ClusterCarrier:
         liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
         return Connection(sock, InlineLink(), liveness, label)
 
-    def _place(self) -> control.Message:
-        """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one."""
+    def _place(self, n_gpu: int = 0) -> control.Message:
+        """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
+        master that went away (and maybe came back: a restart) is connected to once more."""
         with self._master_lock:
             if self._closed:
                 raise ClusterError(f"the connection to {self._what} is closed")
             try:
-                control.send(self._master, {"op": "place", "timeout": self.slot_timeout})
-                while True:
-                    answer = control.recv(self._master, self.slot_timeout + 10.0)
-                    if answer is None:
-                        raise ClusterError(
-                            f"{self._what} closed the connection or did not answer; is the "
-                            "cluster still running (`xparl status`)?"
-                        )
-                    if answer["op"] == "waiting":
-                        log.warning(
-                            "no free slot in the cluster at %s (%s slots, %s used): waiting up "
-                            "to %g s for one",
-                            self.address,
-                            answer.get("slots"),
-                            answer.get("used"),
-                            self.slot_timeout,
-                        )
-                        continue
-                    if answer["op"] == "error":
-                        raise ClusterError(str(answer.get("message")))
-                    return answer
-            except OSError as exc:
-                raise ClusterError(f"lost the connection to {self._what}: {exc}") from exc
+                return self._ask_for_slot(n_gpu)
+            except _MasterLost:
+                _shutdown(self._master)
+            log.warning("lost the connection to %s: connecting again", self._what)
+            self._master = self._dial_master()  # "cannot reach the master ...": a clear end
+            try:
+                return self._ask_for_slot(n_gpu)
+            except _MasterLost as exc:
+                raise ClusterError(str(exc)) from None
+
+    def _ask_for_slot(self, n_gpu: int) -> control.Message:
+        try:
+            ask = {"op": "place", "timeout": self.slot_timeout, "n_gpu": n_gpu}
+            control.send(self._master, ask)
+            while True:
+                answer = control.recv(self._master, self.slot_timeout + 10.0)
+                if answer is None:
+                    raise _MasterLost(
+                        f"{self._what} closed the connection or did not answer; is the "
+                        "cluster still running (`xparl status`)?"
+                    )
+                if answer["op"] == "waiting":
+                    log.warning(
+                        "no free %s in the cluster at %s (%s in all, %s used): waiting up to %g s",
+                        f"host with {n_gpu} GPU(s)" if n_gpu else "slot",
+                        self.address,
+                        answer.get("slots"),
+                        answer.get("used"),
+                        self.slot_timeout,
+                    )
+                    continue
+                if answer["op"] == "error":
+                    raise ClusterError(str(answer.get("message")))
+                return answer
+        except OSError as exc:
+            raise _MasterLost(f"lost the connection to {self._what}: {exc}") from exc
 
     def _release(self, token: object) -> None:
         """Tell the master that the slot of grant ``token`` was not taken (best effort)."""
@@ -164,8 +213,22 @@ class ClusterCarrier:
             if channel is not None and not channel.closed:
                 return channel
         channel = _HostChannel(
-            control.dial(where, self._secret, what), self._client_id, self.forward_output, what
+            control.dial(where, self._secret, what),
+            {
+                "op": "caller",
+                "client": self._client_id,
+                "forward": self.forward_output,
+                "code": self._pack.digest,
+            },
+            what,
         )
+        try:
+            versions.check(self._versions, channel.welcome.get("versions"), what)
+            if not channel.welcome.get("has_code"):
+                upload(where, self._secret, what, self._pack, "project code")
+        except BaseException:
+            channel.close()
+            raise
         with self._lock:
             old = self._channels.get(where)
             if old is not None and not old.closed:
@@ -204,10 +267,14 @@ class ClusterCarrier:
         return None  # no local process of ours
 
 
+class _MasterLost(ClusterError):
+    """The connection to the master ended (the master was stopped, killed or restarted)."""
+
+
 class _HostChannel:
     """The control connection to one host agent: output lines and exit notices arrive here."""
 
-    def __init__(self, sock: FrameSocket, client_id: str, forward: bool, what: str) -> None:
+    def __init__(self, sock: FrameSocket, hello: control.Message, what: str) -> None:
         self.what = what
         self.closed = False
         self._sock = sock
@@ -215,9 +282,7 @@ class _HostChannel:
         self._exits: dict[int, int | None] = {}
         self._changed = threading.Condition()
         try:
-            control.request(
-                sock, {"op": "caller", "client": client_id, "forward": forward}, what, 10.0
-            )
+            self.welcome = control.request(sock, hello, what, 10.0)
         except BaseException:
             sock.close()
             raise

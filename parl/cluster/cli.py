@@ -1,7 +1,9 @@
 """``xparl``: start, extend, list and stop this user's clusters.
 
-    xparl start --port P [--cpu_num N] [--host ADDR]    master + a local host agent
-    xparl connect --address HOST:PORT [--cpu_num N] [--host ADDR]   add this machine
+    xparl start --port P [--cpu_num N] [--host ADDR] [--cache_dir D] [--gpu_cluster --gpu 0,1]
+                                                          master + a local host agent
+    xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1] [--host ADDR] [--cache_dir D]
+                                                          add this machine
     xparl status                                          each cluster: hosts, slots, clients
     xparl stop [--port P]                                 only that cluster's processes
 
@@ -17,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import psutil
 
@@ -25,6 +28,9 @@ from parl.cluster.auth import load_secret
 from parl.errors import ParlError
 
 _READY_TIMEOUT_S = 30.0
+_CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
+_CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
+_GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
 
 
@@ -33,21 +39,33 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", help="start a master and a local host agent")
     start.add_argument("--port", type=int, required=True)
-    start.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
+    start.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
     start.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    start.add_argument("--cache_dir", default="", help=_CACHE_HELP)
+    start.add_argument("--gpu_cluster", action="store_true", help="local GPUs, no CPU slots")
+    start.add_argument("--gpu", default="", help=_GPU_HELP)
     connect = commands.add_parser("connect", help="add this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master's host:port")
-    connect.add_argument("--cpu_num", type=int, default=os.cpu_count() or 1)
+    connect.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
     connect.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    connect.add_argument("--cache_dir", default="", help=_CACHE_HELP)
+    connect.add_argument("--gpu", default="", help=_GPU_HELP)
     commands.add_parser("status", help="list the clusters this user started")
     stop = commands.add_parser("stop", help="stop a cluster's processes")
     stop.add_argument("--port", type=int, help="the cluster's port (default: every cluster)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "start":
-            return _start(args.port, args.cpu_num, args.host)
-        if args.command == "connect":
-            return _connect(args.address, args.cpu_num, args.host)
+        if args.command in ("start", "connect"):
+            gpus = parse_gpus(args.gpu)
+            if getattr(args, "gpu_cluster", False) and not gpus:
+                raise ValueError("--gpu_cluster needs the GPU ids to offer: --gpu 0,1")
+            cpus = args.cpu_num
+            if cpus is None:  # a machine that offers GPUs offers no CPU slots unless asked
+                cpus = 0 if gpus else os.cpu_count() or 1
+            options = _daemon_options(args.cache_dir, gpus)
+            if args.command == "start":
+                return _start(args.port, cpus, args.host, options, gpus)
+            return _connect(args.address, cpus, args.host, options, gpus)
         if args.command == "status":
             return _status()
         return _stop(args.port)
@@ -56,7 +74,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _start(port: int, cpus: int, host: str) -> int:
+def parse_gpus(text: str) -> list[str]:
+    """``"0,1"`` as ["0", "1"]; ValueError naming the bad id."""
+    ids = [part.strip() for part in text.split(",") if part.strip()]
+    for gpu in ids:
+        if not gpu.isdigit():
+            raise ValueError(
+                f"--gpu takes GPU ids such as 0,1 (as nvidia-smi numbers them), got {gpu!r}"
+            )
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"--gpu lists a GPU twice: {text!r}")
+    return ids
+
+
+def _daemon_options(cache_dir: str, gpus: list[str]) -> list[str]:
+    options = [f"--cache_dir={os.path.abspath(cache_dir)}"] if cache_dir else []
+    return options + ([f"--gpus={','.join(gpus)}"] if gpus else [])
+
+
+def _offer(cpus: int, gpus: list[str]) -> str:
+    return f"{cpus} CPU slot(s)" + (f" and GPU(s) {','.join(gpus)}" if gpus else "")
+
+
+def _start(
+    port: int, cpus: int, host: str, options: list[str] | None = None, gpus: Sequence[str] = ()
+) -> int:
     if cpus < 0:
         raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
     load_secret(create=True)  # refuses a secret file that others can read
@@ -66,27 +108,32 @@ def _start(port: int, cpus: int, host: str) -> int:
                 f"a cluster of yours already runs on port {port} ({other.address}); stop it "
                 f"with `xparl stop --port {port}` or choose another port"
             )
-    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log")
+    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log", options or [])
     host, port_number = control.parse_address(address)
     shown = f"{_hostname()}:{port_number}" if control.is_wildcard(host) else address
-    print(f"parl cluster started: master at {shown}, {cpus} local CPU slot(s)")
+    print(f"parl cluster started: master at {shown}, {_offer(cpus, list(gpus))} here")
     print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
     print(f"in your script:  parl.connect({shown!r})")
     return 0
 
 
-def _connect(address: str, cpus: int, host: str) -> int:
-    if cpus < 1:
-        raise ValueError(f"--cpu_num must be >= 1, got {cpus}")
+def _connect(
+    address: str, cpus: int, host: str, options: list[str] | None = None, gpus: Sequence[str] = ()
+) -> int:
+    if cpus < 0 or cpus + len(gpus) < 1:
+        raise ValueError(f"--cpu_num must be >= 1 (or >= 0 with --gpu), got {cpus}")
     control.parse_address(address)
     load_secret()
     _, port = control.parse_address(address)
-    listening = _spawn("agent", host, address, cpus, f"xparl-agent-{port}-{os.getpid()}.log")
-    print(f"host agent at {listening} with {cpus} CPU slot(s) joined the cluster at {address}")
+    log_name = f"xparl-agent-{port}-{os.getpid()}.log"
+    listening = _spawn("agent", host, address, cpus, log_name, options or [])
+    print(
+        f"host agent at {listening} with {_offer(cpus, list(gpus))} joined the cluster at {address}"
+    )
     return 0
 
 
-def _spawn(role: str, host: str, where: str, cpus: int, log_name: str) -> str:
+def _spawn(role: str, host: str, where: str, cpus: int, log_name: str, options: list[str]) -> str:
     """Start a daemon in its own session; its address once it serves."""
     os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
     log_path = os.path.join(state.parl_dir(), "logs", log_name)
@@ -103,6 +150,7 @@ def _spawn(role: str, host: str, where: str, cpus: int, log_name: str) -> str:
                 where,
                 str(cpus),
                 str(ready_w),
+                *options,
             ],
             pass_fds=(ready_w,),
             stdin=subprocess.DEVNULL,
@@ -161,9 +209,10 @@ def _status() -> int:
             f"{slots} slot(s) used, {slots - used} free, {info['clients']} client(s)"
         )
         for h in hosts:
+            gpus = f"; GPUs: {h['gpu_used']} of {h['gpus']} used" if h.get("gpus") else ""
             print(
                 f"  {h['address']} ({h['hostname']}): {h['used']} used, "
-                f"{h['slots'] - h['used']} free of {h['slots']}"
+                f"{h['slots'] - h['used']} free of {h['slots']}{gpus}"
             )
     return 0
 

@@ -19,6 +19,14 @@ from parl.wire.framing import FrameSocket, wait_readable
 CONTROL_MAX_FRAME = 1 << 20
 ACTOR_MAX_FRAME = 1 << 32  # default largest message on an actor's connection (4 GiB)
 CONNECT_TIMEOUT_S = 5.0
+# A peer whose process ends closes its sockets: the other end sees that at once. A peer whose
+# machine or network goes away sends nothing more: the kernel's keepalive probes (after 1 s
+# idle, every 1 s, 3 unanswered) end such a connection within about 4 s, with no heartbeat
+# thread on either side. (Not TCP_USER_TIMEOUT: it would also end a healthy connection whose
+# receiver is busy and leaves a large message unread, a zero window, for a few seconds.)
+KEEPALIVE_IDLE_S = 1
+KEEPALIVE_INTERVAL_S = 1
+KEEPALIVE_COUNT = 3
 
 Message = dict[str, Any]
 
@@ -38,6 +46,23 @@ def is_wildcard(host: str) -> bool:
     """Whether ``host`` means "every address of this machine" (only ever chosen by the user
     with ``--host``: the default is 127.0.0.1); such a host is advertised by another name."""
     return host in ("0.0.0.0", "::", "")
+
+
+def tune(sock: socket.socket) -> None:
+    """TCP_NODELAY and the short keepalive above, on a cluster connection (both ends)."""
+    options = [
+        (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), KEEPALIVE_IDLE_S),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_S),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
+    ]
+    for level, name, value in options:
+        if name is not None:  # Linux has them all; other systems some
+            try:
+                sock.setsockopt(level, name, value)
+            except OSError:
+                pass
 
 
 def send(sock: FrameSocket, message: Message) -> None:
@@ -77,7 +102,7 @@ def dial(
             "address right?"
         ) from None
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tune(sock)
         client_handshake(sock, secret, what)
     except BaseException:
         sock.close()

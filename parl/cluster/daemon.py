@@ -1,16 +1,18 @@
 """The long-running cluster processes that ``xparl`` starts in the background.
 
-``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD``: the master, with a local host
-agent of CPUS slots on the same port (none when CPUS is 0). ``... agent HOST MASTER CPUS
-READY_FD``: a host agent that registers with the master at MASTER and ends when that
-connection does. Each writes one line to READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once
-it serves, or fails; it runs until SIGTERM or SIGINT, then stops its workers, removes its
-state file and exits. The secret comes from the environment or the secret file, and is removed
-from the environment before anything is started (workers never see it there). With a last
-argument ``--secret-stdin`` (the SSH launcher), the secret is the first line of stdin instead,
-and the end of stdin (the SSH session closed) stops the process as SIGTERM does; with
-``--advertise=HOST:PORT`` too, an agent registers that address instead of its own (the
-caller's end of an SSH tunnel to it).
+``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]
+[--gpus=0,1]``: the master, with a local host agent of CPUS slots (and the GPUs listed) on the
+same port (none when it has neither). ``... agent HOST MASTER CPUS READY_FD [...]``: a host
+agent that registers with the master at MASTER, and again whenever a master answers there
+after the connection was lost. CACHE: where host agents keep callers' code (default
+``~/.parl/cache``). Each writes one line to
+READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
+or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
+environment or the secret file, and is removed from the environment before anything is started
+(workers never see it there). With ``--secret-stdin`` (the SSH launcher), the secret is the
+first line of stdin instead, and the end of stdin (the SSH session closed) stops the process as
+SIGTERM does; with ``--advertise=HOST:PORT``, an agent registers that address instead of its
+own (the caller's end of an SSH tunnel to it).
 """
 
 from __future__ import annotations
@@ -27,12 +29,19 @@ from parl.cluster.auth import SECRET_ENV, load_secret
 from parl.cluster.hostagent import HostAgent
 from parl.cluster.master import Master
 from parl.cluster.server import Server
+from parl.errors import ClusterError
 
 log = logging.getLogger("parl.cluster")
+_RETRY_MIN_S = 0.1
+_RETRY_MAX_S = 1.0
 
 
 def main(argv: list[str]) -> int:
     role, host, where, cpus, ready_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
+    # options after the positional arguments: --cache_dir=PATH, --gpus=0,1 (others not ours)
+    options = dict(a[2:].split("=", 1) for a in argv[5:] if a.startswith("--") and "=" in a)
+    cache_dir = options.get("cache_dir") or None
+    gpus = [g for g in options.get("gpus", "").split(",") if g]
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -40,14 +49,14 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        flags = argv[5:]
-        secret = _secret_from_stdin(stop) if "--secret-stdin" in flags else load_secret()
-        advertise = [f.split("=", 1)[1] for f in flags if f.startswith("--advertise=")]
+        from_stdin = "--secret-stdin" in argv[5:]
+        secret = _secret_from_stdin(stop) if from_stdin else load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
-            parts = _run_master(host, int(where), cpus, secret, stop)
+            parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus)
         else:
-            parts = _run_agent(host, where, cpus, secret, stop, *advertise[:1])
+            advertise = options.get("advertise")
+            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus, advertise)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, f"error {exc}")
         return 1
@@ -66,16 +75,23 @@ def main(argv: list[str]) -> int:
 
 
 def _run_master(
-    host: str, port: int, cpus: int, secret: bytes, stop: threading.Event
+    host: str,
+    port: int,
+    cpus: int,
+    secret: bytes,
+    cache_dir: str | None = None,
+    gpus: list[str] | None = None,
 ) -> tuple[Server, HostAgent | None, state.ProcessState]:
     master = Master()
     server = Server(host, port, secret, master.handlers)
     agent = None
-    if cpus > 0:
-        agent = HostAgent(cpus)
+    if cpus > 0 or gpus:
+        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
         # listening on every address: callers reach it where they reach the master ("")
         local = "" if control.is_wildcard(server.host) else server.host
-        _, agent.report = master.add_host(local, server.port, agent.hostname, cpus)
+        _, agent.report = master.add_host(
+            local, server.port, agent.hostname, cpus, agent.versions, len(agent.gpus)
+        )
         server.handlers.update(agent.handlers)
     server.start()
     own = _state("master", server.address, server.address, server.port)
@@ -89,11 +105,13 @@ def _run_agent(
     cpus: int,
     secret: bytes,
     stop: threading.Event,
+    cache_dir: str | None = None,
+    gpus: list[str] | None = None,
     advertise: str | None = None,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = control.dial(where, secret, f"the master at {master_address}")
-    agent = HostAgent(cpus)
+    agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
     server = Server(host, 0, secret, agent.handlers)
     advertised = server.host
     if control.is_wildcard(advertised):  # reachable where the master reached us from
@@ -101,43 +119,94 @@ def _run_agent(
     port, listening = server.port, advertised
     if advertise is not None:
         advertised, port = control.parse_address(advertise)
-    control.request(
-        link,
-        {
-            "op": "register",
-            "host": advertised,
-            "port": port,
-            "hostname": agent.hostname,
-            "slots": cpus,
-        },
-        f"the master at {master_address}",
-        10.0,
-    )
-    lock = threading.Lock()
-
-    def report(message: control.Message) -> None:
-        with lock:
-            try:
-                control.send(link, message)
-            except OSError:
-                pass
-
-    agent.report = report
+    hello = {
+        "op": "register",
+        "host": advertised,
+        "port": port,
+        "hostname": agent.hostname,
+        "slots": cpus,
+        "gpus": len(agent.gpus),
+        "versions": agent.versions,
+    }
+    master = MasterLink(where, secret, hello, agent, stop)
+    master.registered(link)
+    agent.report = master.report
     server.start()
-
-    def watch_master() -> None:  # the cluster is gone: so is this agent
-        try:
-            while control.recv(link) is not None:
-                pass
-        except (OSError, ValueError):
-            pass
-        log.warning("the master at %s went away: stopping", master_address)
-        stop.set()
-
-    threading.Thread(target=watch_master, name="parl-master-link", daemon=True).start()
+    threading.Thread(target=master.run, name="parl-master-link", daemon=True).start()
     own = _state("agent", f"{listening}:{server.port}", master_address, where[1])
     state.write(own)
     return server, agent, own
+
+
+class MasterLink:
+    """A host agent's registration with its master. When the master goes away (killed,
+    restarted) the agent keeps its workers and registers again as soon as a master answers
+    at the same address; ``xparl stop`` is what ends an agent."""
+
+    def __init__(
+        self,
+        where: tuple[str, int],
+        secret: bytes,
+        hello: control.Message,
+        agent: HostAgent,
+        stop: threading.Event,
+    ) -> None:
+        self.where, self.secret, self.hello = where, secret, hello
+        self.what = f"the master at {where[0]}:{where[1]}"
+        self.agent, self.stop = agent, stop
+        self._lock = threading.Lock()
+        self._link: control.FrameSocket | None = None
+
+    def registered(self, link: control.FrameSocket) -> None:
+        """Register on ``link`` (a fresh authenticated connection) and report the used slots."""
+        try:
+            control.request(link, self.hello, self.what, 10.0)
+            with self._lock:
+                self._link = link
+            self.report({"op": "used", **self.agent.usage(), "token": None})
+        except BaseException:
+            link.close()
+            raise
+
+    def report(self, message: control.Message) -> None:
+        """Send a report to the master; dropped while there is none (re-sent at registering)."""
+        with self._lock:
+            if self._link is None:
+                return
+            try:
+                control.send(self._link, message)
+            except OSError:
+                pass
+
+    def run(self) -> None:
+        delay = _RETRY_MIN_S
+        while not self.stop.is_set():
+            with self._lock:
+                link = self._link
+            if link is not None:
+                _read_until_closed(link)
+                with self._lock:
+                    self._link = None
+                link.close()
+                if self.stop.is_set():
+                    return
+                log.warning("%s went away: registering again when it is back", self.what)
+                delay = _RETRY_MIN_S
+            if self.stop.wait(delay):
+                return
+            try:
+                self.registered(control.dial(self.where, self.secret, self.what))
+                log.info("registered again with %s", self.what)
+            except (ClusterError, OSError, ValueError):
+                delay = min(2 * delay, _RETRY_MAX_S)
+
+
+def _read_until_closed(link: control.FrameSocket) -> None:
+    try:
+        while control.recv(link) is not None:
+            pass
+    except (OSError, ValueError):
+        pass
 
 
 def _state(role: str, address: str, cluster: str, port: int) -> state.ProcessState:

@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parl.cluster import control
+from parl.cluster.deploy import CodeCache
 from parl.cluster.server import Handler
+from parl.cluster.versions import local_versions
 from parl.shm.output import OutputForwarder
 from parl.shm.pool import ForkServer
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
@@ -39,6 +41,7 @@ class _Worker:
     label: str
     client: str
     pidfd: int
+    gpus: list[str] = field(default_factory=list)  # none: the worker holds a CPU slot
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
 
 
@@ -63,12 +66,24 @@ class _Client:
 
 
 class HostAgent:
-    """``slots`` CPU slots on this machine; ``hostname`` names it in actors' labels."""
+    """``slots`` CPU slots on this machine; ``hostname`` names it in actors' labels; callers'
+    code is cached under ``cache_dir`` (default ``~/.parl/cache``)."""
 
-    def __init__(self, slots: int, hostname: str | None = None, report: Report | None = None):
+    def __init__(
+        self,
+        slots: int,
+        hostname: str | None = None,
+        report: Report | None = None,
+        cache_dir: str | None = None,
+        gpus: list[str] | None = None,
+    ) -> None:
         self.slots = slots
+        self.gpus = list(gpus or [])
+        self._free_gpus = list(self.gpus)
         self.hostname = hostname or socket.gethostname()
         self.report: Report = report or (lambda message: None)
+        self.versions = local_versions()
+        self.cache = CodeCache(cache_dir)
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._used = 0
@@ -83,11 +98,20 @@ class HostAgent:
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return {"caller": self._serve_caller, "actor": self._start_actor, "host": self._status}
+        return {
+            "caller": self._serve_caller,
+            "actor": self._start_actor,
+            "host": self._status,
+            "code": self.cache.receive,
+        }
 
     @property
     def used(self) -> int:
         return self._used
+
+    def usage(self) -> control.Message:
+        """Used CPU slots and GPUs, as the master's ``used`` report carries them."""
+        return {"used": self._used, "gpu_used": len(self.gpus) - len(self._free_gpus)}
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -103,7 +127,16 @@ class HostAgent:
             _answer(sock, {"op": "error", "message": f"caller id {cid!r} is already connected"})
             sock.close()
             return
-        client.send({"op": "welcome", "host": self.hostname, "slots": self.slots})
+        code = hello.get("code")
+        client.send(
+            {
+                "op": "welcome",
+                "host": self.hostname,
+                "slots": self.slots,
+                "versions": self.versions,
+                "has_code": code is None or self.cache.folder(str(code)) is not None,
+            }
+        )
         try:
             while True:
                 message = control.recv(sock)
@@ -129,16 +162,11 @@ class HostAgent:
                 client = self._clients.get(str(request.get("client")))
                 if client is None:
                     raise ValueError("open a control connection (op 'caller') first")
-                if self._closed or self._used >= self.slots:
-                    raise ValueError(
-                        f"host {self.hostname} has no free slot ({self._used} of {self.slots} used)"
-                    )
-                self._used += 1
+                gpus = self._take(request)
             try:
-                pid = self._spawn(sock, client, request)
+                pid = self._spawn(sock, client, request, gpus)
             except BaseException:
-                with self._lock:
-                    self._used -= 1
+                self._give_back(gpus)
                 raise
         except Exception as exc:  # noqa: BLE001 - e.g. the fork server failed: say so
             _answer(sock, {"op": "error", "message": f"cannot start an actor: {exc}"})
@@ -148,20 +176,60 @@ class HostAgent:
         _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
         sock.close()  # the worker holds the connection now
 
-    def _spawn(self, sock: FrameSocket, client: _Client, request: control.Message) -> int:
+    def _take(self, request: control.Message) -> list[str]:
+        """Take a CPU slot, or the GPUs the request asks for (their ids); lock held."""
+        n_gpu = (request.get("options") or {}).get("n_gpu") or 0
+        if not isinstance(n_gpu, int) or n_gpu < 0:
+            raise ValueError(f"n_gpu must be an int >= 0, got {n_gpu!r}")
+        if self._closed:
+            raise ValueError(f"host {self.hostname} is stopping")
+        if n_gpu:
+            if len(self._free_gpus) < n_gpu:
+                raise ValueError(
+                    f"host {self.hostname} has {len(self._free_gpus)} free GPU(s) of "
+                    f"{len(self.gpus)}, not {n_gpu}"
+                )
+            taken, self._free_gpus = self._free_gpus[:n_gpu], self._free_gpus[n_gpu:]
+            return taken
+        if self._used >= self.slots:
+            raise ValueError(
+                f"host {self.hostname} has no free slot ({self._used} of {self.slots} used)"
+            )
+        self._used += 1
+        return []
+
+    def _give_back(self, gpus: list[str]) -> None:
+        with self._lock:
+            if gpus:
+                self._free_gpus = sorted(self._free_gpus + gpus, key=self.gpus.index)
+            else:
+                self._used -= 1
+
+    def _spawn(
+        self, sock: FrameSocket, client: _Client, request: control.Message, gpus: list[str]
+    ) -> int:
         options = request.get("options") or {}
         label = str(request.get("label", "actor"))
+        cwd, sys_path = os.getcwd(), []
+        if request.get("code") is not None:
+            folder = self.cache.folder(str(request["code"]))
+            if folder is None:
+                raise ValueError(f"the caller's code {request['code']!r} is not on this host")
+            cwd, sys_path = str(folder), [str(folder)]
         stop_timeout = float(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
         worker_options = {
             "caller_pid": None,
             "link": "inline",
             "max_frame": int(request.get("max_frame", control.ACTOR_MAX_FRAME)),
-            "cwd": os.getcwd(),
+            "cwd": cwd,
+            "sys_path": sys_path,
             "label": label,
             "max_memory": options.get("max_memory"),
             "num_threads": options.get("num_threads"),
             "stop_timeout": stop_timeout,
         }
+        if self.gpus:  # a GPU actor sees its GPUs, a CPU actor none
+            worker_options["env"] = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus))
         with self._lock:
             if self._server is None or not self._server.alive:
                 self._server = ForkServer()
@@ -178,7 +246,7 @@ class HostAgent:
         finally:
             os.close(out_w)
             os.close(err_w)
-        worker = _Worker(pid, label, client.cid, pidfd)
+        worker = _Worker(pid, label, client.cid, pidfd, gpus)
         with self._lock:
             self._workers[pid] = worker
         prefix = f"({label} pid={pid} on {self.hostname}) "
@@ -217,7 +285,19 @@ class HostAgent:
                 {"pid": w.pid, "label": w.label, "client": w.client, "lines": list(w.lines)}
                 for w in self._workers.values()
             ]
-        _answer(sock, {"op": "status", "slots": self.slots, "used": self._used, "actors": actors})
+        _answer(
+            sock,
+            {
+                "op": "status",
+                "slots": self.slots,
+                "used": self._used,
+                "gpus": self.gpus,
+                "gpu_used": len(self.gpus) - len(self._free_gpus),
+                "actors": actors,
+                "uploads": self.cache.uploads,
+                "versions": self.versions,
+            },
+        )
         sock.close()
 
     # -- workers ending -----------------------------------------------------------------------
@@ -238,9 +318,9 @@ class HostAgent:
                     self._ended(worker)
 
     def _ended(self, worker: _Worker) -> None:
+        self._give_back(worker.gpus)
         with self._lock:
             self._workers.pop(worker.pid, None)
-            self._used -= 1
             client = self._clients.get(worker.client)
             server = self._server
         os.close(worker.pidfd)
@@ -253,7 +333,7 @@ class HostAgent:
         """Tell the master how many slots are used. The count is read under the report lock,
         so that of two reports racing, the one sent last carries the count as it is now."""
         with self._report_lock:
-            self.report({"op": "used", "used": self._used, "token": token})
+            self.report({"op": "used", **self.usage(), "token": token})
 
     def close(self) -> None:
         """Stop every worker (the fork server waits for them) and the agent's threads."""

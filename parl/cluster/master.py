@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from parl.cluster import control
 from parl.cluster.hostagent import Report
@@ -32,21 +33,32 @@ class _Host:
     port: int
     hostname: str
     slots: int
+    versions: dict[str, str] = field(default_factory=dict)
+    gpus: int = 0
     used: int = 0
-    pending: dict[str, float] = field(default_factory=dict)  # grant token -> expiry
+    gpu_used: int = 0
+    # grant token -> (expiry, GPUs): 0 for a CPU slot
+    pending: dict[str, tuple[float, int]] = field(default_factory=dict)
 
-    def free(self, now: float) -> int:
-        for token, expiry in list(self.pending.items()):
+    def free(self, now: float, gpu: bool = False) -> int:
+        """Free CPU slots (or GPUs), counting the grants not taken yet as used."""
+        for token, (expiry, _) in list(self.pending.items()):
             if expiry <= now:
                 del self.pending[token]
-        return self.slots - self.used - len(self.pending)
+        if gpu:
+            return self.gpus - self.gpu_used - sum(n for _, n in self.pending.values())
+        return self.slots - self.used - sum(1 for _, n in self.pending.values() if not n)
 
     def describe(self) -> control.Message:
+        now = time.monotonic()
         return {
             "address": f"{self.host or self.hostname}:{self.port}",
             "hostname": self.hostname,
             "slots": self.slots,
-            "used": self.used + len(self.pending),
+            "used": self.slots - self.free(now),
+            "gpus": self.gpus,
+            "gpu_used": self.gpus - self.free(now, gpu=True),
+            "versions": self.versions,
         }
 
 
@@ -68,11 +80,20 @@ class Master:
 
     # -- hosts --------------------------------------------------------------------------------
 
-    def add_host(self, host: str, port: int, hostname: str, slots: int) -> tuple[int, Report]:
+    def add_host(
+        self,
+        host: str,
+        port: int,
+        hostname: str,
+        slots: int,
+        versions: object = None,
+        gpus: int = 0,
+    ) -> tuple[int, Report]:
         """Register a host agent; returns its id and the function its reports go to."""
+        known = {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
         with self._changed:
             hid = next(self._ids)
-            record = _Host(hid, host, port, hostname, slots)
+            record = _Host(hid, host, port, hostname, slots, known, gpus)
             self._hosts[hid] = record
             self._changed.notify_all()
 
@@ -89,11 +110,12 @@ class Master:
     def _update(self, record: _Host, message: control.Message) -> None:
         if message.get("op") != "used":
             return
-        used = message.get("used")
-        if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+        used, gpu_used = message.get("used"), message.get("gpu_used", 0)
+        if not _is_int(used) or used < 0 or not _is_int(gpu_used) or gpu_used < 0:
             return
         with self._changed:
             record.used = used
+            record.gpu_used = gpu_used
             token = message.get("token")
             if token is not None:
                 record.pending.pop(str(token), None)
@@ -101,13 +123,27 @@ class Master:
 
     def _serve_host(self, sock: FrameSocket, hello: control.Message) -> None:
         """A remote host agent's connection: its reports, until it ends (the host is gone)."""
-        port, slots = hello["port"], hello["slots"]
-        if not _is_int(port) or not 0 < port < 65536 or not _is_int(slots) or slots < 1:
-            control.send(sock, {"op": "error", "message": "a host needs a port and slots >= 1"})
+        port, slots, gpus = hello["port"], hello["slots"], hello.get("gpus", 0)
+        if (
+            not _is_int(port)
+            or not 0 < port < 65536
+            or not _is_int(slots)
+            or not _is_int(gpus)
+            or slots < 0
+            or gpus < 0
+            or slots + gpus < 1
+        ):
+            reason = "a host needs a port, and slots or GPUs >= 1"
+            control.send(sock, {"op": "error", "message": reason})
             sock.close()
             return
         hid, report = self.add_host(
-            str(hello["host"]), port, str(hello.get("hostname", "?")), slots
+            str(hello["host"]),
+            port,
+            str(hello.get("hostname", "?")),
+            slots,
+            hello.get("versions"),
+            gpus,
         )
         try:
             control.send(sock, {"op": "registered", "id": hid})
@@ -127,17 +163,22 @@ class Master:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
         try:
-            control.send(sock, {"op": "welcome"})
+            with self._lock:
+                hosts = [h.describe() for h in self._hosts.values()]
+            control.send(sock, {"op": "welcome", "hosts": hosts})
             while True:
                 message = control.recv(sock)
                 if message is None:
                     break
                 if message["op"] == "place":
-                    timeout = message.get("timeout", 60.0)
+                    timeout, n_gpu = message.get("timeout", 60.0), message.get("n_gpu", 0)
                     if not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
                         control.send(sock, {"op": "error", "message": "timeout: finite seconds"})
                         continue
-                    self._place(sock, float(timeout), grants)
+                    if not _is_int(n_gpu) or n_gpu < 0:
+                        control.send(sock, {"op": "error", "message": "n_gpu: an int >= 0"})
+                        continue
+                    self._place(sock, float(timeout), grants, n_gpu)
                 elif message["op"] == "release":
                     self._release(grants, {str(message.get("token"))})
                 elif message["op"] == "status":
@@ -165,16 +206,20 @@ class Master:
         finally:
             sock.close()
 
-    def _place(self, sock: FrameSocket, timeout: float, grants: set[str]) -> None:
+    def _place(self, sock: FrameSocket, timeout: float, grants: set[str], n_gpu: int) -> None:
+        """Grant a CPU slot (``n_gpu`` 0) or ``n_gpu`` GPUs of one host: the host with the most
+        free; wait up to ``timeout`` for one."""
         deadline = time.monotonic() + timeout
         told = False
+        gpu = n_gpu > 0
+        need = max(n_gpu, 1)
         with self._changed:
             while True:
                 now = time.monotonic()
-                best = max(self._hosts.values(), key=lambda h: h.free(now), default=None)
-                if best is not None and best.free(now) > 0:
+                best = max(self._hosts.values(), key=lambda h: h.free(now, gpu), default=None)
+                if best is not None and best.free(now, gpu) >= need:
                     token = secrets.token_hex(8)
-                    best.pending[token] = now + GRANT_TTL_S
+                    best.pending[token] = (now + GRANT_TTL_S, n_gpu)
                     live = {t for h in self._hosts.values() for t in h.pending}
                     grants.intersection_update(live)  # forget the grants used by now
                     grants.add(token)
@@ -186,17 +231,9 @@ class Master:
                         "token": token,
                     }
                     break
-                slots, used = self._totals(now)
+                slots, used = self._totals(now, gpu)
                 if now >= deadline:
-                    grant = {
-                        "op": "error",
-                        "message": (
-                            f"no free slot in the cluster within {timeout:g} s: {len(self._hosts)} "
-                            f"host(s), {slots} slot(s), {used} used. Close actors you no longer "
-                            "need (parl.close_actor), add a machine with `xparl connect`, or wait "
-                            "longer (parl.connect(..., slot_timeout=...))"
-                        ),
-                    }
+                    grant = {"op": "error", "message": self._none_free(timeout, n_gpu, now)}
                     break
                 if not told:
                     control.send(sock, {"op": "waiting", "slots": slots, "used": used})
@@ -204,9 +241,29 @@ class Master:
                 self._changed.wait(min(deadline - now, GRANT_TTL_S))
         control.send(sock, grant)
 
-    def _totals(self, now: float) -> tuple[int, int]:
-        slots = sum(h.slots for h in self._hosts.values())
-        return slots, slots - sum(h.free(now) for h in self._hosts.values())
+    def _none_free(self, timeout: float, n_gpu: int, now: float) -> str:
+        hosts = len(self._hosts)
+        if n_gpu:
+            gpus, used = self._totals(now, gpu=True)
+            return (
+                f"no host with {n_gpu} free GPU(s) in the cluster within {timeout:g} s: "
+                f"{hosts} host(s), {gpus} GPU(s), {used} used. Close GPU actors you no longer "
+                "need, add a machine with `xparl connect --gpu 0,1,...`, or ask for fewer GPUs"
+            )
+        slots, used = self._totals(now, gpu=False)
+        hint = ""
+        if slots == 0 and self._totals(now, gpu=True)[0]:
+            hint = " This cluster has only GPUs: give the class @parl.remote_class(n_gpu=N)."
+        return (
+            f"no free slot in the cluster within {timeout:g} s: {hosts} host(s), {slots} "
+            f"slot(s), {used} used. Close actors you no longer need (parl.close_actor), add a "
+            "machine with `xparl connect`, or wait longer (parl.connect(..., slot_timeout=...))"
+            + hint
+        )
+
+    def _totals(self, now: float, gpu: bool = False) -> tuple[int, int]:
+        total = sum(h.gpus if gpu else h.slots for h in self._hosts.values())
+        return total, total - sum(h.free(now, gpu) for h in self._hosts.values())
 
     def status(self) -> control.Message:
         with self._lock:
@@ -217,5 +274,5 @@ class Master:
             }
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -52,6 +52,8 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 A folder holding ``pyvenv.cfg`` (a virtual environment of any name) is skipped too."""
 
 DEFAULT_MAX_FILE_BYTES = 32 << 20
+MAX_PROJECT_FILES = 10_000  # a project folder with more is not one (a home folder, /tmp)
+MAX_PROJECT_BYTES = 512 << 20
 MAX_UNPACKED_BYTES = 2 << 30
 """Largest total size ``unpack`` accepts (a gzip bomb stops here)."""
 
@@ -77,14 +79,14 @@ class Pack:
 
 def project_root() -> Path:
     """The caller's project folder: the folder of the entry script (``__main__.__file__``), or
-    the current directory under ``python -c``, ``python -m`` of a stdin script, or a REPL."""
+    the current directory under ``python -m pkg.mod`` (where imports start), ``python -c``, a
+    REPL or a notebook, and when the entry is an installed tool (pytest, ipykernel)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if isinstance(path, str) and path and os.path.isfile(path):
+    if getattr(main, "__spec__", None) is None and isinstance(path, str) and path:
         folder = Path(path).resolve().parent
-        if not _installed(folder):
+        if os.path.isfile(path) and not _installed(folder):
             return folder
-    # an installed tool's entry (pytest, ipykernel) is not the project: its cwd is
     return Path.cwd().resolve()
 
 
@@ -114,11 +116,25 @@ def pack_project(
         )
     files: dict[str, Path] = {}
     too_large: list[str] = []
+    total = 0
     for name, path in _walk(base, ignore):
-        if path.stat().st_size > max_file_bytes:
+        try:
+            size = path.stat().st_size
+        except OSError:  # gone meanwhile
+            continue
+        if size > max_file_bytes:
             too_large.append(name)
-        else:
-            files[name] = path
+            continue
+        files[name] = path
+        total += size
+        if len(files) > MAX_PROJECT_FILES or total > MAX_PROJECT_BYTES:
+            raise DeploymentError(
+                f"the project folder {base} holds more than {MAX_PROJECT_FILES} files or "
+                f"{MAX_PROJECT_BYTES >> 20} MiB to deploy: it is the folder of the entry script "
+                "(or the current folder under `python -c` or a notebook), so keep the script in "
+                "a folder of its own with the code it needs, and pass data files with "
+                "distributed_files"
+            )
     files.update(_globbed(base, distributed_files))
     skipped = sorted(set(too_large) - set(files))
     if skipped:
@@ -237,23 +253,28 @@ def _globbed(base: Path, patterns: Sequence[str]) -> dict[str, Path]:
 
 def _pack(files: dict[str, Path]) -> Pack:
     raw = io.BytesIO()
-    size = 0
+    size = count = 0
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as archive:
         for name in sorted(files):
-            path = files[name]
-            with open(path, "rb") as file:
-                st = os.fstat(file.fileno())
-                info = tarfile.TarInfo(name)
-                info.size = st.st_size
-                info.mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
-                info.mtime = 0
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                archive.addfile(info, file)
-            size += st.st_size
+            try:  # read whole: a file that changes meanwhile cannot break the archive
+                with open(files[name], "rb") as file:
+                    executable = os.fstat(file.fileno()).st_mode & stat.S_IXUSR
+                    content = file.read()
+            except OSError as exc:  # removed meanwhile, or not readable
+                log.warning("not deploying %s: %s", files[name], exc.strerror or exc)
+                continue
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o755 if executable else 0o644
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            archive.addfile(info, io.BytesIO(content))
+            size += len(content)
+            count += 1
     tar = raw.getvalue()
     data = gzip.compress(tar, compresslevel=_GZIP_LEVEL, mtime=0)
-    return Pack(hashlib.sha256(tar).hexdigest(), data, len(files), size)
+    return Pack(hashlib.sha256(tar).hexdigest(), data, count, size)
 
 
 def _checked_members(data: bytes, max_bytes: int) -> tuple[list[tarfile.TarInfo], tarfile.TarFile]:

@@ -76,10 +76,7 @@ class Server:
             ).start()
 
     def _serve_one(self, sock: socket.socket) -> None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
+        control.tune(sock)
         if not serve_handshake(sock, self.secret):
             sock.close()
             return

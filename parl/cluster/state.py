@@ -31,7 +31,10 @@ class ProcessState:
 
     def alive(self) -> bool:
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) < 0.01
+            process = psutil.Process(self.pid)
+            # a zombie is dead (killed, not yet reaped by a parent that may never do so)
+            same = abs(process.create_time() - self.started) < 0.01
+            return same and process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 

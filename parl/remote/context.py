@@ -87,6 +87,9 @@ def connect(
     ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
     ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
     ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
+    ``distributed_files`` (cluster): globs, relative to the entry script's folder, of files to
+    deploy besides that folder's own (which is packed, minus ``.git``, virtual environments,
+    caches and files over 32 MiB, and sent once per host and content); e.g. ``["data/*.npz"]``.
     ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings
     (``"user@box:22 cpus=4"``) or :class:`parl.ssh.hosts.HostSpec`: a master starts in this
     process and a host agent on each host over SSH (see README, "SSH hosts"); this package
@@ -128,6 +131,13 @@ def connect(
             f"got {stop_timeout!r}"
         )
     preload = _module_names(preload)
+    if isinstance(distributed_files, str) or not all(
+        isinstance(name, str) for name in distributed_files
+    ):
+        raise TypeError(
+            f"distributed_files must be a list of globs (e.g. ['data/*.npz']), got "
+            f"{distributed_files!r}"
+        )
     options: dict[str, Any] = dict(
         address=None if address in _LOCAL_NAMES else address,
         forward_output=bool(forward_output),
@@ -137,6 +147,7 @@ def connect(
         stop_timeout=float(stop_timeout),
         slot_timeout=float(slot_timeout),
         max_frame=max_frame,
+        distributed_files=tuple(distributed_files),
     )
     if specs is not None:
         from parl.ssh.client import SSHOptions
@@ -191,6 +202,7 @@ def _carrier(options: dict[str, Any]) -> Carrier:
         slot_timeout=options["slot_timeout"],
         max_frame=options["max_frame"],
         stop_timeout=options["stop_timeout"],
+        distributed_files=options["distributed_files"],
     )
 
 

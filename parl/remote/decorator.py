@@ -7,7 +7,7 @@ from typing import Any
 
 from parl.remote.proxy import RemoteOptions, RemoteProxy, build_proxy_class
 
-_VALID_KEYWORDS = ("max_memory", "num_threads", "wait")
+_VALID_KEYWORDS = ("max_memory", "num_threads", "wait", "n_gpu")
 
 
 def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
@@ -25,6 +25,11 @@ def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
     ``num_threads`` (default 1): intra-op threads of torch, OpenMP, MKL and OpenBLAS in each
     worker, so that actors do not oversubscribe the cores. Without it, a caller environment
     that sets ``OMP_NUM_THREADS`` gives that count instead.
+
+    ``n_gpu`` (default 0): on a cluster, the actor goes to a host with this many free GPUs
+    (``xparl start --gpu_cluster --gpu 0,1``, ``xparl connect --gpu 0``) and sees only them in
+    ``CUDA_VISIBLE_DEVICES``; an actor without it takes a CPU slot and sees no GPU. Local
+    workers ignore it.
 
     The decorated name is a proxy class; ``._original`` is the undecorated class. A subclass
     of a remote class is a remote class too (with its base's options, or those given here).

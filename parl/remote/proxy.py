@@ -20,7 +20,7 @@ from parl.errors import ActorClosedError, SerializationError
 from parl.remote.context import current
 from parl.remote.methods import argument_error, make_method, proxy_methods
 from parl.wire.caller import Connection
-from parl.wire.classes import MAIN_MODULES
+from parl.wire.classes import MAIN_MODULES, module_travels_by_value
 from parl.wire.dispatch import ClassRef
 from parl.wire.protocol import GETATTR, INIT, SETATTR, MethodRef
 from parl.wire.serialization import dumps
@@ -31,10 +31,16 @@ class RemoteOptions:
     wait: bool = True
     max_memory: float | None = None  # MB
     num_threads: int | None = None  # None: 1, or the caller's OMP_NUM_THREADS when set
+    n_gpu: int = 0  # GPUs of a cluster host (ignored by local workers)
 
     def __post_init__(self) -> None:
         if not isinstance(self.wait, bool):
             raise TypeError(f"wait must be True or False, got {self.wait!r}")
+        if isinstance(self.n_gpu, bool) or not isinstance(self.n_gpu, int) or self.n_gpu < 0:
+            raise ValueError(
+                f"n_gpu must be an int >= 0 (GPUs the actor takes on a cluster host), got "
+                f"{self.n_gpu!r}"
+            )
         threads = self.num_threads
         if threads is not None:
             if isinstance(threads, bool) or not isinstance(threads, int):
@@ -101,6 +107,7 @@ class RemoteProxy(metaclass=ProxyType):
         options = {
             "max_memory": cls._parl_options.max_memory,
             "num_threads": cls._parl_options.num_threads,
+            "n_gpu": cls._parl_options.n_gpu,
         }
         conn = context.carrier.create(original.__name__, options)
         object.__setattr__(self, "_parl_conn", conn)
@@ -276,10 +283,11 @@ def _with_class_cell(value: Any, cell: types.CellType) -> Any:
 
 def _class_spec(cls: type) -> Any:
     """How the worker finds the class: by name when importable, else the class by value (the
-    main script, ``__mp_main__`` in a multiprocessing child, or a class made in a function)."""
+    main script, ``__mp_main__`` in a multiprocessing child, a class made in a function, or a
+    module that a cluster's hosts lack: see ``parl.wire.classes.send_by_value``)."""
     module = sys.modules.get(cls.__module__)
     if (
-        cls.__module__ not in MAIN_MODULES
+        not module_travels_by_value(cls.__module__)
         and module is not None
         and "<locals>" not in cls.__qualname__
     ):

@@ -30,8 +30,12 @@ class SSHCarrier:
     ) -> None:
         self.launch = Launch(hosts, ssh, distributed_files, progress)
         try:
+            # the same project archive as the launch's: the host agents already hold it
             self._cluster = ClusterCarrier(
-                self.launch.address, secret=self.launch.secret, **cluster_options
+                self.launch.address,
+                secret=self.launch.secret,
+                distributed_files=distributed_files,
+                **cluster_options,
             )
         except BaseException:
             self.launch.close()

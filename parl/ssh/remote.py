@@ -187,7 +187,8 @@ def agent_command(
     project = f"{base}/{project_digest}"
     path = f"{project}:{base}/{parl_digest}"
     daemon = ["-m", "parl.cluster.daemon", "agent", bind, master, str(cpus), "3"]
-    daemon += ["--secret-stdin"] + ([f"--advertise={advertise}"] if advertise else [])
+    daemon += ["--secret-stdin", f"--cache_dir={base}"]  # the cluster's uploads find ours
+    daemon += [f"--advertise={advertise}"] if advertise else []
     return (
         f"cd {quote([project])} && PYTHONPATH={quote([path])} exec {shell_word(python)} "
         f"{quote(daemon)} 3>&1 1>&2"

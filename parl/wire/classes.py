@@ -40,6 +40,8 @@ _unfilled: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()  #
 # importable classes seen so far: module attributes, which live as long as their module anyway
 # (a plain set, as this is asked for every class in every message)
 _by_reference: set[type] = set()
+# modules the receivers may lack (a cluster's hosts have only the caller's project folder)
+_by_value_modules: set[str] = set()
 _local = threading.local()  # .sending: _Send | None, .receiving: ClassTable | None (an actor's)
 # an actor's serve loop sets ``current.receiving`` around each load (cheaper than ``with``)
 current = _local
@@ -52,7 +54,11 @@ def travels_by_value(cls: type) -> bool:
     if _known_id(cls) is not None:
         return True
     module_name = getattr(cls, "__module__", None)
-    if not isinstance(module_name, str) or module_name in MAIN_MODULES:
+    if (
+        not isinstance(module_name, str)
+        or module_name in MAIN_MODULES
+        or module_name in _by_value_modules
+    ):
         return True
     if module_name != "builtins":  # builtins: NoneType and the like are not found by name
         target: Any = sys.modules.get(module_name)
@@ -62,6 +68,26 @@ def travels_by_value(cls: type) -> bool:
             return True
     _by_reference.add(cls)
     return False
+
+
+def module_travels_by_value(module_name: str) -> bool:
+    """Whether what is defined in the module ``module_name`` travels by value."""
+    return module_name in MAIN_MODULES or module_name in _by_value_modules
+
+
+def send_by_value(module_name: str) -> None:
+    """From now on, classes and functions of the module ``module_name`` travel by value, like
+    those of ``__main__``: receivers need not be able to import it."""
+    module = sys.modules.get(module_name)
+    if module is None or module_name in _by_value_modules:
+        return
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    with _lock:
+        _by_value_modules.add(module_name)
+        for cls in [c for c in _by_reference if getattr(c, "__module__", None) == module_name]:
+            _by_reference.discard(cls)
 
 
 def class_id(cls: type) -> str:

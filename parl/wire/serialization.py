@@ -281,7 +281,7 @@ class _Reducer:
     def _function(self, obj: types.FunctionType) -> Any:
         # plain pickle would name a function of __main__, which the receiver cannot import;
         # lambdas and closures fail by themselves and land in the cloudpickle pickler
-        if obj.__module__ in classes.MAIN_MODULES:
+        if classes.module_travels_by_value(obj.__module__):
             raise _ByValue
         return NotImplemented
 

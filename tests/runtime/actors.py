@@ -473,3 +473,15 @@ class _Draws:
 
 Draws = parl.remote_class(_Draws)
 ThreeThreads = parl.remote_class(num_threads=3)(_Draws)
+
+
+@parl.remote_class(n_gpu=1)
+class OneGpu:
+    def visible(self):
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@parl.remote_class(n_gpu=2)
+class TwoGpus:
+    def visible(self):
+        return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -53,13 +53,16 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def pids(self) -> list[int]:
-        """The master's and host agents' pids, from their state files."""
+    def pids(self, role: str | None = None) -> list[int]:
+        """The master's and host agents' pids (only those of ``role``: "master" or "agent"),
+        from their state files."""
         folder = os.path.join(self.home, ".parl", "clusters")
         pids = []
         for name in os.listdir(folder) if os.path.isdir(folder) else []:
             with open(os.path.join(folder, name)) as file:
-                pids.append(json.load(file)["pid"])
+                found = json.load(file)
+            if role is None or found["role"] == role:
+                pids.append(found["pid"])
         return pids
 
     def processes(self) -> list[psutil.Process]:
@@ -86,6 +89,22 @@ class Cluster:
     def used(self) -> int:
         return sum(h["used"] for h in self.status()["hosts"])
 
+    def agents(self) -> list[dict]:
+        """Each host agent's own status: slots, actors (with their last lines), uploads."""
+        from parl.cluster import control
+
+        found = []
+        for port in self.agent_ports:
+            sock = control.dial(("127.0.0.1", port), SECRET.encode(), "test agent")
+            try:
+                found.append(control.request(sock, {"op": "host"}, "test agent", 10.0))
+            finally:
+                sock.close()
+        return found
+
+    def uploads(self) -> int:
+        return sum(agent["uploads"] for agent in self.agents())
+
     def workers(self) -> list[psutil.Process]:
         """Worker processes: the children of the host agents' fork servers."""
         return [p for p in self.processes() if _name(p.parent()) == "forkserver"]
@@ -100,16 +119,31 @@ def _name(process: psutil.Process | None) -> str:
         return ""
 
 
-def start(home: str, agent_slots: tuple[int, ...] = AGENT_SLOTS) -> Cluster:
+def start(
+    home: str,
+    agent_slots: tuple[int, ...] = AGENT_SLOTS,
+    agent_env: dict[str, str] | None = None,
+    master_args: tuple[str, ...] = (),
+    agent_args: tuple[str, ...] = (),
+) -> Cluster:
+    """Each host agent has a code cache of its own (``home/cache-<i>``), as on two machines;
+    ``agent_env``: extra environment of the host agents (test hooks). ``master_args`` (e.g.
+    ``--gpu_cluster --gpu 0,1``) give the master a local host agent."""
     os.makedirs(home, exist_ok=True)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=SECRET)
     cluster = Cluster(home, free_port(), env)
-    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0")
+    xparl(env, "start", "--port", str(cluster.port), "--cpu_num", "0", *master_args)
     try:
-        for slots in agent_slots:
-            out = xparl(env, "connect", "--address", cluster.address, "--cpu_num", str(slots))
+        for i, slots in enumerate(agent_slots):
+            out = xparl(
+                dict(env, **(agent_env or {})),
+                *("connect", "--address", cluster.address, "--cpu_num", str(slots)),
+                *("--cache_dir", os.path.join(home, f"cache-{i}")),
+                *agent_args,
+            )
             cluster.agent_ports.append(int(out.stdout.split()[3].rsplit(":", 1)[1]))
-        assert wait_until(lambda: len(cluster.status()["hosts"]) == len(agent_slots), timeout=10)
+        hosts = len(agent_slots) + bool(master_args)
+        assert wait_until(lambda: len(cluster.status()["hosts"]) == hosts, timeout=10)
     except BaseException:
         stop(cluster)
         raise

@@ -113,5 +113,24 @@ def on_cluster(cluster):
         assert wait_until(lambda: not cluster.workers(), timeout=10), "workers left behind"
 
 
+@pytest.fixture
+def small_cluster(tmp_path, monkeypatch):
+    """A cluster of its own (a master and one host agent with one slot), for tests that kill
+    a part of it; stopped afterwards, leaving no process and no port behind."""
+    import parl
+    from tests.runtime import cluster as clusters
+
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    cluster = clusters.start(str(tmp_path / "home"), agent_slots=(1,))
+    try:
+        parl.connect(cluster.address, linger=0)
+        yield cluster
+    finally:
+        gc.collect()
+        parl.disconnect()
+        parl.connect(linger=0)
+        clusters.stop(cluster)
+
+
 # -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
 from tests.runtime.sshd import lab, ssh_lab  # noqa: E402, F401

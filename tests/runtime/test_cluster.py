@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -17,22 +16,6 @@ import parl
 from tests.runtime import cluster as clusters
 from tests.runtime.actors import Sampler
 from tests.runtime.conftest import wait_until
-
-
-@pytest.fixture
-def small_cluster(tmp_path, monkeypatch):
-    """A cluster of its own (a master and one host agent with one slot), for tests that kill
-    a part of it; stopped afterwards, leaving no process and no port behind."""
-    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
-    cluster = clusters.start(str(tmp_path / "home"), agent_slots=(1,))
-    try:
-        parl.connect(cluster.address, linger=0)
-        yield cluster
-    finally:
-        gc.collect()
-        parl.disconnect()
-        parl.connect(linger=0)
-        clusters.stop(cluster)
 
 
 def _per_host(cluster) -> list[int]:
@@ -197,7 +180,7 @@ def _states(home: str) -> list[dict]:
 def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluster):
     actor = Sampler()
     assert actor.add(1, 2) == 3
-    (agent,) = [p for p in small_cluster.processes() if "agent" in " ".join(p.cmdline())]
+    (agent,) = [psutil.Process(pid) for pid in small_cluster.pids("agent")]
     agent.kill()
 
     def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s (issue 8)
@@ -212,23 +195,6 @@ def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluste
         actor.add(1, 2)
     assert wait_until(lambda: small_cluster.status()["hosts"] == [], timeout=5)
     assert wait_until(lambda: not small_cluster.workers(), timeout=10)
-
-
-def test_a_killed_master_stops_its_host_agents_and_creation_fails_clearly(small_cluster):
-    actor = Sampler()
-    everything = small_cluster.processes()
-    (master,) = [
-        p for p in everything if p.pid in small_cluster.pids() and "master" in " ".join(p.cmdline())
-    ]
-    master.kill()
-    assert wait_until(
-        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in everything),
-        timeout=20,
-    )
-    with pytest.raises(parl.ClusterError, match="master at .* closed the connection|lost"):
-        Sampler()
-    with pytest.raises(parl.ActorDiedError):
-        actor.add(1, 2)
 
 
 def test_large_arrays_cross_intact_and_writable(on_cluster):

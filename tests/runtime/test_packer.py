@@ -184,6 +184,16 @@ def test_project_root_is_the_entry_scripts_folder(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout.strip()
     assert out == str(tmp_path.resolve())
+    # python -m sub.train: imports start at the current folder, so that is the project
+    (script.parent / "__init__.py").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "sub.train"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout.strip()
+    assert out == str(tmp_path.resolve())
 
 
 # -- unpack -----------------------------------------------------------------------------------
@@ -265,3 +275,11 @@ def test_concurrent_unpacks_of_one_digest_give_one_complete_folder(tmp_path):
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
     assert os.listdir(dest.parent) == [pack.digest]
     assert (dest / "pkg" / "mod.py").read_text() == "VALUE = 1\n"
+
+
+def test_a_folder_too_large_to_be_a_project_is_refused(tmp_path, monkeypatch):
+    """A script run from a home folder or /tmp would pack all of it: refused, saying why."""
+    root = _project(tmp_path)
+    monkeypatch.setattr(packer, "MAX_PROJECT_FILES", 3)
+    with pytest.raises(DeploymentError, match="keep the script in a folder of its own"):
+        pack_project(root)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 import parl
+from parl.cluster import control
 from parl.errors import (
     RemoteEnvironmentError,
     SSHAuthenticationError,
@@ -79,6 +80,14 @@ def specs(lab, tmp_path, cpus=1, **settings):
     ]
 
 
+def agent_status(address: str, secret: bytes) -> dict:
+    sock = control.dial(control.parse_address(address), secret, "a host agent")
+    try:
+        return control.request(sock, {"op": "host"}, "a host agent", 10.0)
+    finally:
+        sock.close()
+
+
 def carrier():
     return context.current().carrier
 
@@ -110,6 +119,9 @@ def test_actors_spread_over_three_hosts_run_deployed_code(lab, project, tmp_path
                 assert secret not in " ".join(process.environ().values())
             except psutil.NoSuchProcess:
                 pass
+        # the cluster carrier's own deployment found the code where SFTP put it: no upload
+        for report in reports:
+            assert agent_status(report.agent, launch.secret)["uploads"] == 0
         err = capfd.readouterr().err
         for spec in specs(lab, tmp_path):
             assert f"parl ssh: {spec.name}: host agent at {spec.host}:" in err

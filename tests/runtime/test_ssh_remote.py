@@ -27,7 +27,8 @@ def test_the_agent_command_quotes_paths_and_carries_no_secret():
     daemon = words[words.index("exec") + 1 :]
     assert daemon == [
         "/opt/my env/python3", "-m", "parl.cluster.daemon", "agent", "10.0.0.7",
-        "10.0.0.1:8010", "4", "3", "--secret-stdin", "--advertise=127.0.0.1:5000",
+        "10.0.0.1:8010", "4", "3", "--secret-stdin", "--cache_dir=/cache dir",
+        "--advertise=127.0.0.1:5000",
         "3>&1", "1>&2",
     ]  # fmt: skip
 

@@ -1,0 +1,235 @@
+"""Code deployment and version checks on a real loopback cluster (issue 8, items 3 and 4).
+
+The caller is a script in a project folder of its own (run as ``__main__``); its actors live
+in a module of a sub-folder that only the deployed copy provides on the hosts, and read files
+through relative paths. Each host agent of the session's cluster has its own code cache.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import uuid
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import parl
+from parl.cluster import control, deploy, packer, versions
+from tests.runtime import cluster as clusters
+
+READER = """
+import os
+import parl
+
+
+@parl.remote_class
+class Reader:
+    def where(self):
+        return __file__
+
+    def cwd(self):
+        return os.getcwd()
+
+    def read(self, path):
+        with open(path) as file:
+            return file.read()
+"""
+
+OUTSIDE = """
+import parl
+
+
+def shout(text):
+    return text.upper()
+
+
+@parl.remote_class
+class Outside:
+    def hello(self, fn):
+        return fn("from a module outside the project")
+"""
+
+MAIN = """
+import json, os, sys
+import parl
+from pkg.reader import Reader
+
+sys.path.insert(0, sys.argv[2])  # a folder of the caller's that is not deployed
+from helper_mod import Outside, shout
+
+
+@parl.remote_class
+class Local:  # defined in __main__: travels by value, as without deployment
+    def cwd(self):
+        return os.getcwd()
+
+
+parl.connect(sys.argv[1], distributed_files=["train_log/*.txt"])
+readers = [Reader() for _ in range(3)]  # with the 2 below, the 2 + 3 slots of both hosts
+local = Local()
+outside = Outside()
+print(json.dumps({
+    "outside": outside.hello(shout),
+    "where": [r.where() for r in readers],
+    "cwd": [r.cwd() for r in readers] + [local.cwd()],
+    "data": [r.read("data/input.txt") for r in readers],
+    "extra": readers[0].read("train_log/extra.txt"),
+}))
+"""
+
+
+def _project(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "train_log").mkdir()
+    (root / "main.py").write_text(MAIN)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "reader.py").write_text(READER)
+    (root / "data" / "input.txt").write_text(f"input {uuid.uuid4().hex}")  # a digest of its own
+    (root / "train_log" / "extra.txt").write_text("extra")  # ignored unless listed
+    (root.parent / "lib").mkdir()
+    (root.parent / "lib" / "helper_mod.py").write_text(OUTSIDE)
+    return root
+
+
+def _run(project: Path, cluster) -> dict:
+    env = {k: v for k, v in cluster.env.items() if k != "PYTHONPATH"}
+    env["HOME"] = str(project.parent)  # not the cluster's: the caller has only the secret
+    done = subprocess.run(
+        [sys.executable, str(project / "main.py"), cluster.address, str(project.parent / "lib")],
+        cwd=project.parent,  # not the project: the workers' folder must come from the cache
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_project_is_deployed_once_per_host_and_digest(cluster, tmp_path):
+    project = _project(tmp_path / "project")
+    before = cluster.uploads()
+    first = _run(project, cluster)
+    caches = [Path(cluster.home, f"cache-{i}").resolve() for i in range(2)]
+
+    def cache_of(path: str) -> Path:
+        (cache,) = [c for c in caches if Path(path).is_relative_to(c)]
+        return cache
+
+    # the module of a sub-folder came from each host's cache, not from the caller's folder
+    assert all(Path(w).name == "reader.py" and cache_of(w) for w in first["where"])
+    assert {cache_of(c) for c in first["cwd"]} == set(caches)  # actors on both hosts
+    digests = {Path(c).relative_to(cache_of(c)).parts[0] for c in first["cwd"]}
+    assert len(digests) == 1 and len(digests.pop()) == 64
+    assert first["data"] == [(project / "data" / "input.txt").read_text()] * 3
+    # classes and functions of a module outside the project travel by value, as __main__'s
+    assert first["outside"] == "FROM A MODULE OUTSIDE THE PROJECT"
+    assert first["extra"] == "extra"  # in an ignored folder, shipped by distributed_files
+    assert cluster.uploads() == before + 2  # one per host
+
+    second = _run(project, cluster)  # a new connect, the same code: nothing to send
+    assert cluster.uploads() == before + 2
+    assert second["cwd"] == first["cwd"]
+
+    (project / "pkg" / "reader.py").write_text(READER + "\n# changed\n")
+    third = _run(project, cluster)
+    assert cluster.uploads() == before + 4
+    assert set(third["cwd"]) != set(first["cwd"])
+
+
+def test_a_glob_that_matches_nothing_fails_at_connect(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # pytest's own entry is not a project: the cwd is
+    with pytest.raises(ValueError, match=r"'weights/\*\.pt' matches no file"):
+        parl.connect(cluster.address, distributed_files=["weights/*.pt"])
+
+
+# -- versions ---------------------------------------------------------------------------------
+
+
+def test_a_host_agent_with_another_numpy_is_refused_at_connect(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    fake = {versions.FAKE_ENV: "numpy=0.0.1"}  # the test hook: this agent reports it
+    cluster = clusters.start(str(tmp_path / "home"), agent_slots=(1,), agent_env=fake)
+    try:
+        ours = metadata.version("numpy")
+        width = len("this machine")
+        expected = (
+            f"versions differ between this machine and the host agent at "
+            f"127.0.0.1:{cluster.agent_ports[0]} ({os.uname().nodename}):\n"
+            f"  package  {'this machine':<{width}}  there\n"
+            f"  numpy    {ours:<{width}}  0.0.1\n"
+            "Actors' code and data are pickled on one side and unpickled on the other: install "
+            f"the same versions on both (e.g. `pip install numpy=={ours}` there), then connect "
+            "again."
+        )
+        with pytest.raises(parl.VersionMismatchError) as raised:
+            parl.connect(cluster.address)
+        assert str(raised.value) == expected
+    finally:
+        parl.connect(linger=0)
+        clusters.stop(cluster)
+
+
+def test_version_comparison():
+    ours = {
+        "python": "3.11",
+        "parl": "0.1.0",
+        "numpy": "2.0",
+        "torch": "2.3.0+cpu",
+        "cloudpickle": "3.0",
+    }
+    assert versions.mismatches(ours, dict(ours, torch="2.3.0+cu121")) == []  # build tags
+    assert versions.mismatches(ours, dict(ours, python="3.12")) == [("python", "3.11", "3.12")]
+    assert len(versions.mismatches(ours, None)) == 5  # a peer that said nothing differs
+    with pytest.raises(parl.VersionMismatchError, match=r"(?s)python +3\.11 +3\.10.*then connect"):
+        versions.check(ours, dict(ours, python="3.10"), "the host agent at h:1")
+    assert set(versions.local_versions()) == set(versions.CHECKED)
+
+
+# -- uploads from a peer that holds the secret but sends bad archives --------------------------
+
+
+def _upload(cluster, digest: str, data: bytes) -> None:
+    sock = control.dial(("127.0.0.1", cluster.agent_ports[0]), clusters.SECRET.encode(), "agent")
+    try:
+        answer = control.request(
+            sock, {"op": "code", "digest": digest, "size": len(data)}, "agent", 10
+        )
+        assert answer["op"] == "send"
+        sock.send(data)
+        answer = control.recv(sock, 10)
+        if answer is not None and answer["op"] == "error":
+            raise parl.DeploymentError(answer["message"])
+    finally:
+        sock.close()
+
+
+def test_uploads_are_capped_checked_and_unpacked_safely(cluster, tmp_path):
+    cache = Path(cluster.home, "cache-0")
+    sock = control.dial(("127.0.0.1", cluster.agent_ports[0]), clusters.SECRET.encode(), "agent")
+    try:
+        hello = {"op": "code", "digest": "0" * 64, "size": deploy.MAX_UPLOAD_BYTES + 1}
+        with pytest.raises(parl.ClusterError, match="over this host's cap"):
+            control.request(sock, hello, "agent", 10)  # refused before a byte is sent
+    finally:
+        sock.close()
+    with pytest.raises(parl.DeploymentError, match="does not match its digest"):
+        _upload(cluster, "0" * 64, b"not what the digest says")
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as archive:
+        info = tarfile.TarInfo("../../escaped")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"x"))
+    hostile = raw.getvalue()
+    with pytest.raises(parl.DeploymentError, match="unsafe name '../../escaped'"):
+        _upload(cluster, packer.digest_of(hostile), hostile)
+    assert not (cache / ("0" * 64)).exists() and not (cache / packer.digest_of(hostile)).exists()
+    assert not (Path(cluster.home) / "escaped").exists() and not (cache.parent / "escaped").exists()
+    assert len(cluster.status()["hosts"]) == 2  # and the host agent goes on serving

@@ -1,0 +1,92 @@
+"""Failures on a real loopback cluster (issue 8, item 5): a killed worker or host agent ends
+pending and later calls within 5 s; a killed master leaves the actors working, gives new
+creations a clear error, and host agents register again with a master restarted on its port.
+(A killed caller's actors and slots: test_cluster.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import psutil
+import pytest
+
+import parl
+from parl.cluster import control
+from tests.runtime import cluster as clusters
+from tests.runtime.actors import AsyncSampler, Sampler
+from tests.runtime.conftest import wait_until
+
+
+def _pending(fifo) -> tuple[AsyncSampler, parl.Future, int]:
+    """An actor whose call is pending: it blocks on opening ``fifo`` (nobody writes)."""
+    os.mkfifo(fifo)
+    actor = AsyncSampler()
+    pid = actor.pid().get(timeout=30)
+    return actor, actor.block(str(fifo)), pid
+
+
+def test_a_killed_workers_pending_and_later_calls_fail_within_5s(on_cluster, tmp_path):
+    actor, pending, pid = _pending(tmp_path / "fifo")
+    other = Sampler()
+    os.kill(pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
+        pending.get(timeout=5)
+    assert time.monotonic() - start < 5.0
+    with pytest.raises(parl.ActorDiedError):
+        actor.add(1, 2).get(timeout=5)
+    assert other.add(1, 2) == 3
+
+
+def test_a_killed_host_agents_pending_calls_fail_within_5s(small_cluster, tmp_path):
+    actor, pending, pid = _pending(tmp_path / "fifo")
+    (agent,) = small_cluster.pids("agent")
+    os.kill(agent, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(parl.ActorDiedError):
+        pending.get(timeout=5)
+    assert time.monotonic() - start < 5.0
+    with pytest.raises(parl.ActorDiedError):
+        actor.add(1, 2).get(timeout=5)
+    assert wait_until(lambda: not psutil.pid_exists(pid), timeout=5)
+    assert wait_until(lambda: small_cluster.status()["hosts"] == [], timeout=5)
+
+
+def test_a_restarted_master_gets_its_host_agents_back(small_cluster):
+    actor = Sampler()
+    (master,) = small_cluster.pids("master")
+    (agent,) = small_cluster.pids("agent")
+    os.kill(master, signal.SIGKILL)
+    assert wait_until(lambda: not clusters.port_open(small_cluster.port), timeout=5)
+    assert actor.add(1, 2) == 3  # calls never pass through the master
+    start = time.monotonic()
+    with pytest.raises(parl.ClusterError, match="cannot reach the master at 127.0.0.1:"):
+        Sampler()  # no hang: a clear error at once
+    assert time.monotonic() - start < 5.0
+    assert psutil.pid_exists(agent)  # the host agent waits for its master
+
+    clusters.xparl(small_cluster.env, "start", "--port", str(small_cluster.port), "--cpu_num", "0")
+    hosts = wait_until(lambda: small_cluster.status()["hosts"], timeout=10)
+    assert [(h["slots"], h["used"]) for h in hosts] == [(1, 1)]  # registered, with its actor
+    parl.close_actor(actor)
+    again = Sampler()  # this caller connects to the new master by itself
+    assert again.add(2, 3) == 5
+    assert psutil.pid_exists(agent)
+
+
+def test_cluster_connections_probe_dead_peers(cluster):
+    """A peer whose machine vanishes sends no FIN: the kernel's keepalive probes (1 s idle,
+    1 s apart, 3 tries) end such a connection in about 4 s, on both ends."""
+    sock = control.dial(("127.0.0.1", cluster.port), clusters.SECRET.encode(), "master")
+    try:
+        raw = sock.sock
+        assert raw.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 1
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        sock.close()
