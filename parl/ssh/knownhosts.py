@@ -22,6 +22,7 @@ class KnownKey:
     path: str
     line: int
     key: PKey
+    revoked: bool = False  # a ``@revoked`` line: this key must be refused
 
 
 def host_key_name(hostname: str, port: int) -> str:
@@ -41,14 +42,18 @@ def known_keys(paths: list[str], name: str) -> list[KnownKey]:
         except OSError as exc:
             raise HostKeyError(f"cannot read the known_hosts file {path}: {exc.strerror}") from None
         for number, line in enumerate(lines, start=1):
-            if not line.strip() or line.lstrip().startswith(("#", "@")):
+            line = line.strip()
+            revoked = line.startswith("@revoked ")
+            if revoked:
+                line = line[len("@revoked ") :].strip()
+            if not line or line.startswith(("#", "@")):  # (@cert-authority: not supported)
                 continue
             try:
                 entry = HostKeyEntry.from_line(line, number)
             except Exception:  # noqa: BLE001 - a key type paramiko cannot read: not ours
                 continue
             if entry is not None and _matches(entry.hostnames, name):
-                found.append(KnownKey(path, number, entry.key))
+                found.append(KnownKey(path, number, entry.key, revoked))
     return found
 
 
@@ -81,9 +86,17 @@ def check(name: str, server_key: PKey, paths: list[str], accept_unknown: bool, s
     ``accept_unknown`` (then the key is trusted for this connection only, never written).
     """
     known = known_keys(paths, name)
-    if any(k.key.get_name() == server_key.get_name() and k.key == server_key for k in known):
-        return
     fingerprint = f"{server_key.get_name()} {server_key.fingerprint}"
+    same = [k for k in known if k.key.get_name() == server_key.get_name() and k.key == server_key]
+    for k in same:
+        if k.revoked:
+            raise HostKeyError(
+                f"the host key of {shown} ({name}, {fingerprint}) is REVOKED: {k.path} line "
+                f"{k.line} marks it @revoked; the host must get a new key"
+            )
+    if same:
+        return
+    known = [k for k in known if not k.revoked]
     clashes = [k for k in known if k.key.get_name() == server_key.get_name()]
     if clashes:
         where = "; ".join(f"{k.path} line {k.line}" for k in clashes)

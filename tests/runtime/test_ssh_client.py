@@ -143,3 +143,11 @@ def test_the_agents_keys_come_first(lab, tmp_path, monkeypatch):
     finally:
         agent.terminate()
         agent.wait()
+
+
+def test_a_revoked_host_key_is_refused(lab, tmp_path):
+    lines = open(lab.known_hosts).read().splitlines()
+    known = tmp_path / "known_hosts"
+    known.write_text(lines[0] + "\n" + "@revoked " + lines[0] + "\n")
+    with pytest.raises(HostKeyError, match=f"is REVOKED: {known} line 2 marks it @revoked"):
+        Connection(lab.spec(0), lab.options(known_hosts=(str(known),)))
