@@ -2,7 +2,7 @@
 
 Each sshd has its own host key and port; one client key is authorized on all of them. The lab
 writes the client's ssh config (aliases ``h1``..``h3``, and ``hop3``: host 3 reached through
-``h1`` with ProxyJump) and its known_hosts, and tests pass both explicitly: nothing of the
+``h1`` with ProxyJump; host 3 refuses remote port forwards) and its known_hosts, and tests pass both explicitly: nothing of the
 user's own ~/.ssh is read or written. sshd gives every session the environment variable
 ``PARL_SSH_LAB=<tag>``, so the processes started over SSH can be found (and must be gone after
 each test). Without /usr/sbin/sshd the tests skip with the install hint, or fail under CI.
@@ -186,6 +186,8 @@ def _write_sshd_config(lab: SSHLab, host: FakeHost) -> None:
         "MaxSessions 100",
         "LogLevel ERROR",
     ]
+    if host.alias == "h3":  # refuses remote port forwards (tunnel=yes needs them)
+        lines.append("PermitListen none")
     path = os.path.join(host.folder, "sshd_config")
     with open(path, "w") as file:
         file.write("\n".join(lines) + "\n")

@@ -367,3 +367,9 @@ def test_a_tunnel_carries_calls_through_the_ssh_connection(lab, project, tmp_pat
         ]
     finally:
         parl.disconnect()
+
+
+def test_a_host_refusing_port_forwards_cannot_tunnel(lab, project, tmp_path):
+    host = dataclasses.replace(specs(lab, tmp_path)[2], tunnel=True)  # h3: PermitListen none
+    with pytest.raises(SSHError, match=f"host {host.name} refuses to forward a port back"):
+        parl.connect(hosts=[host], ssh=lab.options())
