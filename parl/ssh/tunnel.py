@@ -28,7 +28,7 @@ def pump(sock: socket.socket, channel: paramiko.Channel) -> None:
         for end in (sock, channel):
             try:
                 end.close()
-            except OSError:
+            except (OSError, EOFError, paramiko.SSHException):  # the SSH connection is gone
                 pass
 
     def up() -> None:  # socket -> channel
