@@ -101,7 +101,7 @@ def start(folder: str) -> SSHLab:
     require_sshd()
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(os.path.join(folder, "home"), exist_ok=True)
     user = pwd.getpwuid(os.geteuid()).pw_name
     client_key = _keygen(os.path.join(folder, "client_ed25519"))
     shutil.copy(client_key + ".pub", os.path.join(folder, "authorized_keys"))
@@ -181,7 +181,9 @@ def _write_sshd_config(lab: SSHLab, host: FakeHost) -> None:
         "StrictModes no",
         "AllowTcpForwarding yes",
         "Subsystem sftp internal-sftp",
-        f"SetEnv {MARKER}={lab.tag} SHLVL=5",
+        # HOME: what runs over SSH writes (state files, default caches) under the lab, not
+        # in the real home of the user running the tests
+        f"SetEnv {MARKER}={lab.tag} SHLVL=5 HOME={lab.folder}/home",
         "MaxStartups 100:30:200",
         "MaxSessions 100",
         "LogLevel ERROR",

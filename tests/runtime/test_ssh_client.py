@@ -19,9 +19,11 @@ pytestmark = pytest.mark.ssh
 
 def test_a_command_runs_on_the_host_with_its_input(lab):
     with Connection(lab.spec(0), lab.options()) as conn:
-        done = conn.run("cat; echo; echo $PARL_SSH_LAB; echo oops >&2; exit 3", stdin=b"hello")
+        done = conn.run(
+            "cat; echo; echo $PARL_SSH_LAB; echo ~; echo oops >&2; exit 3", stdin=b"hello"
+        )
     assert done.status == 3
-    assert done.stdout.decode().split() == ["hello", lab.tag]
+    assert done.stdout.decode().split() == ["hello", lab.tag, f"{lab.folder}/home"]
     assert done.stderr == b"oops\n"
     assert conn.peer_address == "127.0.0.2"
 
