@@ -78,3 +78,29 @@ class DeploymentError(ClusterError):
 class VersionMismatchError(ClusterError):
     """The caller and a host run different versions of Python or of a package that must match
     (parl, numpy, torch, cloudpickle); the message shows both sides."""
+
+
+class HostsFileError(ParlError, ValueError):
+    """A hosts file (``parl.connect(hosts=...)``) has a bad line: the message names the file,
+    the line number and what is wrong."""
+
+
+class SSHError(ClusterError):
+    """The SSH launcher could not start a host agent on a listed host; the message names the
+    host and what to do."""
+
+
+class HostUnreachableError(SSHError):
+    """No SSH server answered at the host's address (name unknown, refused, timed out)."""
+
+
+class SSHAuthenticationError(SSHError):
+    """The SSH server refused every key (agent and identity files) offered for the user."""
+
+
+class HostKeyError(SSHError):
+    """The host's key is not in known_hosts (unknown) or differs from the one there (changed)."""
+
+
+class RemoteEnvironmentError(SSHError):
+    """The host's Python is missing, or lacks (or has other versions of) a needed package."""

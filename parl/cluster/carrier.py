@@ -50,6 +50,8 @@ class ClusterCarrier:
     largest message on an actor's connection, in bytes. ``distributed_files``: globs of files
     (relative to the project folder) to deploy besides the project's own (see
     :func:`parl.cluster.packer.pack_project`).
+    ``secret``: the cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH
+    launcher gives its own).
     """
 
     def __init__(
@@ -60,13 +62,14 @@ class ClusterCarrier:
         max_frame: int = control.ACTOR_MAX_FRAME,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
         distributed_files: Sequence[str] = (),
+        secret: bytes | None = None,
     ) -> None:
         self.address = address
         self.forward_output = forward_output
         self.slot_timeout = slot_timeout
         self.max_frame = max_frame
         self.stop_timeout = stop_timeout
-        self._secret = load_secret()
+        self._secret = secret or load_secret()
         self._client_id = secrets.token_hex(8)
         self._what = f"the master at {address}"
         self._master_host, self._master_port = control.parse_address(address)

@@ -9,7 +9,10 @@ after the connection was lost. CACHE: where host agents keep callers' code (defa
 READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
 or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
 environment or the secret file, and is removed from the environment before anything is started
-(workers never see it there).
+(workers never see it there). With ``--secret-stdin`` (the SSH launcher), the secret is the
+first line of stdin instead, and the end of stdin (the SSH session closed) stops the process as
+SIGTERM does; with ``--advertise=HOST:PORT``, an agent registers that address instead of its
+own (the caller's end of an SSH tunnel to it).
 """
 
 from __future__ import annotations
@@ -49,12 +52,14 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        secret = load_secret()
+        from_stdin = "--secret-stdin" in argv[5:]
+        secret = _secret_from_stdin(stop) if from_stdin else load_secret()
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
             parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus, monitor_port)
         else:
-            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus)
+            advertise = options.get("advertise")
+            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus, advertise)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, f"error {exc}")
         return 1
@@ -119,6 +124,7 @@ def _run_agent(
     stop: threading.Event,
     cache_dir: str | None = None,
     gpus: list[str] | None = None,
+    advertise: str | None = None,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = control.dial(where, secret, f"the master at {master_address}")
@@ -127,10 +133,13 @@ def _run_agent(
     advertised = server.host
     if control.is_wildcard(advertised):  # reachable where the master reached us from
         advertised = link.sock.getsockname()[0]
+    port, listening = server.port, advertised
+    if advertise is not None:
+        advertised, port = control.parse_address(advertise)
     hello = {
         "op": "register",
         "host": advertised,
-        "port": server.port,
+        "port": port,
         "hostname": agent.hostname,
         "slots": cpus,
         "gpus": len(agent.gpus),
@@ -141,7 +150,7 @@ def _run_agent(
     agent.report = master.report
     server.start()
     threading.Thread(target=master.run, name="parl-master-link", daemon=True).start()
-    own = _state("agent", f"{advertised}:{server.port}", master_address, where[1])
+    own = _state("agent", f"{listening}:{server.port}", master_address, where[1])
     state.write(own)
     return server, agent, own
 
@@ -222,6 +231,28 @@ def _state(role: str, address: str, cluster: str, port: int) -> state.ProcessSta
     own.role, own.address, own.cluster, own.cluster_port = role, address, cluster, port
     own.log = os.environ.get("PARL_XPARL_LOG", "")
     return own
+
+
+def _secret_from_stdin(stop: threading.Event) -> bytes:
+    """The first line of stdin; a thread then sets ``stop`` when stdin ends."""
+    secret = b""
+    while not secret.endswith(b"\n"):  # unbuffered: nothing past the line is taken from fd 0
+        byte = os.read(0, 1)
+        if not byte:
+            break
+        secret += byte
+    secret = secret.strip()
+    if len(secret) < 16:
+        raise ValueError("no secret (of at least 16 bytes) came on stdin")
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        log.info("stdin closed (the SSH session ended): stopping")
+        stop.set()
+
+    threading.Thread(target=watch, name="parl-stdin", daemon=True).start()
+    return secret
 
 
 def _ready(fd: int, line: str) -> None:

@@ -7,6 +7,7 @@ touches its parent's workers. Nothing is created until the first actor is.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import threading
 import weakref
@@ -67,7 +68,10 @@ def connect(
     stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
     slot_timeout: float = _DEFAULT_SLOT_TIMEOUT_S,
     max_frame: int = _DEFAULT_MAX_FRAME,
+    hosts: str | Sequence[Any] | None = None,
     distributed_files: Sequence[str] = (),
+    ssh: Any = None,
+    accept_unknown_host_keys: bool = False,
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -86,6 +90,13 @@ def connect(
     ``distributed_files`` (cluster): globs, relative to the entry script's folder, of files to
     deploy besides that folder's own (which is packed, minus ``.git``, virtual environments,
     caches and files over 32 MiB, and sent once per host and content); e.g. ``["data/*.npz"]``.
+    ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings
+    (``"user@box:22 cpus=4"``) or :class:`parl.ssh.hosts.HostSpec`: a master starts in this
+    process and a host agent on each host over SSH (see README, "SSH hosts"); this package
+    and the project folder (plus the ``distributed_files`` globs) are deployed there.
+    ``ssh``: a :class:`parl.ssh.client.SSHOptions` (ssh config and known_hosts files).
+    ``accept_unknown_host_keys``: trust hosts whose key is in no known_hosts file, for this
+    run (never written there; a changed key is refused all the same). Off by default.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -94,10 +105,8 @@ def connect(
             f"{type(address).__name__}"
         )
     if address not in _LOCAL_NAMES and ":" not in str(address):
-        raise NotImplementedError(
-            f"parl.connect({address!r}): hosts files (the SSH launcher) are not available in "
-            "this version yet; give a cluster's 'host:port' (see `xparl start`), or 'local'"
-        )
+        address, hosts = None, address  # a hosts file
+    specs = _host_specs(hosts) if hosts is not None else None
     if (
         isinstance(slot_timeout, bool)
         or not isinstance(slot_timeout, (int, float))
@@ -129,7 +138,7 @@ def connect(
             f"distributed_files must be a list of globs (e.g. ['data/*.npz']), got "
             f"{distributed_files!r}"
         )
-    options = dict(
+    options: dict[str, Any] = dict(
         address=None if address in _LOCAL_NAMES else address,
         forward_output=bool(forward_output),
         preload=preload,
@@ -140,8 +149,17 @@ def connect(
         max_frame=max_frame,
         distributed_files=tuple(distributed_files),
     )
+    if specs is not None:
+        from parl.ssh.client import SSHOptions
+
+        options["address"] = None
+        ssh = ssh if ssh is not None else SSHOptions()
+        if accept_unknown_host_keys:
+            ssh = dataclasses.replace(ssh, accept_unknown_host_keys=True)
+        options.update(hosts=specs, ssh=ssh, distributed_files=tuple(distributed_files))
     # a cluster is reached now: a wrong address or secret shows here, not at the first actor
-    new = _Context(_carrier(options)) if options["address"] is not None else None
+    remote = options["address"] is not None or specs is not None
+    new = _Context(_carrier(options)) if remote else None
     global _context
     with _lock:
         _options.clear()
@@ -156,6 +174,18 @@ def connect(
 
 def _carrier(options: dict[str, Any]) -> Carrier:
     """The carrier ``options`` (of ``connect``) ask for."""
+    if options.get("hosts"):
+        from parl.ssh.carrier import SSHCarrier  # imported only by SSH users
+
+        return SSHCarrier(
+            options["hosts"],
+            options["ssh"],
+            distributed_files=options["distributed_files"],
+            forward_output=options["forward_output"],
+            slot_timeout=options["slot_timeout"],
+            max_frame=options["max_frame"],
+            stop_timeout=options["stop_timeout"],
+        )
     if options.get("address") is None:
         return LocalCarrier(
             forward_output=options.get("forward_output", True),
@@ -174,6 +204,21 @@ def _carrier(options: dict[str, Any]) -> Carrier:
         stop_timeout=options["stop_timeout"],
         distributed_files=options["distributed_files"],
     )
+
+
+def _host_specs(hosts: object) -> list[Any]:
+    """``hosts`` of ``connect`` as a list of HostSpec: a hosts file's path, or a list of host
+    strings and HostSpecs."""
+    from parl.ssh.hosts import HostSpec, parse_host, read_hosts
+
+    if isinstance(hosts, (str, os.PathLike)):
+        return read_hosts(os.fspath(hosts))
+    if not isinstance(hosts, Iterable):
+        raise TypeError(f"hosts must be a hosts file's path or a list of hosts, got {hosts!r}")
+    specs = [h if isinstance(h, HostSpec) else parse_host(h) for h in hosts]
+    if not specs:
+        raise ValueError("hosts is empty: list at least one host")
+    return specs
 
 
 def _module_names(preload: object) -> tuple[str, ...]:

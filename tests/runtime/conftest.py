@@ -130,3 +130,7 @@ def small_cluster(tmp_path, monkeypatch):
         parl.disconnect()
         parl.connect(linger=0)
         clusters.stop(cluster)
+
+
+# -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
+from tests.runtime.sshd import lab, ssh_lab  # noqa: E402, F401

@@ -65,8 +65,8 @@ def test_connect_modes():
     parl.connect("local", linger=0)
     actor = Sampler()
     assert actor.add(1, 1) == 2
-    with pytest.raises(NotImplementedError, match="hosts files .* not available in this"):
-        parl.connect("hosts.txt")
+    with pytest.raises(parl.errors.HostsFileError, match="cannot read the hosts file hosts.txt"):
+        parl.connect("hosts.txt")  # no ':': a hosts file for the SSH launcher
     with pytest.raises(parl.ClusterError, match="secret|cannot reach the master"):
         parl.connect("localhost:1")  # no cluster there: the local actors stay usable
     with pytest.raises(TypeError, match="address"):

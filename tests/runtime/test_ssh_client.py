@@ -1,0 +1,155 @@
+"""SSH connections against real sshd processes on loopback: ssh config, known_hosts, keys, and
+each failure with its message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError
+from parl.ssh.client import Connection
+from parl.ssh.hosts import HostSpec
+from tests.runtime.conftest import wait_until
+from tests.runtime.sshd import _free_port
+
+pytestmark = pytest.mark.ssh
+
+
+def test_a_command_runs_on_the_host_with_its_input(lab):
+    with Connection(lab.spec(0), lab.options()) as conn:
+        done = conn.run(
+            "cat; echo; echo $PARL_SSH_LAB; echo ~; echo oops >&2; exit 3", stdin=b"hello"
+        )
+    assert done.status == 3
+    assert done.stdout.decode().split() == ["hello", lab.tag, f"{lab.folder}/home"]
+    assert done.stderr == b"oops\n"
+    assert conn.peer_address == "127.0.0.2"
+
+
+def test_an_ssh_config_alias_gives_address_port_user_and_key(lab):
+    with Connection(HostSpec("h2"), lab.options()) as conn:
+        assert conn.target.hostname == "127.0.0.3"
+        assert conn.target.port == lab.hosts[1].port
+        assert conn.target.identities == (lab.client_key,)
+        assert conn.run("echo ok").stdout == b"ok\n"
+
+
+def test_proxyjump_reaches_a_host_through_another(lab):
+    with Connection(HostSpec("hop3"), lab.options()) as conn:
+        assert conn.target.jump == "h1"
+        assert conn.local_address is None  # no direct socket: a channel of h1
+        out = conn.run("echo $SSH_CONNECTION").stdout.decode().split()
+    # host 3's sshd saw the connection come from host 1's sshd (direct-tcpip), not from here
+    assert out[2:] == ["127.0.0.4", str(lab.hosts[2].port)]
+
+
+def test_an_unreachable_host_is_named(lab):
+    port = _free_port("127.0.0.2")  # nothing listens there
+    with pytest.raises(HostUnreachableError) as caught:
+        Connection(HostSpec("127.0.0.2", port=port, identity=lab.client_key), lab.options())
+    message = str(caught.value)
+    assert f"host 127.0.0.2:{port} is unreachable" in message
+    assert "Connection refused" in message
+
+
+def test_a_refused_key_says_what_was_tried_and_how_to_fix(lab, tmp_path):
+    stranger = str(tmp_path / "stranger")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    with pytest.raises(SSHAuthenticationError) as caught:
+        Connection(lab.spec(0, identity=stranger), lab.options())
+    message = str(caught.value)
+    assert f"authentication refused for user {lab.user!r}" in message
+    assert f"tried: {stranger}" in message
+    assert f"ssh-copy-id -p {lab.hosts[0].port} {lab.user}@127.0.0.2" in message
+
+
+def test_an_unknown_host_key_is_refused_with_the_command_that_adds_it(lab, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    port = lab.hosts[0].port
+    with pytest.raises(HostKeyError) as caught:
+        Connection(lab.spec(0), lab.options(known_hosts=(str(empty),)))
+    message = str(caught.value)
+    assert f"[127.0.0.2]:{port}" in message and "is unknown" in message
+    assert f"ssh-keyscan -p {port} 127.0.0.2 >> {empty}" in message
+    assert "accept_unknown_host_keys=True" in message
+    # the explicit opt-in connects, and writes nothing
+    options = lab.options(known_hosts=(str(empty),), accept_unknown_host_keys=True)
+    with Connection(lab.spec(0), options) as conn:
+        assert conn.run("echo ok").stdout == b"ok\n"
+    assert empty.read_text() == ""
+
+
+def test_a_changed_host_key_names_the_file_and_line(lab, tmp_path):
+    lines = open(lab.known_hosts).read().splitlines()
+    # host 2's entry carries host 1's key: host 2 now looks "changed"
+    forged = lines[1].split()[0] + " " + " ".join(lines[0].split()[1:])
+    known = tmp_path / "known_hosts"
+    known.write_text("# mine\n" + lines[0] + "\n" + forged + "\n")
+    with pytest.raises(HostKeyError) as caught:
+        Connection(lab.spec(1), lab.options(known_hosts=(str(known),)))
+    message = str(caught.value)
+    assert "CHANGED" in message and f"{known} line 3" in message
+    assert f"ssh-keygen -R '[127.0.0.3]:{lab.hosts[1].port}' -f {known}" in message
+    # opting in to unknown keys does not let a changed one through
+    with pytest.raises(HostKeyError, match="CHANGED"):
+        Connection(
+            lab.spec(1), lab.options(known_hosts=(str(known),), accept_unknown_host_keys=True)
+        )
+
+
+def test_hashed_known_hosts_entries_match(lab, tmp_path):
+    hashed = tmp_path / "known_hosts"
+    hashed.write_text(open(lab.known_hosts).read())
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(hashed)], check=True, capture_output=True)
+    assert "|1|" in hashed.read_text() and "127.0.0.2" not in hashed.read_text()
+    with Connection(lab.spec(0), lab.options(known_hosts=(str(hashed),))) as conn:
+        assert conn.run("echo ok").stdout == b"ok\n"
+    os.unlink(str(hashed) + ".old")
+
+
+def test_a_missing_sshd_skips_with_the_hint_or_fails_under_ci(monkeypatch, tmp_path):
+    from tests.runtime import sshd
+
+    monkeypatch.setattr(sshd, "SSHD", str(tmp_path / "no-sshd"))
+    monkeypatch.delenv("REQUIRE_SSH_TESTS", raising=False)
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y openssh-server"):
+        sshd.require_sshd()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no-sshd is missing: .*openssh-server"):
+        sshd.require_sshd()
+
+
+def test_the_agents_keys_come_first(lab, tmp_path, monkeypatch):
+    stranger = str(tmp_path / "stranger")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: os.path.exists(sock), timeout=10)
+        env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        subprocess.run(["ssh-add", "-q", lab.client_key], env=env, check=True, capture_output=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        # the identity file is refused by the host; the agent's key is accepted, and tried first
+        with Connection(lab.spec(0, identity=stranger), lab.options(allow_agent=True)) as conn:
+            assert conn.run("echo ok").stdout == b"ok\n"
+        # IdentitiesOnly in the ssh config keeps the agent's keys out, as in OpenSSH
+        config = tmp_path / "config"
+        config.write_text("Host 127.0.0.2\n  IdentitiesOnly yes\n")
+        options = lab.options(allow_agent=True, config=str(config))
+        with pytest.raises(SSHAuthenticationError, match=f"tried: {stranger}\\. "):
+            Connection(lab.spec(0, identity=stranger), options)
+    finally:
+        agent.terminate()
+        agent.wait()
+
+
+def test_a_revoked_host_key_is_refused(lab, tmp_path):
+    lines = open(lab.known_hosts).read().splitlines()
+    known = tmp_path / "known_hosts"
+    known.write_text(lines[0] + "\n" + "@revoked " + lines[0] + "\n")
+    with pytest.raises(HostKeyError, match=f"is REVOKED: {known} line 2 marks it @revoked"):
+        Connection(lab.spec(0), lab.options(known_hosts=(str(known),)))

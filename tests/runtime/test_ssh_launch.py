@@ -1,0 +1,375 @@
+"""parl.connect(hosts=...) against three real sshd on loopback: launch, deployment, cache,
+aliases, and the end of every remote process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import psutil
+import pytest
+
+import parl
+from parl.cluster import control
+from parl.errors import (
+    RemoteEnvironmentError,
+    SSHAuthenticationError,
+    SSHError,
+    VersionMismatchError,
+)
+from parl.remote import context
+from parl.ssh import remote
+from parl.ssh.hosts import HostSpec
+from tests.runtime.conftest import wait_until
+from tests.runtime.sshd import _free_port
+
+pytestmark = pytest.mark.ssh
+
+HELPER = """
+import os
+import parl
+
+from pkg.util import TWICE
+
+
+@parl.remote_class
+class Where:
+    def where(self):
+        return {"cwd": os.getcwd(), "parl": parl.__file__, "pid": os.getpid(),
+                "lab": os.environ.get("PARL_SSH_LAB")}
+
+    def twice(self, x):
+        return TWICE * x
+
+    def echo(self, a):
+        return a
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project folder with a module in a sub-folder; the test runs in it (its root)."""
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "util.py").write_text("TWICE = 2\n")
+    (root / "pkg" / "helper.py").write_text(HELPER)
+    monkeypatch.chdir(root)
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for name in ("pkg.helper", "pkg.util", "pkg"):
+        sys.modules.pop(name, None)
+
+
+def specs(lab, tmp_path, cpus=1, **settings):
+    return [
+        lab.spec(
+            i,
+            cpus=cpus,
+            python=sys.executable,
+            workdir=str(tmp_path / f"cache-h{i + 1}"),
+            **settings,
+        )
+        for i in range(3)
+    ]
+
+
+def agent_status(address: str, secret: bytes) -> dict:
+    sock = control.dial(control.parse_address(address), secret, "a host agent")
+    try:
+        return control.request(sock, {"op": "host"}, "a host agent", 10.0)
+    finally:
+        sock.close()
+
+
+def carrier():
+    return context.current().carrier
+
+
+def test_actors_spread_over_three_hosts_run_deployed_code(lab, project, tmp_path, capfd):
+    from pkg.helper import Where
+
+    parl.connect(hosts=specs(lab, tmp_path), ssh=lab.options(), linger=0)
+    try:
+        launch = carrier().launch
+        reports = carrier().reports
+        assert [r.cpus for r in reports] == [1, 1, 1]
+        assert all(r.uploaded > 0 for r in reports)  # first launch: both archives sent
+        actors = [Where() for _ in range(3)]
+        places = [a.where() for a in actors]
+        assert [a.twice(21) for a in actors] == [42, 42, 42]
+        # one actor per host (each host has one slot): each runs in its own host's cache,
+        # in the project's folder there, with the uploaded parl, under sshd's session
+        homes = sorted(p["cwd"].split(os.sep + "cache-")[1][:2] for p in places)
+        assert homes == ["h1", "h2", "h3"]
+        for p in places:
+            assert p["parl"].startswith(str(tmp_path / "cache-"))
+            assert p["lab"] == lab.tag
+        # the secret is on no command line and in no environment of what runs over SSH
+        secret = launch.secret.decode()
+        for process in lab.remote_processes():
+            try:
+                assert secret not in " ".join(process.cmdline())
+                assert secret not in " ".join(process.environ().values())
+            except psutil.NoSuchProcess:
+                pass
+        # the cluster carrier's own deployment found the code where SFTP put it: no upload
+        for report in reports:
+            assert agent_status(report.agent, launch.secret)["uploads"] == 0
+        err = capfd.readouterr().err
+        for spec in specs(lab, tmp_path):
+            assert f"parl ssh: {spec.name}: host agent at {spec.host}:" in err
+    finally:
+        parl.disconnect()
+    assert wait_until(lambda: not lab.remote_processes(), timeout=10)
+
+
+def test_a_second_launch_uploads_nothing(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    for launch in range(2):
+        parl.connect(hosts=specs(lab, tmp_path), ssh=lab.options(), linger=0)
+        try:
+            uploaded = [r.uploaded for r in carrier().reports]
+            assert Where().twice(2) == 4
+        finally:
+            parl.disconnect()
+        assert (launch == 0) == all(n > 0 for n in uploaded), uploaded
+    assert uploaded == [0, 0, 0]
+
+
+def test_hosts_file_with_ssh_config_aliases(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(
+        "# aliases of the lab's ssh config\n"
+        f"h2 cpus=2 python={sys.executable} workdir={tmp_path / 'cache-h2'}\n"
+        f"hop3 cpus=1 python={sys.executable} workdir={tmp_path / 'cache-h3'}  # via h1\n"
+    )
+    parl.connect(str(hosts), ssh=lab.options(), linger=0)
+    try:
+        assert [r.agent.split(":")[0] for r in carrier().reports] == ["127.0.0.3", "127.0.0.4"]
+        actors = [Where() for _ in range(3)]
+        homes = sorted(a.where()["cwd"].split(os.sep + "cache-")[1][:2] for a in actors)
+        assert homes == ["h2", "h2", "h3"]
+    finally:
+        parl.disconnect()
+
+
+# -- failures, each named ------------------------------------------------------------------------
+
+
+def test_no_such_python_names_the_host(lab, project, tmp_path):
+    hosts = specs(lab, tmp_path)
+    hosts[1] = lab.spec(1, python="/nonexistent/python3", workdir=str(tmp_path / "c2"))
+    with pytest.raises(RemoteEnvironmentError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options())
+    message = str(caught.value)
+    assert f"host {hosts[1].name}: no such python '/nonexistent/python3'" in message
+    assert "set python=/path/to/python3" in message
+
+
+def test_a_python_without_the_packages_names_what_is_missing(lab, project, tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    hosts = [lab.spec(0, python=python, workdir=str(tmp_path / "c1"))]
+    with pytest.raises(RemoteEnvironmentError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options())
+    message = str(caught.value)
+    assert f"on host {hosts[0].name} lacks cloudpickle, numpy, psutil, torch" in message
+    assert f"{python} -m pip install" in message and "numpy==" in message
+
+
+def test_other_versions_on_a_host_show_both_sides():
+    mine = {"numpy": "2.1.0", "cloudpickle": "3.0.0", "torch": "2.13.0", "psutil": "5.9.0"}
+    probe = remote.Probe(
+        python="3.9.7",
+        executable="/opt/py/bin/python3",
+        base="/c",
+        have=(),
+        cpus=4,
+        packages=dict(mine, numpy="1.26.4"),
+    )
+    with pytest.raises(VersionMismatchError) as caught:
+        remote.check_versions("alice@box", probe, mine, "python3")
+    message = str(caught.value)
+    assert message.startswith("/opt/py/bin/python3 on host alice@box does not match this machine")
+    assert f"Python {platform.python_version()} here, 3.9.7 there" in message
+    assert "numpy 2.1.0 here, 1.26.4 there" in message and "torch" not in message
+
+
+def test_failed_hosts_are_all_named_and_the_good_ones_left_clean(lab, project, tmp_path):
+    hosts = specs(lab, tmp_path)
+    dead = _free_port("127.0.0.3")
+    hosts[1] = HostSpec("127.0.0.3", port=dead, identity=lab.client_key)
+    unknown = tmp_path / "known_hosts"  # host 3's key is missing from it
+    unknown.write_text("\n".join(open(lab.known_hosts).read().splitlines()[:2]) + "\n")
+    with pytest.raises(SSHError) as caught:
+        parl.connect(hosts=hosts, ssh=lab.options(known_hosts=(str(unknown),)))
+    message = str(caught.value)
+    assert message.startswith("2 hosts failed:")
+    assert f"host 127.0.0.3:{dead} is unreachable" in message
+    assert f"[127.0.0.4]:{lab.hosts[2].port}" in message and "is unknown" in message
+    assert not lab.remote_processes()  # host 1 was reached, and left as it was
+    # the same hosts with the documented opt-in for unknown keys (and without the dead one)
+    parl.connect(
+        hosts=[hosts[0], hosts[2]],
+        ssh=lab.options(known_hosts=(str(unknown),)),
+        accept_unknown_host_keys=True,
+    )
+    parl.disconnect()
+    assert "127.0.0.4" not in unknown.read_text()  # trusted for that run, never written
+
+
+def test_a_refused_login_names_the_host(lab, project, tmp_path):
+    stranger = str(tmp_path / "stranger")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
+    with pytest.raises(SSHAuthenticationError, match="host h2: authentication refused"):
+        parl.connect(hosts=["h2 identity=" + stranger], ssh=lab.options())
+
+
+# -- the end of remote processes -------------------------------------------------------------------
+
+CALLER = """
+import json, os, sys
+import parl
+from parl.ssh.client import SSHOptions
+from parl.ssh.hosts import HostSpec
+from pkg.helper import Where
+
+setup = json.loads(sys.argv[1])
+hosts = [HostSpec(**h) for h in setup["hosts"]]
+options = SSHOptions(config=None, known_hosts=(setup["known_hosts"],), allow_agent=False)
+parl.connect(hosts=hosts, ssh=options)
+actors = [Where() for _ in range(3)]
+print(json.dumps([a.where()["pid"] for a in actors]), flush=True)
+if setup["end"] == "exception":
+    raise RuntimeError("the caller fails")
+if setup["end"] == "fork":
+    child = os.fork()
+    if child == 0:  # holds copies of every socket of its parent
+        sys.stdin.read()
+        os._exit(0)
+    print(child, flush=True)
+if setup["end"] in ("wait", "fork"):
+    sys.stdin.read()
+"""
+
+
+def run_caller(lab, project, tmp_path, end: str) -> subprocess.Popen:
+    (project / "caller.py").write_text(CALLER)
+    setup = {
+        "hosts": [dataclasses.asdict(s) for s in specs(lab, tmp_path)],
+        "known_hosts": lab.known_hosts,
+        "end": end,
+    }
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.Popen(
+        [sys.executable, str(project / "caller.py"), json.dumps(setup)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+        text=True,
+        cwd=str(project),
+    )
+
+
+@pytest.mark.parametrize("end", ["exit", "exception", "sigkill", "fork"])
+def test_every_remote_process_ends_with_the_caller(lab, project, tmp_path, end):
+    """Leaving, failing, SIGKILL; and SIGKILL while a forked child lives on (it must not keep
+    the SSH sessions open: it closes its copies of their sockets)."""
+    caller = run_caller(lab, project, tmp_path, "wait" if end == "sigkill" else end)
+    child = None
+    try:
+        line = caller.stdout.readline()
+        assert line, caller.stderr.read()
+        workers = json.loads(line)
+        assert len(workers) == 3 and all(psutil.pid_exists(p) for p in workers)
+        assert lab.remote_processes()
+        if end == "fork":
+            child = int(caller.stdout.readline())
+        if end in ("sigkill", "fork"):
+            caller.kill()
+        caller.wait(60)
+        if child is not None:
+            assert psutil.pid_exists(child)
+        assert wait_until(lambda: not lab.remote_processes(), timeout=10), [
+            " ".join(p.cmdline()) for p in lab.remote_processes()
+        ]
+        assert not any(psutil.pid_exists(p) for p in workers)
+        if end == "exception":
+            assert "RuntimeError: the caller fails" in caller.stderr.read()
+    finally:
+        if child is not None:
+            os.kill(child, signal.SIGKILL)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
+        caller.kill()
+        caller.wait()
+        for stream in (caller.stdin, caller.stdout, caller.stderr):
+            stream.close()
+
+
+def test_a_lost_host_fails_its_actors_calls_within_5_s(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    parl.connect(hosts=specs(lab, tmp_path)[:1], ssh=lab.options(), linger=0)
+    try:
+        actor = Where()
+        assert actor.twice(1) == 2
+        (agent,) = [p for p in lab.remote_processes() if "parl.cluster.daemon" in p.cmdline()]
+        agent.kill()
+
+        def calls_fail() -> bool:
+            try:
+                actor.twice(1)
+            except parl.ActorDiedError:
+                return True
+            return False
+
+        assert wait_until(calls_fail, timeout=5)
+    finally:
+        parl.disconnect()
+
+
+def test_a_tunnel_carries_calls_through_the_ssh_connection(lab, project, tmp_path):
+    from pkg.helper import Where
+
+    hosts = specs(lab, tmp_path)[:2]
+    hosts[1] = dataclasses.replace(hosts[1], tunnel=True)
+    parl.connect(hosts=hosts, ssh=lab.options(), linger=0)
+    try:
+        direct, tunnelled = carrier().reports
+        assert direct.agent.startswith("127.0.0.2:") and "tunnel" not in direct.agent
+        # the tunnelled agent listens on the host's loopback; this process reaches it only
+        # through its local end of the tunnel
+        listening, forward = tunnelled.agent.split(" (tunnel from ")
+        assert listening.startswith("127.0.0.1:")
+        agent_port = int(listening.split(":")[1])
+        actors = [Where(), Where()]
+        homes = sorted(a.where()["cwd"].split(os.sep + "cache-")[1][:2] for a in actors)
+        assert homes == ["h1", "h2"]
+        big = np.arange(3 << 20, dtype=np.int64)  # 24 MiB: many SSH packets each way
+        for actor in actors:
+            assert np.array_equal(actor.echo(big), big)
+        mine = psutil.Process().net_connections(kind="tcp")
+        assert not [c for c in mine if c.raddr and c.raddr.port == agent_port]
+        assert [
+            c for c in mine if c.raddr and c.raddr.port == int(forward.rstrip(")").split(":")[1])
+        ]
+    finally:
+        parl.disconnect()
+
+
+def test_a_host_refusing_port_forwards_cannot_tunnel(lab, project, tmp_path):
+    host = dataclasses.replace(specs(lab, tmp_path)[2], tunnel=True)  # h3: PermitListen none
+    with pytest.raises(SSHError, match=f"host {host.name} refuses to forward a port back"):
+        parl.connect(hosts=[host], ssh=lab.options())

@@ -1,0 +1,70 @@
+"""The launcher's pure parts, without SSH: remote command lines, probe answers, the master's
+address."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from parl.errors import RemoteEnvironmentError
+from parl.ssh import remote
+from parl.ssh.launcher import _master_bind
+
+
+def test_the_agent_command_quotes_paths_and_carries_no_secret():
+    command = remote.agent_command(
+        "/opt/my env/python3", "/cache dir", "p" * 64, "q" * 64, "10.0.0.7", "10.0.0.1:8010", 4,
+        advertise="127.0.0.1:5000",
+    )  # fmt: skip
+    words = shlex.split(command)
+    assert words[:2] == ["cd", f"/cache dir/{'q' * 64}"]
+    assert f"PYTHONPATH=/cache dir/{'q' * 64}:/cache dir/{'p' * 64}" in words
+    daemon = words[words.index("exec") + 1 :]
+    assert daemon == [
+        "/opt/my env/python3", "-m", "parl.cluster.daemon", "agent", "10.0.0.7",
+        "10.0.0.1:8010", "4", "3", "--secret-stdin", "--cache_dir=/cache dir",
+        "--advertise=127.0.0.1:5000",
+        "3>&1", "1>&2",
+    ]  # fmt: skip
+
+
+def test_the_probe_runs_here_and_reports_versions_and_cached_digests(tmp_path):
+    (tmp_path / "abc").mkdir()
+    # "~/" stays the shell's to expand: this interpreter, named from a HOME above it
+    home, rest = os.path.dirname(os.path.dirname(sys.executable)), os.path.basename(sys.executable)
+    python = f"~/bin/{rest}"
+    command = remote.probe_command(python, str(tmp_path), ["abc", "def"])
+    env = dict(os.environ, HOME=home)
+    done = subprocess.run(command, shell=True, capture_output=True, env=env)
+    probe = remote.parse_probe("here", python, done.returncode, done.stdout, done.stderr)
+    assert probe.have == ("abc",) and probe.base == str(tmp_path)
+    assert probe.packages == remote.local_versions()
+    remote.check_versions("here", probe, remote.local_versions(), sys.executable)  # no error
+
+
+def test_probe_failures_are_named():
+    with pytest.raises(RemoteEnvironmentError, match="host h: no such python 'py9'"):
+        remote.parse_probe("h", "py9", 127, b"", b"sh: 1: py9: not found")
+    with pytest.raises(RemoteEnvironmentError, match="could not run parl's check .*SyntaxError"):
+        remote.parse_probe("h", "python2", 1, b"", b"SyntaxError: invalid syntax")
+    answer = {"python": "3.11.2", "executable": "/x", "base": "/c", "packages": {},
+              "have": [], "cpus": None}  # fmt: skip
+    assert remote.parse_probe("h", "p", 0, json.dumps(answer).encode(), b"").cpus == 1
+
+
+@pytest.mark.parametrize(
+    ("local", "bind"),
+    [
+        (["127.0.0.1", "127.0.0.1"], "127.0.0.1"),
+        ([None, "127.0.0.1"], "127.0.0.1"),  # a jump host's target: loopback here
+        (["10.0.0.1", "10.0.0.1"], "10.0.0.1"),
+        (["10.0.0.1", "192.168.1.5"], "0.0.0.0"),
+    ],
+)
+def test_the_master_listens_where_the_hosts_reach_it(local, bind):
+    assert _master_bind(local) == bind
