@@ -86,6 +86,7 @@ def actor_record(conn: Connection, host: str, now: float, local: bool = True) ->
     label = conn.label
     class_name, pid, on = parse_label(label)
     host = on or host
+    local = local and on is None  # " on HOST": a cluster's worker, whose pid is not ours
     state, method, reason = "idle", None, None
     if conn.closed:
         state = "closed"

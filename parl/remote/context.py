@@ -72,6 +72,7 @@ def connect(
     distributed_files: Sequence[str] = (),
     ssh: Any = None,
     accept_unknown_host_keys: bool = False,
+    monitor_port: int = 0,
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -97,6 +98,8 @@ def connect(
     ``ssh``: a :class:`parl.ssh.client.SSHOptions` (ssh config and known_hosts files).
     ``accept_unknown_host_keys``: trust hosts whose key is in no known_hosts file, for this
     run (never written there; a changed key is refused all the same). Off by default.
+    ``monitor_port`` (``hosts``): the launched cluster's monitor page on this port of
+    127.0.0.1 (see README, "Monitor"); 0: none.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -156,7 +159,21 @@ def connect(
         ssh = ssh if ssh is not None else SSHOptions()
         if accept_unknown_host_keys:
             ssh = dataclasses.replace(ssh, accept_unknown_host_keys=True)
-        options.update(hosts=specs, ssh=ssh, distributed_files=tuple(distributed_files))
+        if isinstance(monitor_port, bool) or not isinstance(monitor_port, int):
+            raise TypeError(f"monitor_port must be an int (0: no page), got {monitor_port!r}")
+        if not 0 <= monitor_port < 65536:
+            raise ValueError(f"monitor_port must be between 0 and 65535, got {monitor_port}")
+        options.update(
+            hosts=specs,
+            ssh=ssh,
+            distributed_files=tuple(distributed_files),
+            monitor_port=monitor_port,
+        )
+    elif monitor_port:
+        raise ValueError(
+            "monitor_port is for clusters launched with hosts=...; a local program serves its "
+            "page with parl.monitor(), an xparl cluster with `xparl start --monitor_port`"
+        )
     # a cluster is reached now: a wrong address or secret shows here, not at the first actor
     remote = options["address"] is not None or specs is not None
     new = _Context(_carrier(options)) if remote else None
@@ -181,6 +198,7 @@ def _carrier(options: dict[str, Any]) -> Carrier:
             options["hosts"],
             options["ssh"],
             distributed_files=options["distributed_files"],
+            monitor_port=options.get("monitor_port", 0),
             forward_output=options["forward_output"],
             slot_timeout=options["slot_timeout"],
             max_frame=options["max_frame"],

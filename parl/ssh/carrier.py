@@ -26,9 +26,10 @@ class SSHCarrier:
         *,
         distributed_files: Sequence[str] = (),
         progress: bool = True,
+        monitor_port: int = 0,
         **cluster_options: Any,
     ) -> None:
-        self.launch = Launch(hosts, ssh, distributed_files, progress)
+        self.launch = Launch(hosts, ssh, distributed_files, progress, monitor_port=monitor_port)
         try:
             # the same project archive as the launch's: the host agents already hold it
             self._cluster = ClusterCarrier(

@@ -29,6 +29,7 @@ import paramiko
 
 from parl.cluster.control import parse_address
 from parl.cluster.master import Master
+from parl.monitoring.server import MonitorServer
 from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
 from parl.cluster.server import Server
 from parl.errors import DeploymentError, SSHError
@@ -220,6 +221,7 @@ class Launch:
         distributed_files: Sequence[str] = (),
         progress: bool = True,
         project: str | Path | None = None,
+        monitor_port: int = 0,
     ) -> None:
         if not hosts:
             raise ValueError("no host to launch on: give at least one in the hosts file")
@@ -227,6 +229,7 @@ class Launch:
         self.secret = secrets.token_hex(32).encode()
         self._hosts = [_Host(spec, options, HostReport(spec.name)) for spec in hosts]
         self._server: Server | None = None
+        self.monitor_url: str | None = None
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_all, os.getpid(), self._hosts, [None])
         try:
@@ -238,6 +241,16 @@ class Launch:
             )
             self.master = Master()
             self._server = Server(bind, 0, self.secret, self.master.handlers)
+            if monitor_port:  # the page, on this machine's loopback
+                try:
+                    self._server.monitor = MonitorServer(
+                        self.master.monitor_snapshot, "127.0.0.1", monitor_port
+                    )
+                except BaseException:
+                    self._server.close()
+                    raise
+                self.master.monitoring = True
+                self.monitor_url = self._server.monitor.url
             self._server.start()
             self._finalizer.detach()
             self._finalizer = weakref.finalize(

@@ -373,3 +373,42 @@ def test_a_host_refusing_port_forwards_cannot_tunnel(lab, project, tmp_path):
     host = dataclasses.replace(specs(lab, tmp_path)[2], tunnel=True)  # h3: PermitListen none
     with pytest.raises(SSHError, match=f"host {host.name} refuses to forward a port back"):
         parl.connect(hosts=[host], ssh=lab.options())
+
+
+def test_a_launched_cluster_serves_its_monitor_page(lab, project, tmp_path):
+    """parl.connect(hosts=..., monitor_port=P): the master in this process serves the page of
+    the SSH-launched hosts, with their actors and what they printed."""
+    import urllib.request
+
+    from pkg.helper import Where
+
+    port = _free_port("127.0.0.1")
+    parl.connect(hosts=specs(lab, tmp_path), ssh=lab.options(), linger=0, monitor_port=port)
+    try:
+        assert carrier().launch.monitor_url == f"http://127.0.0.1:{port}/"
+        actors = [Where() for _ in range(3)]
+        pids = {a.where()["pid"] for a in actors}
+
+        def status():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as r:
+                return json.loads(r.read())
+
+        def listed():
+            found = status()
+            return len(found["hosts"]) == 3 and {
+                a["pid"] for c in found["clients"] for a in c["actors"] if a["memory"]
+            } == pids
+
+        assert wait_until(listed, timeout=15)
+        assert status()["mode"] == "cluster"
+        del actors
+    finally:
+        parl.disconnect()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5)
+    assert wait_until(lambda: not lab.remote_processes(), timeout=10)
+
+
+def test_monitor_port_needs_hosts():
+    with pytest.raises(ValueError, match="parl.monitor()"):
+        parl.connect(monitor_port=8080)
