@@ -29,10 +29,10 @@ import paramiko
 
 from parl.cluster.control import parse_address
 from parl.cluster.master import Master
-from parl.monitoring.server import MonitorServer
 from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
 from parl.cluster.server import Server
 from parl.errors import DeploymentError, SSHError
+from parl.monitoring.server import MonitorServer
 from parl.ssh import remote
 from parl.ssh.client import Connection, SSHOptions
 from parl.ssh.hosts import HostSpec

@@ -395,9 +395,10 @@ def test_a_launched_cluster_serves_its_monitor_page(lab, project, tmp_path):
 
         def listed():
             found = status()
-            return len(found["hosts"]) == 3 and {
-                a["pid"] for c in found["clients"] for a in c["actors"] if a["memory"]
-            } == pids
+            return (
+                len(found["hosts"]) == 3
+                and {a["pid"] for c in found["clients"] for a in c["actors"] if a["memory"]} == pids
+            )
 
         assert wait_until(listed, timeout=15)
         assert status()["mode"] == "cluster"
