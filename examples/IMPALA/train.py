@@ -57,7 +57,9 @@ class Learner:
         self.episode_returns = WindowStat(100)
         self.sample_steps = self.train_steps = 0
         self.shared = not config.get("xparl_addr")  # shared memory only for local actors
-        if not self.shared:
+        if self.shared:  # the worker pool imports these once; actors start in milliseconds
+            parl.connect("local", preload=["torch", "gymnasium"])
+        else:
             parl.connect(config["xparl_addr"])
         model = self.agent.alg.model
         self.weights = SharedWeights(model) if self.shared else None
@@ -103,8 +105,7 @@ class Learner:
         except parl.ActorDiedError as exc:
             raise parl.ActorDiedError(
                 f"IMPALA: actor {i} of {len(self.actors)} died while sampling ({exc}); "
-                f"training stops. Restart it (--resume is not implemented) or lower "
-                f"actor memory use.",
+                f"training stops (the other actors are closed; start the run again).",
                 exc.type_name,
                 exc.remote_traceback,
             ) from exc
