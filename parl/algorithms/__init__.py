@@ -22,6 +22,7 @@ _ALGORITHMS: dict[str, str] = {
     "PPO": "parl.algorithms.ppo",
     "A2C": "parl.algorithms.a2c",
     "IMPALA": "parl.algorithms.impala",
+    "ES": "parl.algorithms.es",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.ddqn import DDQN
     from parl.algorithms.dqn import DQN
+    from parl.algorithms.es import ES
     from parl.algorithms.impala import IMPALA
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.ppo import PPO
@@ -54,4 +56,4 @@ def __dir__() -> list[str]:
 
 __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
-__all__ += ["IMPALA"]
+__all__ += ["IMPALA", "ES"]
