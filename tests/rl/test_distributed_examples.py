@@ -114,3 +114,24 @@ def test_a2c_remote_actors_and_vector_env_modes_run_end_to_end(
     )
     assert local["sample_steps"] >= 2000 and "sampling" in local["learner_times"]
     assert local["actor_times"] == {}
+
+
+def test_es_runs_end_to_end_on_cartpole_and_halfcheetah(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    small = ["--noise_size", "1000000", "--test_every_train_steps", "1", "--eval_episodes", "1"]
+    result = _run_main(
+        run_python,
+        ES_DIR,
+        ["--env", "CartPole-v1", "--train_steps", "3", *small, "--logdir", str(tmp_path / "c")],
+    )
+    assert result["train_steps"] == 3 and len(result["history"]) == 3
+    assert result["sample_steps"] >= 3 * 2000  # min_steps_per_batch of the CartPole config
+    _assert_time_breakdown(result, {"waiting", "learning", "obs_filter"}, tmp_path / "c")
+    cheetah = _run_main(
+        run_python,
+        ES_DIR,
+        ["--train_steps", "1", "--min_episodes_per_batch", "4", "--min_steps_per_batch", "2000",
+         *small, "--logdir", str(tmp_path / "h")],
+    )  # fmt: skip
+    assert cheetah["train_steps"] == 1 and cheetah["sample_steps"] >= 4000  # 1,000-step episodes
