@@ -56,11 +56,13 @@ class Learner:
         self.times = TimeBreakdown()
         self.episode_returns = WindowStat(100)
         self.sample_steps = self.train_steps = 0
-        self.shared = not config.get("xparl_addr")  # shared memory only for local actors
-        if self.shared:  # the worker pool imports these once; actors start in milliseconds
-            parl.connect("local", preload=["torch", "gymnasium"])
-        else:
+        # shared memory only for local actors; transport="values" ships everything as call
+        # values, as on a cluster (to measure what the shared slots save)
+        self.shared = not config.get("xparl_addr") and config.get("transport", "shm") == "shm"
+        if config.get("xparl_addr"):
             parl.connect(config["xparl_addr"])
+        else:  # the worker pool imports these once; actors start in milliseconds
+            parl.connect("local", preload=["torch", "gymnasium"])
         model = self.agent.alg.model
         self.weights = SharedWeights(model) if self.shared else None
         self.sent_version: list[int] = []
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> TrainResult:
     parser.add_argument("--sample_batch_steps", type=int, default=None)
     parser.add_argument("--train_batch_size", type=int, default=None)
     parser.add_argument("--xparl_addr", default=None)
+    parser.add_argument("--transport", choices=["shm", "values"], default=None)
     parser.add_argument("--max_sample_steps", type=int, default=None)
     parser.add_argument("--test_every_steps", type=int, default=None)
     parser.add_argument("--eval_episodes", type=int, default=None)
