@@ -51,9 +51,10 @@ while time.perf_counter() - start < {seconds}:
         learner.batch.clear()
 elapsed = time.perf_counter() - start
 delta = {{k: sum(t[k] - before.get(i, {{}}).get(k, 0.0) for i, t in learner.actor_times.items())
-         for k in ("sampling", "weights", "alive")}}
+         for k in ("sampling", "weights", "alive", "cpu")}}
 learner.close()
 print("RESULT" + json.dumps({{"steps_per_s": (learner.sample_steps - steps0) / elapsed,
+                             "steps_per_cpu_s": (learner.sample_steps - steps0) / delta["cpu"],
                              "actor": delta, "learner": learner.times.seconds}}))
 """
 
@@ -62,14 +63,46 @@ config = {{**train.mujoco_config, "seed": 0, "actor_num": {actors}, "logdir": {l
 learner = train.Learner(config)
 flat = learner.agent.alg.get_flat_weights()
 learner._round(flat)                      # warm-up
+cpu0 = sum(t["cpu"] for t in learner.actor_times.values())
 steps, start = 0, time.perf_counter()
 while time.perf_counter() - start < {seconds}:
     for result in learner._round(flat):
         steps += sum(sum(pair) for pair in result["noisy_lengths"])
 elapsed = time.perf_counter() - start
+cpu = sum(t["cpu"] for t in learner.actor_times.values()) - cpu0
 learner.close()
-print("RESULT" + json.dumps({{"steps_per_s": steps / elapsed}}))
+print("RESULT" + json.dumps({{"steps_per_s": steps / elapsed, "steps_per_cpu_s": steps / cpu}}))
 """
+
+BASELINE = """
+import multiprocessing as mp
+from actor import Actor
+
+def work(seed):
+    torch.set_num_threads(1)
+    config = {{**train.{config}, "seed": 0, "actor_num": 1}}
+    actor = Actor._original(config, seed, *{extra_args})
+    alg = actor.agent.alg
+    flat = alg.get_flat_weights() if hasattr(alg, "get_flat_weights") else None
+    {call}                                 # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < {seconds}:
+        out = {call}
+        steps += {count}
+    return steps / (time.perf_counter() - start)
+
+with mp.get_context("fork").Pool({actors}) as pool:
+    rates = pool.map(work, [1000 * (i + 1) for i in range({actors})])
+print("RESULT" + json.dumps({{"steps_per_s": sum(rates)}}))
+"""
+
+BASELINES = {
+    "IMPALA": {"config": "atari_config", "extra_args": "(None, None)", "call": "actor.sample()",
+               "count": 'out["steps"]'},
+    "ES": {"config": "mujoco_config", "extra_args": "(None,)",
+           "call": "actor.sample(flat, actor.agent.obs_filter.state)",
+           "count": 'sum(sum(pair) for pair in out["noisy_lengths"])'},
+}  # fmt: skip
 
 LEARN = """
 result = train.main({args!r})
@@ -95,19 +128,41 @@ def calibration() -> float:
     return statistics.median(runs) * 1e3
 
 
-def scaling(name: str, folder: str, body: str, repeats: int, **fields: Any) -> dict[str, float]:
-    rates: dict[int, list[float]] = {1: [], 2: []}
+def scaling(
+    name: str, folder: str, body: str, repeats: int, baseline: bool = False, **fields: Any
+) -> dict[str, float]:
+    """Steps/s with 1 and 2 actors, alternated ``repeats`` times; with ``baseline``, also the
+    actor class run bare (no parl) in 1 and 2 ``multiprocessing`` processes, interleaved: the
+    scaling the machine allows at that moment."""
+    kinds = ["parl", "bare"] if baseline else ["parl"]
+    rates: dict[tuple[str, int], list[float]] = {(k, n): [] for k in kinds for n in (1, 2)}
     extra: dict[str, Any] = {}
+    cpu_rates: dict[int, list[float]] = {1: [], 2: []}
     for _ in range(repeats):
         for actors in (1, 2):
             with tempfile.TemporaryDirectory() as logdir:
                 out = run(folder, body, actors=actors, logdir=logdir, **fields)
-            rates[actors].append(out["steps_per_s"])
+            rates["parl", actors].append(out["steps_per_s"])
+            cpu_rates[actors].append(out["steps_per_cpu_s"])
             extra[f"last_{actors}"] = out
-    one, two = statistics.median(rates[1]), statistics.median(rates[2])
-    print(f"{name}: 1 actor {one:,.0f} steps/s, 2 actors {two:,.0f} steps/s, ratio "
-          f"{two / one:.2f}x (runs: {rates})", flush=True)  # fmt: skip
-    return {"one": one, "two": two, "ratio": two / one, **extra}
+            if baseline:
+                code = BASELINE.replace("{call}", BASELINES[folder]["call"])
+                bare = run(folder, code, actors=actors, seconds=fields["seconds"],
+                           **{k: v for k, v in BASELINES[folder].items() if k != "call"})  # fmt: skip
+                rates["bare", actors].append(bare["steps_per_s"])
+    med = {key: statistics.median(values) for key, values in rates.items()}
+    line = (f"{name}: 1 actor {med['parl', 1]:,.0f} steps/s, 2 actors {med['parl', 2]:,.0f} "
+            f"steps/s, ratio {med['parl', 2] / med['parl', 1]:.2f}x")  # fmt: skip
+    if baseline:
+        bare_ratio = med["bare", 2] / med["bare", 1]
+        line += (f"; bare processes 1: {med['bare', 1]:,.0f}, 2: {med['bare', 2]:,.0f}, ratio "
+                 f"{bare_ratio:.2f}x")  # fmt: skip
+    cpu1, cpu2 = statistics.median(cpu_rates[1]), statistics.median(cpu_rates[2])
+    line += (f"; per actor CPU second 1: {cpu1:,.0f}, 2: {cpu2:,.0f} steps "
+             f"({cpu2 / cpu1:.2f}x)")  # fmt: skip
+    print(f"{line} (runs: {dict((f'{k}{n}', [round(v) for v in r]) for (k, n), r in rates.items())})",
+          flush=True)  # fmt: skip
+    return {"ratio": med["parl", 2] / med["parl", 1], **extra}
 
 
 def transfer_share(out: dict[str, Any]) -> str:
@@ -142,7 +197,7 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     common = {"seconds": seconds, "learn": False}
     shm = scaling("IMPALA Pong sampling, shared slots", "IMPALA", IMPALA_THROUGHPUT, repeats,
-                  transport="shm", **common)  # fmt: skip
+                  baseline=True, transport="shm", **common)  # fmt: skip
     print(f"  IMPALA Pong actors (shm, 2 actors): {transfer_share(shm['last_2'])}")
     values = scaling("IMPALA Pong sampling, values", "IMPALA", IMPALA_THROUGHPUT, 1,
                      transport="values", **common)  # fmt: skip
@@ -152,7 +207,9 @@ def main() -> None:
     print(
         f"  learner: {json.dumps({k: round(v, 2) for k, v in trained['last_2']['learner'].items()})}"
     )
-    scaling("ES HalfCheetah-v5 sampling", "ES", ES_THROUGHPUT, repeats, seconds=seconds)
+    scaling(
+        "ES HalfCheetah-v5 sampling", "ES", ES_THROUGHPUT, repeats, baseline=True, seconds=seconds
+    )
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     if args.skip_learning:
         return

@@ -113,5 +113,9 @@ class Actor:
         result: dict[str, Any] = {"steps": steps * n, "episodes": episodes}
         if not self.shared:
             result["data"] = self.out
-        result["times"] = {**self.times, "alive": time.perf_counter() - self.born}
+        result["times"] = {
+            **self.times,
+            "alive": time.perf_counter() - self.born,
+            "cpu": time.process_time(),
+        }
         return result

@@ -62,5 +62,9 @@ class Actor:
             "noisy_rewards": rewards,
             "noisy_lengths": lengths,
             "filter_buffer": tuple(self.agent.obs_filter.flush()),
-            "times": {**self.times, "alive": time.perf_counter() - self.born},
+            "times": {
+                **self.times,
+                "alive": time.perf_counter() - self.born,
+                "cpu": time.process_time(),
+            },
         }

@@ -137,5 +137,9 @@ class Actor:
         if self.private is not None:
             result["data"] = self.private  # returned as a value: the carrier ships it
         # alive - weights - sampling: idle, waiting for the learner's next call
-        result["times"] = {**self.times, "alive": time.perf_counter() - self.born}
+        result["times"] = {
+            **self.times,
+            "alive": time.perf_counter() - self.born,
+            "cpu": time.process_time(),
+        }
         return result

@@ -111,9 +111,11 @@ class Learner:
                 exc.type_name,
                 exc.remote_traceback,
             ) from exc
-        with self.times.section("batching"):  # copy the slot out before it is reused
-            data = result["data"] if "data" in result else self.slots[i][slot]
-            self.batch.append({k: np.array(data[k]) for k in FIELDS})
+        with self.times.section("batching"):
+            if "data" in result:  # arrived as values: already this process's own
+                self.batch.append({k: result["data"][k] for k in FIELDS})
+            else:  # copy the shared slot out before the actor reuses it
+                self.batch.append({k: self.slots[i][slot][k].copy() for k in FIELDS})
         self._issue(i, slot)
         for episode_return, _ in result["episodes"]:
             self.episode_returns.add(episode_return)
