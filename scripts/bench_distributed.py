@@ -204,6 +204,7 @@ def main() -> None:
     print(f"  IMPALA Pong actors (values, 2 actors): {transfer_share(values['last_2'])}")
     trained = scaling("IMPALA Pong training (learner learning)", "IMPALA", IMPALA_THROUGHPUT, 1,
                       transport="shm", seconds=seconds, learn=True)  # fmt: skip
+    print(f"  IMPALA Pong actors (training, 2 actors): {transfer_share(trained['last_2'])}")
     print(
         f"  learner: {json.dumps({k: round(v, 2) for k, v in trained['last_2']['learner'].items()})}"
     )
