@@ -1,5 +1,5 @@
 """Hyperparameters of the A2C example (PARL's names). ``cartpole_config`` trains in about a
-minute; ``atari_config`` is PARL's Atari setting."""
+minute; ``atari_config`` is PARL's Atari setting (``actor_num`` lowered to 2)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 cartpole_config: dict[str, Any] = {
     "env_name": "CartPole-v1",
-    "actor_num": 0,  # env actors; 0 steps the envs in this process
-    "env_num": 8,
+    "actor_num": 2,  # sampling actors (mode "vector_env": env actors, 0 = in this process)
+    "env_num": 4,  # envs per actor
     "sample_batch_steps": 16,
     "max_sample_steps": 200_000,
     "gamma": 0.99,

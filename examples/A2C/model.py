@@ -30,12 +30,29 @@ class _ActorCritic(parl.Model):
         return self.policy_fc(features), self.value_fc(features).squeeze(-1)
 
 
-class CartpoleModel(_ActorCritic):
+class CartpoleModel(parl.Model):
+    """Separate policy and value networks: on CartPole a shared trunk lets the large value
+    gradients (returns up to 100) drown the policy's."""
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64) -> None:
-        super().__init__(hidden, act_dim)
-        self.trunk = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
-        )
+        super().__init__()
+        self.policy_net = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, act_dim),
+        )  # fmt: skip
+        self.value_net = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )  # fmt: skip
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy_net(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_net(obs).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
 
 
 class AtariModel(_ActorCritic):

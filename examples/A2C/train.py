@@ -1,12 +1,16 @@
 """Synchronous A2C (PARL's A2C example) on CartPole (default) or an Atari game.
 
-    python examples/A2C/train.py                                  # CartPole-v1
+    python examples/A2C/train.py                                  # CartPole-v1, 2 actors
     python examples/A2C/train.py --env PongNoFrameskip-v4 --actor_num 2
     python examples/A2C/train.py --env PongNoFrameskip-v4 --xparl_addr localhost:8010
+    python examples/A2C/train.py --mode vector_env --actor_num 2  # envs on actors, acting here
 
-The envs run in ``parl.env.RemoteVectorEnv`` actors (``--actor_num``) or in this process; each
-iteration collects ``sample_batch_steps`` steps of every env, computes GAE per env
-(``parl.utils.rl_utils.calc_gae``) and takes one A2C step with PARL's schedules.
+``--mode actors`` (default, PARL's): each of ``actor_num`` actors owns ``env_num`` envs and a
+copy of the model, steps them ``sample_batch_steps`` times, computes GAE and returns the batch;
+the learner takes one A2C step on all batches and broadcasts the weights (a shared weight
+buffer locally, one value per call on a cluster). ``--mode vector_env``: the envs live in
+``parl.env.RemoteVectorEnv`` actors (or in this process with ``--actor_num 0``) and this
+process picks every action. Where the time went is printed and logged to TensorBoard.
 """
 
 from __future__ import annotations
@@ -14,67 +18,23 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from a2c_config import atari_config, cartpole_config
-from model import AtariModel, CartpoleModel
+from actor import FIELDS, Actor, batch_arrays, build_agent
+from agent import A2CAgent, make_env
 from tqdm import tqdm
 
 import parl
-from parl.algorithms import A2C
 from parl.env import RemoteVectorEnv
-from parl.utils import logger, set_seed, summary
+from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.rl_utils import calc_gae
-from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
-
-
-def make_env(env_name: str, test: bool = False) -> gym.Env:
-    if env_name.startswith("CartPole"):
-        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_name))
-    from parl.env.atari_wrappers import wrap_deepmind
-
-    return wrap_deepmind(gym.make(env_name), obs_format="NCHW", test=test, compat=False)
-
-
-class A2CAgent(parl.Agent):
-    """numpy in and out; the learning-rate and entropy schedules of PARL's AtariAgent."""
-
-    alg: A2C
-
-    def __init__(self, algorithm: A2C, config: dict[str, Any]) -> None:
-        super().__init__(algorithm)
-        self.lr_scheduler = LinearDecayScheduler(config["start_lr"], config["max_sample_steps"])
-        self.entropy_coeff_scheduler = PiecewiseScheduler(config["entropy_coeff_scheduler"])
-
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return self.to_tensor(obs, dtype=None if obs.dtype == np.uint8 else torch.float32).float()
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        actions, values = self.alg.sample(self._obs(obs))
-        return self.to_numpy(actions), self.to_numpy(values)
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_numpy(self.alg.predict(self._obs(obs)))
-
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_numpy(self.alg.value(self._obs(obs)))
-
-    def learn(self, obs, actions, advantages, target_values) -> tuple[float, ...]:
-        lr = self.lr_scheduler.value
-        self.lr_scheduler.step(obs.shape[0])
-        entropy_coeff = self.entropy_coeff_scheduler.step()
-        total, pi, vf, entropy = self.alg.learn(
-            self._obs(obs),
-            self.to_tensor(actions, dtype=torch.int64),
-            self.to_tensor(advantages),
-            self.to_tensor(target_values),
-            lr,
-            entropy_coeff,
-        )
-        return float(total), float(pi), float(vf), float(entropy), lr, entropy_coeff
+from parl.utils.weight_sync import SharedWeights, flat_parameters
 
 
 def evaluate(agent: A2CAgent, env: gym.Env, episodes: int, seed: int) -> float:
@@ -89,73 +49,229 @@ def evaluate(agent: A2CAgent, env: gym.Env, episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
-def train(config: dict[str, Any]) -> list[tuple[int, float]]:
-    """Returns the evaluation history ``[(steps, mean return), ...]``."""
-    set_seed(config["seed"])
-    fns = [functools.partial(make_env, config["env_name"])] * config["env_num"]
-    mode = gym.vector.AutoresetMode.SAME_STEP
-    if config.get("xparl_addr"):
-        parl.connect(config["xparl_addr"])
-    if config["actor_num"] > 0 or config.get("xparl_addr"):
-        envs: Any = RemoteVectorEnv(fns, max(1, config["actor_num"]), mode, infos=False)
-    else:
-        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-    eval_env = make_env(config["env_name"], test=True)
-    act_dim = int(envs.single_action_space.n)
-    if config["env_name"].startswith("CartPole"):
-        model: Any = CartpoleModel(int(envs.single_observation_space.shape[0]), act_dim)
-    else:
-        model = AtariModel(act_dim)
-    agent = A2CAgent(A2C(model, config, device=config.get("device", "cpu")), config)
-    if config.get("tensorboard", True):
+@dataclass
+class TrainResult:
+    history: list[tuple[int, float]] = field(default_factory=list)  # (steps, eval return)
+    sample_steps: int = 0
+    train_steps: int = 0
+    seconds: float = 0.0
+    learner_times: dict[str, float] = field(default_factory=dict)
+    actor_times: dict[str, float] = field(default_factory=dict)
+
+
+def _died(exc: parl.ActorDiedError, i: int, n: int) -> parl.ActorDiedError:
+    return parl.ActorDiedError(
+        f"A2C: actor {i} of {n} died while sampling ({exc}); training stops (the other "
+        f"actors are closed; start the run again).",
+        exc.type_name,
+        exc.remote_traceback,
+    )
+
+
+class VectorEnvSampler:
+    """Mode ``vector_env``: envs in ``RemoteVectorEnv`` actors (or here), actions picked here."""
+
+    def __init__(self, config: dict[str, Any], agent: A2CAgent, times: TimeBreakdown) -> None:
+        self.config, self.agent, self.times = config, agent, times
+        actors = config["actor_num"]
+        fns = [functools.partial(make_env, config["env_name"])] * (
+            config["env_num"] * max(1, actors)
+        )
+        mode = gym.vector.AutoresetMode.SAME_STEP
+        if actors > 0 or config.get("xparl_addr"):
+            self.envs: Any = RemoteVectorEnv(fns, max(1, actors), mode, infos=False)
+        else:
+            self.envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        self.obs, _ = self.envs.reset(seed=config["seed"])
+        self.actors: list[Any] = []
+
+    def collect(self) -> dict[str, np.ndarray]:
+        steps, gamma, obs = self.config["sample_batch_steps"], self.config["gamma"], self.obs
+        n = obs.shape[0]
+        with self.times.section("sampling"):
+            batch_obs = np.zeros((steps, n) + obs.shape[1:], obs.dtype)
+            actions, rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(4))
+            for t in range(steps):
+                batch_obs[t] = obs
+                action, values[t] = self.agent.sample(obs)
+                obs, rewards[t], terminated, truncated, info = self.envs.step(action)
+                actions[t], dones[t] = action, terminated | truncated
+                for i in np.nonzero(truncated & ~terminated)[0]:  # bootstrap through time limits
+                    rewards[t, i] += gamma * self.agent.value(info["final_obs"][i][None])[0]
+            advantages = calc_gae(
+                rewards, values, self.agent.value(obs), gamma, self.config["lambda"], dones
+            )
+        self.obs = obs
+        return {
+            "obs": batch_obs.reshape((-1,) + obs.shape[1:]),
+            "actions": actions.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "target_values": (advantages + values).reshape(-1),
+        }
+
+    def publish(self) -> None:
+        pass
+
+    def actor_breakdown(self) -> TimeBreakdown:
+        return TimeBreakdown()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+class ActorSampler:
+    """Mode ``actors`` (PARL's): every actor samples a batch with the newest weights."""
+
+    def __init__(self, config: dict[str, Any], agent: A2CAgent, times: TimeBreakdown) -> None:
+        self.config, self.agent, self.times = config, agent, times
+        self.shared = not config.get("xparl_addr")  # shared memory only for local actors
+        if self.shared:  # the worker pool imports these once; actors start in milliseconds
+            parl.connect("local", preload=["torch", "gymnasium"])
+        else:
+            parl.connect(config["xparl_addr"])
+        space = make_env(config["env_name"]).observation_space
+        self.weights = SharedWeights(agent.alg.model) if self.shared else None
+        self.slots = [
+            batch_arrays(config, space, parl.shm.empty) if self.shared else None
+            for _ in range(config["actor_num"])
+        ]
+        self.actors = [
+            Actor(config, config["seed"] + 1000 * (i + 1), self.weights, slot)
+            for i, slot in enumerate(self.slots)
+        ]
+        self.actor_times: dict[int, dict[str, float]] = {}
+        self.episode_returns: list[float] = []
+
+    def collect(self) -> dict[str, np.ndarray]:
+        flat = None if self.shared else flat_parameters(self.agent.alg.model)
+        futures = [actor.sample(flat) for actor in self.actors]
+        with self.times.section("waiting"):
+            parl.wait(futures, num_returns=len(futures))
+        parts = []
+        for i, future in enumerate(futures):
+            try:
+                result = future.get()
+            except parl.ActorDiedError as exc:
+                raise _died(exc, i, len(self.actors)) from exc
+            self.actor_times[i] = result["times"]
+            self.episode_returns.extend(result["episodes"])
+            parts.append(result["data"] if "data" in result else self.slots[i])
+        with self.times.section("batching"):
+            return {k: np.concatenate([p[k] for p in parts]) for k in FIELDS}
+
+    def publish(self) -> None:
+        with self.times.section("publishing"):
+            if self.weights is not None:
+                self.weights.publish(self.agent.alg.model)
+
+    def actor_breakdown(self) -> TimeBreakdown:
+        """The actors' sections summed over actors, with ``idle = alive - busy``."""
+        out = TimeBreakdown()
+        for times in self.actor_times.values():
+            out.add("sampling", times["sampling"])
+            out.add("weights", times["weights"])
+            out.add("idle", max(0.0, times["alive"] - times["sampling"] - times["weights"]))
+        return out
+
+    def close(self) -> None:
+        for actor in self.actors:
+            parl.close_actor(actor)
+        self.actors = []
+
+
+class Learner:
+    """The agent and its sampler (``config["mode"]``); ``step()`` is one batch and one update."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        config = {"mode": "actors", **config}
+        self.config = config
+        set_seed(config["seed"])
+        self.eval_env = make_env(config["env_name"], test=True)
+        self.agent = build_agent(
+            config, self.eval_env.observation_space, int(self.eval_env.action_space.n)
+        )
+        self.times = TimeBreakdown()
+        if config["mode"] not in ("actors", "vector_env"):
+            raise ValueError(f"--mode must be 'actors' or 'vector_env', got {config['mode']!r}")
+        if config["mode"] == "actors" and config["actor_num"] < 1:
+            raise ValueError("--mode actors needs --actor_num 1 or more (or --mode vector_env)")
+        sampler_cls = ActorSampler if config["mode"] == "actors" else VectorEnvSampler
+        self.sampler: Any = sampler_cls(config, self.agent, self.times)
+        self.actors = self.sampler.actors
+        self.sample_steps = self.train_steps = 0
+        self.start = time.perf_counter()
+
+    def step(self) -> tuple[float, ...]:
+        batch = self.sampler.collect()
+        with self.times.section("learning"):
+            losses = self.agent.learn(*(batch[k] for k in FIELDS))
+        self.sampler.publish()
+        self.sample_steps += len(batch["actions"])
+        self.train_steps += 1
+        return losses
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def train(config: dict[str, Any]) -> TrainResult:
+    learner = Learner(config)
+    tensorboard = config.get("tensorboard", True)
+    if tensorboard:
         summary.set_dir(config["logdir"])
-    n, steps = config["env_num"], config["sample_batch_steps"]
-    obs, _ = envs.reset(seed=config["seed"])
-    history: list[tuple[int, float]] = []
-    total, next_eval = 0, config["test_every_steps"]
+    result = TrainResult()
+    next_eval = config["test_every_steps"]
+    returns = WindowStat(100)
     bar = tqdm(total=config["max_sample_steps"], disable=not config.get("progress", True))
-    while total < config["max_sample_steps"]:
-        batch_obs = np.zeros((steps, n) + obs.shape[1:], obs.dtype)
-        actions, rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(4))
-        for t in range(steps):
-            batch_obs[t] = obs
-            action, values[t] = agent.sample(obs)
-            obs, rewards[t], terminated, truncated, info = envs.step(action)
-            actions[t], dones[t] = action, terminated | truncated
-            cut = truncated & ~terminated  # a time limit is not an end: bootstrap through it
-            for i in np.nonzero(cut)[0]:
-                rewards[t, i] += config["gamma"] * agent.value(info["final_obs"][i][None])[0]
-        advantages = calc_gae(
-            rewards, values, agent.value(obs), config["gamma"], config["lambda"], dones
-        )
-        total_loss, *_ = agent.learn(
-            batch_obs.reshape((-1,) + obs.shape[1:]),
-            actions.reshape(-1),
-            advantages.reshape(-1),
-            (advantages + values).reshape(-1),
-        )
-        total += steps * n
-        bar.update(steps * n)
-        if total >= next_eval:
+    try:
+        while learner.sample_steps < config["max_sample_steps"]:
+            before = learner.sample_steps
+            total_loss, *_ = learner.step()
+            bar.update(learner.sample_steps - before)
+            for episode_return in getattr(learner.sampler, "episode_returns", []):
+                returns.add(episode_return)
+            if hasattr(learner.sampler, "episode_returns"):
+                learner.sampler.episode_returns.clear()
+            if learner.sample_steps < next_eval:
+                continue
+            total = learner.sample_steps
             next_eval += config["test_every_steps"]
-            mean = evaluate(agent, eval_env, config["eval_episodes"], config["seed"] + 10_000)
-            history.append((total, mean))
-            logger.info("step %d: evaluation %.1f", total, mean)
-            if config.get("tensorboard", True):
+            with learner.times.section("evaluating"):
+                mean = evaluate(learner.agent, learner.eval_env, config["eval_episodes"],
+                                config["seed"] + 10_000)  # fmt: skip
+            result.history.append((total, mean))
+            logger.info("step %d: evaluation %.1f, train return %s", total, mean, returns.mean)
+            if tensorboard:
                 summary.add_scalar("eval/episode_reward", mean, total)
                 summary.add_scalar("train/total_loss", total_loss, total)
+                learner.times.to_summary(total, time.perf_counter() - learner.start)
             if config.get("target_return") is not None and mean >= config["target_return"]:
                 break
-    bar.close()
-    agent.save(os.path.join(config["logdir"], "model.ckpt"))
-    envs.close()
-    return history
+    finally:
+        bar.close()
+        result.seconds = time.perf_counter() - learner.start
+        actors = learner.sampler.actor_breakdown()
+        learner.close()
+    result.sample_steps, result.train_steps = learner.sample_steps, learner.train_steps
+    result.learner_times = dict(learner.times.seconds)
+    result.actor_times = dict(actors.seconds)
+    logger.info("%d steps, %d updates in %.1f s (%.0f steps/s)", result.sample_steps,
+                result.train_steps, result.seconds, result.sample_steps / result.seconds)  # fmt: skip
+    logger.info(learner.times.report(result.seconds, "learner time"))
+    if actors.seconds:
+        logger.info(actors.report(None, f"actor time, {config['actor_num']} actors"))
+    if tensorboard:
+        learner.times.to_summary(result.sample_steps, result.seconds)
+        actors.to_summary(result.sample_steps, prefix="actor_time")
+    learner.agent.save(os.path.join(config["logdir"], "model.ckpt"))
+    return result
 
 
-def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
+def main(argv: list[str] | None = None) -> TrainResult:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mode", choices=["actors", "vector_env"], default="actors")
     parser.add_argument("--actor_num", type=int, default=None)
     parser.add_argument("--env_num", type=int, default=None)
     parser.add_argument("--xparl_addr", default=None)

@@ -21,6 +21,8 @@ _ALGORITHMS: dict[str, str] = {
     "SAC": "parl.algorithms.sac",
     "PPO": "parl.algorithms.ppo",
     "A2C": "parl.algorithms.a2c",
+    "IMPALA": "parl.algorithms.impala",
+    "ES": "parl.algorithms.es",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -28,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.ddqn import DDQN
     from parl.algorithms.dqn import DQN
+    from parl.algorithms.es import ES
+    from parl.algorithms.impala import IMPALA
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.ppo import PPO
     from parl.algorithms.sac import SAC
@@ -52,3 +56,4 @@ def __dir__() -> list[str]:
 
 __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
+__all__ += ["IMPALA", "ES"]

@@ -35,6 +35,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "scheduler": ("parl.utils.scheduler", None),
     "get_gpu_count": ("parl.utils.machine_info", "get_gpu_count"),
     "get_ip_address": ("parl.utils.machine_info", "get_ip_address"),
+    "TimeBreakdown": ("parl.utils.time_breakdown", "TimeBreakdown"),
+    "SharedWeights": ("parl.utils.weight_sync", "SharedWeights"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -48,6 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
     from parl.utils.seeding import seed_env, set_seed, worker_seed
     from parl.utils.stats import TimeStat, WindowStat
+    from parl.utils.time_breakdown import TimeBreakdown
+    from parl.utils.weight_sync import SharedWeights
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
@@ -73,3 +77,4 @@ __all__ = [
     "worker_seed",
 ]
 __all__ += ["PrioritizedReplayMemory"]
+__all__ += ["SharedWeights", "TimeBreakdown"]

@@ -135,6 +135,8 @@ def test_a2c_learns_cartpole_within_a_bounded_budget(run_python: RunPython, tmp_
         "40000",
         "--test_every_steps",
         "5000",
+        "--target_return",
+        "200",
         "--no_progress",
         "--logdir",
         str(tmp_path / "a2c"),

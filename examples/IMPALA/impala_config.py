@@ -1,0 +1,43 @@
+"""Hyperparameters of the IMPALA example, PARL's names. ``cartpole_config`` solves CartPole-v1 in
+a few minutes on 2 cores; ``atari_config`` is PARL's Pong setting (``actor_num`` lowered to 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+cartpole_config: dict[str, Any] = {
+    "env_name": "CartPole-v1",
+    "actor_num": 2,
+    "env_num": 8,  # envs per actor
+    "sample_batch_steps": 20,  # T: steps of each env in one trajectory batch
+    "train_batch_size": 320,  # learner steps per update (whole trajectory batches)
+    "max_sample_steps": 300_000,
+    "gamma": 0.99,
+    "lr_scheduler": [(0, 3e-3)],  # (train_step, learning_rate)
+    "entropy_coeff_scheduler": [(0, -0.01)],  # (train_step, coefficient)
+    "vf_loss_coeff": 0.5,
+    "clip_rho_threshold": 1.0,
+    "clip_pg_rho_threshold": 1.0,
+    "test_every_steps": 20_000,
+    "eval_episodes": 5,
+    "log_metrics_interval_s": 10,
+}
+
+atari_config: dict[str, Any] = {
+    "env_name": "PongNoFrameskip-v4",
+    "env_dim": 42,
+    "actor_num": 2,
+    "env_num": 5,
+    "sample_batch_steps": 50,
+    "train_batch_size": 1000,
+    "max_sample_steps": int(1e7),
+    "gamma": 0.99,
+    "lr_scheduler": [(0, 0.001), (20000, 0.0005), (40000, 0.0001)],
+    "entropy_coeff_scheduler": [(0, -0.01)],
+    "vf_loss_coeff": 0.5,
+    "clip_rho_threshold": 1.0,
+    "clip_pg_rho_threshold": 1.0,
+    "test_every_steps": 500_000,
+    "eval_episodes": 1,
+    "log_metrics_interval_s": 30,
+}

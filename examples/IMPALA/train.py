@@ -1,0 +1,258 @@
+"""IMPALA (PARL's example, on PyTorch): actors sample, one learner trains on V-trace targets.
+
+    python examples/IMPALA/train.py                                  # CartPole-v1, 2 actors
+    python examples/IMPALA/train.py --env PongNoFrameskip-v4 --actor_num 2
+    python examples/IMPALA/train.py --xparl_addr localhost:8010 --actor_num 8   # on a cluster
+
+The learner keeps two ``sample`` calls in flight per actor (one per trajectory slot), takes
+whichever actor finishes first (``parl.wait(futures, num_returns=1)``), queues that actor's next
+call, and trains as soon as ``train_batch_size`` steps have arrived, so actors do not wait for
+the learner and sample with weights up to a few updates old. Where the time went (learner: waiting, batching, learning,
+publishing weights; actors: sampling, receiving weights, idle) is printed and logged to
+TensorBoard under ``time/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from actor import FIELDS, Actor, build_algorithm, make_env, trajectory_arrays
+from agent import ImpalaAgent
+from impala_config import atari_config, cartpole_config
+
+import parl
+from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
+from parl.utils.scheduler import PiecewiseScheduler
+from parl.utils.weight_sync import SharedWeights, flat_parameters
+
+
+@dataclass
+class TrainResult:
+    history: list[tuple[int, float]] = field(default_factory=list)  # (steps, eval return)
+    sample_steps: int = 0
+    train_steps: int = 0
+    seconds: float = 0.0
+    learner_times: dict[str, float] = field(default_factory=dict)
+    actor_times: dict[str, float] = field(default_factory=dict)
+
+
+class Learner:
+    """Creates the actors, gathers their trajectories and trains; ``step()`` is one update."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        set_seed(config["seed"])
+        self.eval_env = make_env(config, test=True)
+        obs_space, act_dim = self.eval_env.observation_space, int(self.eval_env.action_space.n)
+        self.agent = ImpalaAgent(build_algorithm(config, obs_space.shape, act_dim))
+        self.lr_scheduler = PiecewiseScheduler(config["lr_scheduler"])
+        self.entropy_coeff_scheduler = PiecewiseScheduler(config["entropy_coeff_scheduler"])
+        self.times = TimeBreakdown()
+        self.episode_returns = WindowStat(100)
+        self.sample_steps = self.train_steps = 0
+        # shared memory only for local actors; transport="values" ships everything as call
+        # values, as on a cluster (to measure what the shared slots save)
+        self.shared = not config.get("xparl_addr") and config.get("transport", "shm") == "shm"
+        if config.get("xparl_addr"):
+            parl.connect(config["xparl_addr"])
+        else:  # the worker pool imports these once; actors start in milliseconds
+            parl.connect("local", preload=["torch", "gymnasium"])
+        model = self.agent.alg.model
+        self.weights = SharedWeights(model) if self.shared else None
+        self.sent_version: list[int] = []
+        self.actors: list[Any] = []
+        self.slots: list[list[dict[str, np.ndarray]]] = []
+        for i in range(config["actor_num"]):
+            slots = (
+                [trajectory_arrays(config, obs_space, act_dim, parl.shm.empty) for _ in range(2)]
+                if self.shared
+                else []
+            )
+            self.slots.append(slots)
+            seed = config["seed"] + 1000 * (i + 1)
+            self.actors.append(Actor(config, seed, self.weights, slots or None))
+            self.sent_version.append(-1)
+        self.version = 0
+        self.futures: dict[Any, tuple[int, int]] = {}
+        for i in range(len(self.actors)):  # two calls in flight: an actor never waits
+            self._issue(i, 0)
+            self._issue(i, 1)
+        self.batch: list[dict[str, np.ndarray]] = []
+        self.actor_times: dict[int, dict[str, float]] = {}
+        self.start = time.perf_counter()
+
+    def _issue(self, i: int, slot: int) -> None:
+        """Queue actor ``i``'s next trajectory batch (with the weights, on a cluster)."""
+        flat = None
+        if not self.shared and self.sent_version[i] != self.version:
+            flat = flat_parameters(self.agent.alg.model)
+            self.sent_version[i] = self.version
+        future = self.actors[i].sample(slot if self.shared else None, flat)
+        self.futures[future] = (i, slot)
+
+    def _receive(self) -> int:
+        """Wait for the first actor done, queue its next call, keep its trajectories."""
+        with self.times.section("waiting"):
+            done, _ = parl.wait(list(self.futures), num_returns=1)
+        future = done[0]
+        i, slot = self.futures.pop(future)
+        try:
+            result = future.get()
+        except parl.ActorDiedError as exc:
+            raise parl.ActorDiedError(
+                f"IMPALA: actor {i} of {len(self.actors)} died while sampling ({exc}); "
+                f"training stops (the other actors are closed; start the run again).",
+                exc.type_name,
+                exc.remote_traceback,
+            ) from exc
+        with self.times.section("batching"):
+            if "data" in result:  # arrived as values: already this process's own
+                self.batch.append({k: result["data"][k] for k in FIELDS})
+            else:  # copy the shared slot out before the actor reuses it
+                self.batch.append({k: self.slots[i][slot][k].copy() for k in FIELDS})
+        self._issue(i, slot)
+        for episode_return, _ in result["episodes"]:
+            self.episode_returns.add(episode_return)
+        self.actor_times[i] = result["times"]
+        self.sample_steps += result["steps"]
+        return result["steps"]
+
+    def step(self) -> tuple[float, ...]:
+        """Gather ``train_batch_size`` steps, take one IMPALA step, publish the weights."""
+        while sum(len(b["actions"]) for b in self.batch) < self.config["train_batch_size"]:
+            self._receive()
+        with self.times.section("batching"):
+            batch = {k: np.concatenate([b[k] for b in self.batch]) for k in FIELDS}
+            self.batch = []
+        lr = self.lr_scheduler.value
+        entropy_coeff = self.entropy_coeff_scheduler.value
+        with self.times.section("learning"):
+            losses = self.agent.learn(*(batch[k] for k in FIELDS), lr, entropy_coeff)
+        self.train_steps += 1
+        self.lr_scheduler.step()
+        self.entropy_coeff_scheduler.step()
+        with self.times.section("publishing"):
+            self.version += 1
+            if self.weights is not None:
+                self.weights.publish(self.agent.alg.model)
+        return (*losses, lr, entropy_coeff)
+
+    def actor_breakdown(self) -> TimeBreakdown:
+        """The actors' sections summed over actors, with ``idle = alive - busy``."""
+        out = TimeBreakdown()
+        for times in self.actor_times.values():
+            out.add("sampling", times["sampling"])
+            out.add("weights", times["weights"])
+            out.add("idle", max(0.0, times["alive"] - times["sampling"] - times["weights"]))
+        return out
+
+    def evaluate(self, episodes: int) -> float:
+        returns: list[float] = []
+        obs, _ = self.eval_env.reset(seed=self.config["seed"] + 10_000)
+        while len(returns) < episodes:
+            obs, _, terminated, truncated, info = self.eval_env.step(
+                int(self.agent.predict(obs[None])[0])
+            )
+            if "episode" in info:
+                returns.append(float(info["episode"]["r"]))
+            if terminated or truncated:
+                obs, _ = self.eval_env.reset()
+        return float(np.mean(returns))
+
+    def close(self) -> None:
+        for actor in self.actors:
+            parl.close_actor(actor)
+        self.actors = []
+
+
+def train(config: dict[str, Any]) -> TrainResult:
+    learner = Learner(config)
+    tensorboard = config.get("tensorboard", True)
+    if tensorboard:
+        summary.set_dir(config["logdir"])
+    result = TrainResult()
+    next_eval, next_log = config["test_every_steps"], time.perf_counter()
+    try:
+        while learner.sample_steps < config["max_sample_steps"]:
+            total, pi, vf, entropy, kl, lr, entropy_coeff = learner.step()
+            steps = learner.sample_steps
+            if time.perf_counter() >= next_log:
+                next_log += config["log_metrics_interval_s"]
+                logger.info(
+                    "steps %d updates %d: train return %s, loss %.2f (pi %.2f vf %.2f) "
+                    "entropy %.2f kl %.4f lr %.2g",
+                    steps, learner.train_steps, learner.episode_returns.mean, total, pi, vf,
+                    entropy, kl, lr,
+                )  # fmt: skip
+                if tensorboard:
+                    for name, value in (("total_loss", total), ("pi_loss", pi), ("vf_loss", vf),
+                                        ("entropy", entropy), ("kl", kl), ("lr", lr),
+                                        ("entropy_coeff", entropy_coeff)):  # fmt: skip
+                        summary.add_scalar(f"train/{name}", value, steps)
+                    if learner.episode_returns.mean is not None:
+                        summary.add_scalar("train/episode_reward", learner.episode_returns.mean,
+                                           steps)  # fmt: skip
+                    learner.times.to_summary(steps, time.perf_counter() - learner.start)
+            if steps >= next_eval:
+                next_eval += config["test_every_steps"]
+                with learner.times.section("evaluating"):
+                    mean = learner.evaluate(config["eval_episodes"])
+                result.history.append((steps, mean))
+                logger.info("step %d: evaluation %.1f", steps, mean)
+                if tensorboard:
+                    summary.add_scalar("eval/episode_reward", mean, steps)
+                target = config.get("target_return")
+                if target is not None and mean >= target:
+                    break
+    finally:
+        result.seconds = time.perf_counter() - learner.start
+        actors = learner.actor_breakdown()
+        learner.close()
+    result.sample_steps, result.train_steps = learner.sample_steps, learner.train_steps
+    result.learner_times = dict(learner.times.seconds)
+    result.actor_times = dict(actors.seconds)
+    logger.info("%d steps, %d updates in %.1f s (%.0f steps/s)", result.sample_steps,
+                result.train_steps, result.seconds, result.sample_steps / result.seconds)  # fmt: skip
+    logger.info(learner.times.report(result.seconds, "learner time"))
+    logger.info(actors.report(None, f"actor time, {len(learner.actor_times)} actors"))
+    if tensorboard:
+        learner.times.to_summary(result.sample_steps, result.seconds)
+        actors.to_summary(result.sample_steps, prefix="actor_time")
+    learner.agent.save(os.path.join(config["logdir"], "model.ckpt"))
+    return result
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--actor_num", type=int, default=None)
+    parser.add_argument("--env_num", type=int, default=None)
+    parser.add_argument("--sample_batch_steps", type=int, default=None)
+    parser.add_argument("--train_batch_size", type=int, default=None)
+    parser.add_argument("--xparl_addr", default=None)
+    parser.add_argument("--transport", choices=["shm", "values"], default=None)
+    parser.add_argument("--max_sample_steps", type=int, default=None)
+    parser.add_argument("--test_every_steps", type=int, default=None)
+    parser.add_argument("--eval_episodes", type=int, default=None)
+    parser.add_argument("--target_return", type=float, default=None)
+    parser.add_argument("--log_metrics_interval_s", type=float, default=None)
+    parser.add_argument("--logdir", default=None)
+    parser.add_argument("--no_tensorboard", dest="tensorboard", action="store_false")
+    args = parser.parse_args(argv)
+    base = cartpole_config if args.env.startswith("CartPole") else atari_config
+    config = {**base, "env_name": args.env}
+    config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
+    config.setdefault("logdir", os.path.join("train_log", f"IMPALA_{args.env}"))
+    torch.set_num_threads(1)
+    return train(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Evolution strategies (Salimans et al. 2017, "Evolution Strategies as a Scalable Alternative to
+Reinforcement Learning", https://arxiv.org/abs/1703.03864), PARL's ``ES(model)`` with the
+learner's update built in.
+
+Workers evaluate mirrored pairs of perturbations ``theta + sigma * eps`` and
+``theta - sigma * eps`` (antithetic sampling, section 2.1), each ``eps`` a slice of a shared
+noise table named by its offset. The learner ranks all returns (centred ranks in [-0.5, 0.5],
+so the update ignores the scale of the returns and outliers), estimates
+``g = sum_i (rank+_i - rank-_i) eps_i / (2 N)``, adds weight decay and steps its optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from parl.algorithms.es_noise import SharedNoiseTable
+from parl.algorithms.es_optimizers import ESOptimizer, make_optimizer
+from parl.core.algorithm import Algorithm
+from parl.utils.validation import check_float
+from parl.utils.weight_sync import flat_parameters, load_flat_parameters, parameter_count
+
+__all__ = ["ES", "ESLearnResult", "compute_centered_ranks"]
+
+
+def compute_centered_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of ``x`` (any shape) over all its elements, scaled to [-0.5, 0.5].
+
+    ``[[10, -3], [7, 100]]`` -> ranks ``[[2, 0], [1, 3]]`` -> ``[[1/6, -1/2], [-1/6, 1/2]]``.
+    """
+    x = np.asarray(x)
+    ranks = np.empty(x.size, np.float32)
+    ranks[x.ravel().argsort(kind="stable")] = np.arange(x.size, dtype=np.float32)
+    if x.size > 1:
+        ranks /= x.size - 1
+    return (ranks - 0.5).reshape(x.shape)
+
+
+class ESLearnResult(NamedTuple):
+    update_ratio: float  # |step| / |theta|
+    gradient_norm: float
+
+
+class ES(Algorithm):
+    """OpenAI-style ES on a ``parl.Model``'s parameters (flattened to one vector).
+
+    Args:
+        model: the policy; ``predict(obs)`` returns ``model(obs)``.
+        noise_table: the :class:`SharedNoiseTable` (made with ``noise_size`` / ``noise_seed``
+            when None).
+        noise_stdev: sigma of the perturbations.
+        stepsize: the optimizer's step size.
+        l2_coeff: weight decay added to the (descent) gradient.
+        optimizer: ``"adam"`` (OpenAI's and PARL's choice), ``"momentum"`` or ``"sgd"``.
+    """
+
+    model: Any
+
+    def __init__(
+        self,
+        model: nn.Module,
+        noise_table: SharedNoiseTable | None = None,
+        *,
+        noise_stdev: float = 0.02,
+        stepsize: float = 0.01,
+        l2_coeff: float = 0.005,
+        optimizer: str = "adam",
+        noise_size: int = 25_000_000,
+        noise_seed: int = 1024,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        owner = "ES"
+        self.noise_stdev = check_float("noise_stdev", noise_stdev, low=0.0, low_open=True,
+                                       owner=owner)  # fmt: skip
+        self.l2_coeff = check_float("l2_coeff", l2_coeff, low=0.0, owner=owner)
+        super().__init__(model, device=device)
+        self.weights_total_size = parameter_count(self.model)
+        self.noise = noise_table or SharedNoiseTable(noise_size, noise_seed, shared=False)
+        if self.noise.size < self.weights_total_size:
+            raise ValueError(
+                f"ES: the noise table ({self.noise.size}) is smaller than the model's "
+                f"{self.weights_total_size} parameters; raise noise_size"
+            )
+        self.es_optimizer: ESOptimizer = make_optimizer(optimizer, self.weights_total_size,
+                                                        stepsize)  # fmt: skip
+
+    @torch.no_grad()
+    def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model(obs)
+
+    def get_flat_weights(self) -> np.ndarray:
+        return flat_parameters(self.model)
+
+    def set_flat_weights(self, flat_weights: np.ndarray) -> None:
+        load_flat_parameters(self.model, flat_weights)
+
+    def perturbation(self, noise_index: int) -> np.ndarray:
+        """``sigma * eps`` for the noise at ``noise_index`` (add or subtract it: mirrored)."""
+        return self.noise_stdev * self.noise.get(int(noise_index), self.weights_total_size)
+
+    def learn(self, noisy_rewards: np.ndarray, noise_indices: np.ndarray) -> ESLearnResult:
+        """One ES update from ``noisy_rewards (N, 2)`` (return with ``+eps``, with ``-eps``)
+        and the ``noise_indices (N,)`` of the ``eps`` used."""
+        rewards = np.asarray(noisy_rewards, np.float64)
+        indices = np.asarray(noise_indices, np.int64).reshape(-1)
+        if rewards.ndim != 2 or rewards.shape[1] != 2 or len(rewards) != len(indices):
+            raise ValueError(
+                f"ES.learn: noisy_rewards must be (N, 2) (mirrored pairs) and noise_indices "
+                f"(N,), got {rewards.shape} and {np.shape(noise_indices)}"
+            )
+        ranks = compute_centered_ranks(rewards)
+        weights = (ranks[:, 0] - ranks[:, 1]).astype(np.float32)
+        dim = self.weights_total_size
+        gradient = np.zeros(dim, np.float32)
+        for start in range(0, len(indices), 500):  # batched: bounded memory, BLAS dot
+            chunk = indices[start : start + 500]
+            eps = np.stack([self.noise.get(int(i), dim) for i in chunk])
+            gradient += weights[start : start + 500] @ eps
+        gradient /= rewards.size
+        theta = self.get_flat_weights()
+        new_theta, ratio = self.es_optimizer.update(theta, -gradient + self.l2_coeff * theta)
+        self.set_flat_weights(new_theta)
+        return ESLearnResult(ratio, float(np.linalg.norm(gradient)))

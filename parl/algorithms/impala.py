@@ -1,0 +1,202 @@
+"""IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561) with V-trace targets, for
+discrete actions, following PARL 2.x's API:
+``IMPALA(model, sample_batch_steps, gamma, vf_loss_coeff, clip_rho_threshold,
+clip_pg_rho_threshold)`` and ``learn(obs, actions, behaviour_logits, rewards, dones,
+learning_rate, entropy_coeff)``.
+
+The model provides ``policy(obs) -> logits (N, act_dim)`` and ``value(obs) -> (N,)``; a model
+that also has ``policy_and_value(obs)`` is run once per batch instead of twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from parl.algorithms.vtrace import VTraceReturns, from_log_probs
+from parl.core.algorithm import Algorithm
+from parl.utils.device import get_device
+from parl.utils.validation import check_float, check_int
+
+__all__ = ["IMPALA", "VTraceLoss"]
+
+
+class VTraceLoss(NamedTuple):
+    """The terms of one IMPALA step (detached sums over the batch, as PARL's)."""
+
+    total_loss: torch.Tensor
+    pi_loss: torch.Tensor
+    vf_loss: torch.Tensor
+    entropy: torch.Tensor
+    vtrace_returns: VTraceReturns
+
+
+def _time_major(tensor: torch.Tensor, n_traj: int, steps: int) -> torch.Tensor:
+    """``(B * T, ...)`` with each trajectory's steps consecutive -> ``(T, B, ...)``."""
+    return tensor.reshape(n_traj, steps, *tensor.shape[1:]).transpose(0, 1)
+
+
+class IMPALA(Algorithm):
+    """IMPALA's learner loss: ``pi_loss + vf_loss_coeff * vf_loss + entropy_coeff * entropy``.
+
+    The batch holds ``B`` trajectories of ``sample_batch_steps`` (``T``) steps each, one after
+    the other (trajectory-major, as PARL's actors send them). The last step of each trajectory
+    only provides the bootstrap value ``V(x_T)``; V-trace runs over the first ``T - 1`` steps.
+    ``entropy_coeff`` is negative in PARL's schedules (-0.01), which makes the entropy a bonus.
+
+    Args:
+        model: a ``parl.Model`` with ``policy`` and ``value``.
+        sample_batch_steps: ``T``, the length of one trajectory (PARL's config: 50).
+        gamma: discount factor.
+        vf_loss_coeff: weight of ``0.5 * sum((V - vs)^2)``.
+        clip_rho_threshold: :math:`\\bar\\rho` of V-trace.
+        clip_pg_rho_threshold: the clip of the importance weight in the policy gradient.
+        max_grad_norm: global gradient-norm clip (PARL: 40).
+        learning_rate: Adam's initial rate (``learn`` sets it at every call).
+        device: ``"auto"``, ``"cpu"``, ``"cuda:0"``...; the model is moved there.
+    """
+
+    model_methods = ("policy", "value")
+    model: Any  # a parl.Model with the methods above
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sample_batch_steps: int | None = None,
+        gamma: float | None = None,
+        vf_loss_coeff: float | None = None,
+        clip_rho_threshold: float | None = None,
+        clip_pg_rho_threshold: float | None = None,
+        *,
+        max_grad_norm: float = 40.0,
+        learning_rate: float = 1e-3,
+        device: str | torch.device = "auto",
+    ) -> None:
+        owner = "IMPALA"
+        self.sample_batch_steps = check_int(
+            "sample_batch_steps",
+            50 if sample_batch_steps is None else sample_batch_steps,
+            low=2,
+            owner=owner,
+        )
+        self.gamma = check_float("gamma", 0.99 if gamma is None else gamma, low=0.0, owner=owner)
+        self.vf_loss_coeff = check_float(
+            "vf_loss_coeff", 0.5 if vf_loss_coeff is None else vf_loss_coeff, low=0.0, owner=owner
+        )
+        self.clip_rho_threshold = check_float(
+            "clip_rho_threshold",
+            1.0 if clip_rho_threshold is None else clip_rho_threshold,
+            low=0.0,
+            low_open=True,
+            owner=owner,
+        )
+        self.clip_pg_rho_threshold = check_float(
+            "clip_pg_rho_threshold",
+            1.0 if clip_pg_rho_threshold is None else clip_pg_rho_threshold,
+            low=0.0,
+            low_open=True,
+            owner=owner,
+        )
+        self.max_grad_norm = check_float(
+            "max_grad_norm", max_grad_norm, low=0.0, low_open=True, owner=owner
+        )
+        learning_rate = check_float(
+            "learning_rate", learning_rate, low=0.0, low_open=True, owner=owner
+        )
+        super().__init__(model, device=get_device(device))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate)
+
+    def _policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        both = getattr(self.model, "policy_and_value", None)
+        if callable(both):
+            logits, values = both(obs)
+        else:
+            logits, values = self.model.policy(obs), self.model.value(obs)
+        return logits, values.reshape(-1)
+
+    def learn(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        behaviour_logits: torch.Tensor,
+        rewards: torch.Tensor,
+        dones: torch.Tensor,
+        learning_rate: float,
+        entropy_coeff: float,
+    ) -> tuple[VTraceLoss, torch.Tensor]:
+        """One Adam step on ``B`` trajectories of ``T`` steps; returns ``(vtrace_loss, kl)``.
+
+        Shapes (``N = B * T``, trajectory-major): ``obs (N, *obs_shape)``, ``actions (N,)``
+        integer, ``behaviour_logits (N, act_dim)`` (the actor's logits when it chose the
+        action), ``rewards (N,)``, ``dones (N,)`` (the episode ended after this step).
+        ``kl`` is the mean KL(target || behaviour), a measure of how stale the actors were.
+        """
+        steps = self.sample_batch_steps
+        if obs.shape[0] % steps != 0:
+            raise ValueError(
+                f"IMPALA.learn: the batch has {obs.shape[0]} steps, not a multiple of "
+                f"sample_batch_steps={steps}; pass whole trajectories of {steps} steps each"
+            )
+        learning_rate = check_float(
+            "learning_rate", learning_rate, low=0.0, low_open=True, owner="IMPALA.learn"
+        )
+        n_traj = obs.shape[0] // steps
+        logits, values = self._policy_and_value(obs)
+        log_probs = F.log_softmax(logits, dim=-1)
+        behaviour_log_probs = F.log_softmax(behaviour_logits.float(), dim=-1)
+        actions = actions.long().reshape(-1, 1)
+        target_lp = log_probs.gather(-1, actions).squeeze(-1)
+        behaviour_lp = behaviour_log_probs.gather(-1, actions).squeeze(-1)
+        probs = log_probs.exp()
+        entropies = -(probs * log_probs).sum(-1)
+        kl = (probs * (log_probs - behaviour_log_probs)).sum(-1).mean()
+
+        def split(x: torch.Tensor) -> torch.Tensor:
+            return _time_major(x, n_traj, steps)
+
+        target_lp_t, values_t, entropies_t = split(target_lp), split(values), split(entropies)
+        discounts = (1.0 - split(dones.float().reshape(-1))[:-1]) * self.gamma
+        returns = from_log_probs(
+            split(behaviour_lp)[:-1],
+            target_lp_t[:-1],
+            discounts,
+            split(rewards.float().reshape(-1))[:-1],
+            values_t[:-1],
+            values_t[-1],
+            self.clip_rho_threshold,
+            self.clip_pg_rho_threshold,
+        )
+        pi_loss = -(target_lp_t[:-1] * returns.pg_advantages).sum()
+        vf_loss = 0.5 * (values_t[:-1] - returns.vs).pow(2).sum()
+        entropy = entropies_t[:-1].sum()
+        total_loss = pi_loss + self.vf_loss_coeff * vf_loss + entropy_coeff * entropy
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        loss = VTraceLoss(
+            total_loss.detach(), pi_loss.detach(), vf_loss.detach(), entropy.detach(), returns
+        )
+        return loss, kl.detach()
+
+    @torch.no_grad()
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(probs (N, act_dim), logits (N, act_dim))`` of the current policy, as PARL's."""
+        logits = self.model.policy(obs)
+        return F.softmax(logits, dim=-1), logits
+
+    @torch.no_grad()
+    def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        """The most likely action, ``(N,)``."""
+        return self.model.policy(obs).argmax(dim=-1)
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """``V(obs)``, ``(N,)``."""
+        return self.model.value(obs).reshape(-1)

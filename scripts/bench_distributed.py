@@ -1,0 +1,228 @@
+"""Distributed training figures of issue 12: sample throughput with 1 vs 2 actors (IMPALA on
+Pong, ES on HalfCheetah-v5), the actors' transfer share, and CartPole learning runs.
+
+    nice -n 10 .venv/bin/python scripts/bench_distributed.py [--quick] [--seconds 20]
+
+Each measurement runs in a fresh interpreter (the examples' modules share names), with
+``torch.set_num_threads(1)``. Throughput is measured after a warm-up, with 1 and 2 actors
+alternated ``--repeats`` times (medians), because the machine is shared: the ratio of the two
+is the figure, not the absolute rate. The first line is the calibration: the time of
+``sum(range(1000))`` on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+PRELUDE = """
+import json, sys, time
+sys.path.insert(0, {folder!r})
+import torch
+torch.set_num_threads(1)
+import train
+"""
+
+IMPALA_THROUGHPUT = """
+config = {{**train.atari_config, "seed": 0, "actor_num": {actors}, "logdir": {logdir!r},
+           "transport": {transport!r}}}
+learner = train.Learner(config)
+for _ in range(2 * {actors}):            # warm-up: every actor has sampled
+    learner._receive()
+learner.batch.clear()
+before = {{i: dict(t) for i, t in learner.actor_times.items()}}
+steps0, start = learner.sample_steps, time.perf_counter()
+while time.perf_counter() - start < {seconds}:
+    if {learn}:
+        learner.step()
+    else:
+        learner._receive()
+        learner.batch.clear()
+elapsed = time.perf_counter() - start
+delta = {{k: sum(t[k] - before.get(i, {{}}).get(k, 0.0) for i, t in learner.actor_times.items())
+         for k in ("sampling", "weights", "alive", "cpu")}}
+learner.close()
+print("RESULT" + json.dumps({{"steps_per_s": (learner.sample_steps - steps0) / elapsed,
+                             "steps_per_cpu_s": (learner.sample_steps - steps0) / delta["cpu"],
+                             "actor": delta, "learner": learner.times.seconds}}))
+"""
+
+ES_THROUGHPUT = """
+config = {{**train.mujoco_config, "seed": 0, "actor_num": {actors}, "logdir": {logdir!r}}}
+learner = train.Learner(config)
+flat = learner.agent.alg.get_flat_weights()
+learner._round(flat)                      # warm-up
+cpu0 = sum(t["cpu"] for t in learner.actor_times.values())
+steps, start = 0, time.perf_counter()
+while time.perf_counter() - start < {seconds}:
+    for result in learner._round(flat):
+        steps += sum(sum(pair) for pair in result["noisy_lengths"])
+elapsed = time.perf_counter() - start
+cpu = sum(t["cpu"] for t in learner.actor_times.values()) - cpu0
+learner.close()
+print("RESULT" + json.dumps({{"steps_per_s": steps / elapsed, "steps_per_cpu_s": steps / cpu}}))
+"""
+
+BASELINE = """
+import multiprocessing as mp
+from actor import Actor
+
+def work(seed):
+    torch.set_num_threads(1)
+    config = {{**train.{config}, "seed": 0, "actor_num": 1}}
+    actor = Actor._original(config, seed, *{extra_args})
+    alg = actor.agent.alg
+    flat = alg.get_flat_weights() if hasattr(alg, "get_flat_weights") else None
+    {call}                                 # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < {seconds}:
+        out = {call}
+        steps += {count}
+    return steps / (time.perf_counter() - start)
+
+with mp.get_context("fork").Pool({actors}) as pool:
+    rates = pool.map(work, [1000 * (i + 1) for i in range({actors})])
+print("RESULT" + json.dumps({{"steps_per_s": sum(rates)}}))
+"""
+
+BASELINES = {
+    "IMPALA": {"config": "atari_config", "extra_args": "(None, None)", "call": "actor.sample()",
+               "count": 'out["steps"]'},
+    "ES": {"config": "mujoco_config", "extra_args": "(None,)",
+           "call": "actor.sample(flat, actor.agent.obs_filter.state)",
+           "count": 'sum(sum(pair) for pair in out["noisy_lengths"])'},
+}  # fmt: skip
+
+LEARN = """
+result = train.main({args!r})
+print("RESULT" + json.dumps({{"history": result.history, "seconds": result.seconds,
+                             "steps": result.sample_steps}}))
+"""
+
+
+def run(folder: str, body: str, timeout: float = 900, **fields: Any) -> dict[str, Any]:
+    code = PRELUDE.format(folder=str(EXAMPLES / folder)) + body.format(**fields)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{folder} run failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT") :])
+
+
+def calibration() -> float:
+    """Median µs of ``sum(range(1000))``."""
+    runs = timeit.repeat("sum(range(1000))", number=1000, repeat=7)
+    return statistics.median(runs) * 1e3
+
+
+def scaling(
+    name: str, folder: str, body: str, repeats: int, baseline: bool = False, **fields: Any
+) -> dict[str, float]:
+    """Steps/s with 1 and 2 actors, alternated ``repeats`` times; with ``baseline``, also the
+    actor class run bare (no parl) in 1 and 2 ``multiprocessing`` processes, interleaved: the
+    scaling the machine allows at that moment."""
+    kinds = ["parl", "bare"] if baseline else ["parl"]
+    rates: dict[tuple[str, int], list[float]] = {(k, n): [] for k in kinds for n in (1, 2)}
+    extra: dict[str, Any] = {}
+    cpu_rates: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(repeats):
+        for actors in (1, 2):
+            with tempfile.TemporaryDirectory() as logdir:
+                out = run(folder, body, actors=actors, logdir=logdir, **fields)
+            rates["parl", actors].append(out["steps_per_s"])
+            cpu_rates[actors].append(out["steps_per_cpu_s"])
+            extra[f"last_{actors}"] = out
+            if baseline:
+                code = BASELINE.replace("{call}", BASELINES[folder]["call"])
+                bare = run(folder, code, actors=actors, seconds=fields["seconds"],
+                           **{k: v for k, v in BASELINES[folder].items() if k != "call"})  # fmt: skip
+                rates["bare", actors].append(bare["steps_per_s"])
+    med = {key: statistics.median(values) for key, values in rates.items()}
+    line = (f"{name}: 1 actor {med['parl', 1]:,.0f} steps/s, 2 actors {med['parl', 2]:,.0f} "
+            f"steps/s, ratio {med['parl', 2] / med['parl', 1]:.2f}x")  # fmt: skip
+    if baseline:
+        bare_ratio = med["bare", 2] / med["bare", 1]
+        line += (f"; bare processes 1: {med['bare', 1]:,.0f}, 2: {med['bare', 2]:,.0f}, ratio "
+                 f"{bare_ratio:.2f}x")  # fmt: skip
+    cpu1, cpu2 = statistics.median(cpu_rates[1]), statistics.median(cpu_rates[2])
+    line += (f"; per actor CPU second 1: {cpu1:,.0f}, 2: {cpu2:,.0f} steps "
+             f"({cpu2 / cpu1:.2f}x)")  # fmt: skip
+    print(f"{line} (runs: {dict((f'{k}{n}', [round(v) for v in r]) for (k, n), r in rates.items())})",
+          flush=True)  # fmt: skip
+    return {"ratio": med["parl", 2] / med["parl", 1], **extra}
+
+
+def transfer_share(out: dict[str, Any]) -> str:
+    actor = out["actor"]
+    busy = actor["sampling"] + actor["weights"]
+    idle = max(actor["alive"] - busy, 0.0)
+    return (f"weights {100 * actor['weights'] / actor['alive']:.2f}% of actor time, "
+            f"sampling {100 * actor['sampling'] / actor['alive']:.1f}%, "
+            f"idle/other {100 * idle / actor['alive']:.1f}%")  # fmt: skip
+
+
+def learning(name: str, folder: str, args: list[str], seeds: list[int]) -> None:
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as logdir:
+            out = run(folder, LEARN, args=[*args, "--seed", str(seed), "--logdir", logdir])
+        best = max((mean for _, mean in out["history"]), default=float("nan"))
+        reached = [steps for steps, mean in out["history"] if mean >= 475]
+        status = f"reached 475 after {reached[0]:,} steps" if reached else f"best {best:.1f}"
+        print(f"{name} seed {seed}: {status}, {out['seconds']:.1f} s, {out['steps']:,} steps",
+              flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="short runs, one repeat")
+    parser.add_argument("--skip_learning", action="store_true")
+    args = parser.parse_args()
+    seconds, repeats = (5.0, 1) if args.quick else (args.seconds, args.repeats)
+    print(f"calibration: sum(range(1000)) {calibration():.1f} µs; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    common = {"seconds": seconds, "learn": False}
+    shm = scaling("IMPALA Pong sampling, shared slots", "IMPALA", IMPALA_THROUGHPUT, repeats,
+                  baseline=True, transport="shm", **common)  # fmt: skip
+    print(f"  IMPALA Pong actors (shm, 2 actors): {transfer_share(shm['last_2'])}")
+    values = scaling("IMPALA Pong sampling, values", "IMPALA", IMPALA_THROUGHPUT, 1,
+                     transport="values", **common)  # fmt: skip
+    print(f"  IMPALA Pong actors (values, 2 actors): {transfer_share(values['last_2'])}")
+    trained = scaling("IMPALA Pong training (learner learning)", "IMPALA", IMPALA_THROUGHPUT, 1,
+                      transport="shm", seconds=seconds, learn=True)  # fmt: skip
+    print(f"  IMPALA Pong actors (training, 2 actors): {transfer_share(trained['last_2'])}")
+    print(
+        f"  learner: {json.dumps({k: round(v, 2) for k, v in trained['last_2']['learner'].items()})}"
+    )
+    scaling(
+        "ES HalfCheetah-v5 sampling", "ES", ES_THROUGHPUT, repeats, baseline=True, seconds=seconds
+    )
+    print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    if args.skip_learning:
+        return
+    budget = ["--test_every_steps", "5000", "--target_return", "475"]
+    seeds = [0] if args.quick else [0, 1]
+    learning("IMPALA CartPole-v1 (2 actors)", "IMPALA",
+             [*budget, "--max_sample_steps", "300000", "--eval_episodes", "5"], seeds)  # fmt: skip
+    learning("A2C CartPole-v1 (2 actors)", "A2C",
+             [*budget, "--max_sample_steps", "200000", "--no_progress"], seeds)  # fmt: skip
+    learning("ES CartPole-v1 (2 actors)", "ES",
+             ["--env", "CartPole-v1", "--target_return", "475", "--train_steps", "60"], seeds)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""SharedWeights: a learner's weights reach a local actor through shared memory, versioned;
+flat parameter vectors; TimeBreakdown's arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import parl
+from parl.utils import SharedWeights, TimeBreakdown
+from parl.utils.weight_sync import flat_parameters, load_flat_parameters
+
+
+@parl.remote_class
+class Holder:
+    """An actor with its own copy of the network, synced from the shared buffer."""
+
+    def __init__(self, weights: SharedWeights) -> None:
+        torch.manual_seed(123)
+        self.net = nn.Linear(3, 2)
+        self.weights = weights
+
+    def pull(self) -> tuple[bool, np.ndarray]:
+        loaded = self.weights.pull(self.net)
+        return loaded, flat_parameters(self.net)
+
+
+def test_flat_parameters_round_trip_and_mismatch() -> None:
+    torch.manual_seed(0)
+    a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    load_flat_parameters(b, flat_parameters(a))
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb)
+    with pytest.raises(ValueError, match="has 8 parameters"):
+        load_flat_parameters(a, np.zeros(5, np.float32))
+
+
+def test_shared_weights_reach_an_actor_by_handle_once_per_version() -> None:
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    weights = SharedWeights(net)
+    assert parl.shm.is_shared(weights._flat) and weights.version == 1
+    with Holder(weights) as holder:
+        loaded, flat = holder.pull()
+        assert loaded and np.array_equal(flat, flat_parameters(net))
+        assert holder.pull()[0] is False  # nothing new published
+        with torch.no_grad():
+            net.weight.add_(1.0)
+        weights.publish(net)
+        loaded, flat = holder.pull()
+        assert loaded and np.array_equal(flat, flat_parameters(net)) and weights.version == 2
+
+
+def test_time_breakdown_shares_and_report() -> None:
+    times = TimeBreakdown()
+    times.add("sampling", 3.0)
+    times.merge({"learning": 1.0, "sampling": 1.0})
+    assert times.seconds == {"sampling": 4.0, "learning": 1.0}
+    assert times.share("sampling") == pytest.approx(0.8)
+    assert times.share("learning", total=10.0) == pytest.approx(0.1)
+    assert times.report(10.0).startswith("time (of 10.00 s): sampling 4.00 s (40.0%)")
+    with times.section("waiting"):
+        pass
+    assert times.seconds["waiting"] >= 0.0
