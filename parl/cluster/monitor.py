@@ -30,6 +30,7 @@ from parl.monitoring.snapshot import HISTORY_S, _resident, actor_record
 STATS_PERIOD_S = 1.0
 ACTORS_PERIOD_S = 1.0
 LINES_SHOWN = 20
+_LINES_KEPT = 2000  # workers whose last lines the master keeps, ended ones included
 _CLIENT_STALE_S = 10.0  # a caller silent this long shows as not reporting
 
 
@@ -130,6 +131,9 @@ class ClusterView:
         self._stats: dict[int, dict[str, Any]] = {}
         self._history: dict[int, tuple[deque[float], deque[float]]] = {}
         self._clients: dict[str, tuple[float, dict[str, Any]]] = {}
+        # (host id, pid) -> the last lines a worker printed, kept after it ended: a dead
+        # actor's last words are what its user wants to see
+        self._lines: dict[tuple[int, int], list[str]] = {}
 
     def host_stats(self, hid: int, message: dict[str, Any]) -> None:
         cpu, used, total = (message.get(k) for k in ("cpu_percent", "memory_used", "memory_total"))
@@ -137,6 +141,12 @@ class ClusterView:
             return
         with self._lock:
             self._stats[hid] = message
+            for worker in message.get("workers") or ():
+                if isinstance(worker, dict) and isinstance(worker.get("pid"), int):
+                    if worker.get("lines"):
+                        self._lines[(hid, worker["pid"])] = list(worker["lines"])
+            while len(self._lines) > _LINES_KEPT:
+                del self._lines[next(iter(self._lines))]
             history = self._history.setdefault(
                 hid, (deque(maxlen=HISTORY_S), deque(maxlen=HISTORY_S))
             )
@@ -162,12 +172,17 @@ class ClusterView:
         now = time.time()
         with self._lock:
             stats = dict(self._stats)
+            kept = dict(self._lines)
             history = {hid: (list(c), list(m)) for hid, (c, m) in self._history.items()}
             clients = [(at, dict(m)) for at, m in self._clients.values()]
         workers: dict[tuple[str, int], dict[str, Any]] = {}
+        last_words: dict[tuple[str, int], list[str]] = {}
         host_rows = []
         for host in hosts:
             own = stats.get(host["id"], {})
+            for (hid, pid), lines in kept.items():
+                if hid == host["id"]:
+                    last_words[(host["hostname"], pid)] = lines
             for worker in own.get("workers") or ():
                 if isinstance(worker, dict) and isinstance(worker.get("pid"), int):
                     workers[(host["hostname"], worker["pid"])] = worker
@@ -194,14 +209,12 @@ class ClusterView:
             for actor in message.get("actors") or ():
                 if not isinstance(actor, dict):
                     continue
-                worker = workers.get((str(actor.get("host")), actor.get("pid") or -1), {})
+                where = (str(actor.get("host")), actor.get("pid") or -1)
+                worker = workers.get(where, {})
                 running = actor.get("state") in ("idle", "busy")
+                output = worker.get("lines") or last_words.get(where) or actor.get("output")
                 actors.append(
-                    dict(
-                        actor,
-                        memory=worker.get("rss") if running else None,
-                        output=worker.get("lines") or actor.get("output") or [],
-                    )
+                    dict(actor, memory=worker.get("rss") if running else None, output=output or [])
                 )
             client_rows.append(
                 {

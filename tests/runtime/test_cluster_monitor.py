@@ -17,8 +17,8 @@ import pytest
 import parl
 from parl.cluster.monitor import monitor_token
 from tests.runtime import cluster as clusters
+from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
 from tests.runtime.conftest import wait_until
-from tests.runtime.test_monitor_browser import CHROMIUM, _browser
 
 
 @parl.remote_class(wait=False)
@@ -87,7 +87,7 @@ def test_the_page_shows_both_hosts_actors_output_and_deaths(monitored, tmp_path)
     assert set(_actors(entry["status"])) == set(pids)
 
     if CHROMIUM is not None:
-        dom = _browser(url, "--dump-dom")
+        dom = browser(url, "--dump-dom")
         assert dom.count('<tr class="actor"') == 3 and dom.count("<tr data-host=") == 2
         assert "hello from actor 2" in dom and "busy: wait_for()" in dom
 
@@ -96,11 +96,17 @@ def test_the_page_shows_both_hosts_actors_output_and_deaths(monitored, tmp_path)
         lambda: "SIGKILL" in (_actors(_status(url))[pids[1]]["reason"] or ""), timeout=10
     )
     if CHROMIUM is not None:
-        dom = _browser(url, "--dump-dom")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "cluster-monitor.png"
+        shot.unlink(missing_ok=True)
+        browser(url, f"--screenshot={shot}")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        dom = browser(url, "--dump-dom")
         row = re.search(
             rf'<tr class="actor" data-actor="Trainer pid={pids[1]} on [^"]+".*?</tr>', dom, re.S
         )
         assert row and 'data-state="dead"' in row.group(0) and "SIGKILL" in row.group(0)
+    assert _actors(_status(url))[pids[1]]["output"] == ["hello from actor 1"]  # last words
     with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
         actors[1].say("too late").get()
     go.touch()

@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 
 import parl
+from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
 from tests.runtime.conftest import wait_until
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 if CHROMIUM is None:
     if os.environ.get("CI") == "true":
@@ -43,30 +38,6 @@ class Learner:
         return True
 
 
-def _browser(url: str, *extra: str) -> str:
-    """The page's DOM after its scripts ran (``--virtual-time-budget`` lets the first poll of
-    /api/status finish), or the browser's own output when it fails."""
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",  # root in CI
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--virtual-time-budget=4000",
-            "--window-size=1280,900",
-            *extra,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 def _status_of(mon, pid: int) -> dict:
     return next(a for a in mon.status()["clients"][0]["actors"] if a["pid"] == pid)
 
@@ -85,7 +56,7 @@ def test_the_page_shows_hosts_actors_output_and_a_death(tmp_path):
         pid_2 = second.say("ready").get()
         busy = second.wait_for(str(go))
         wait_until(lambda: _status_of(mon, pid_1)["output"], timeout=5)
-        dom = _browser(mon.url, "--dump-dom")
+        dom = browser(mon.url, "--dump-dom")
         assert "parl monitor" in dom and f"parl {parl.__version__}" in dom
         assert re.search(r'<tr data-host="[^"]+">', dom), "no host row"
         assert "2 actor(s)" in dom
@@ -100,10 +71,10 @@ def test_the_page_shows_hosts_actors_output_and_a_death(tmp_path):
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "monitor.png"
         shot.unlink(missing_ok=True)
-        dom = _browser(mon.url, "--dump-dom")
+        dom = browser(mon.url, "--dump-dom")
         row_1 = _row(dom, pid_1)
         assert 'data-state="dead"' in row_1 and "killed by SIGKILL" in row_1, row_1
-        _browser(mon.url, f"--screenshot={shot}")
+        browser(mon.url, f"--screenshot={shot}")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
         print(f"screenshot of the monitor: {shot}")
         go.touch()
@@ -115,8 +86,8 @@ def test_the_page_asks_for_the_token_and_shows_nothing_else():
     with parl.monitor(token_required=True) as mon:
         actor = Learner()
         actor.say("secret work").get()
-        dom = _browser(mon.url, "--dump-dom")
+        dom = browser(mon.url, "--dump-dom")
         assert 'type="password"' in dom and "Learner" not in dom and "secret work" not in dom
-        dom = _browser(mon.url_with_token, "--dump-dom")
+        dom = browser(mon.url_with_token, "--dump-dom")
         assert "Learner" in dom and "secret work" in dom
         del actor
