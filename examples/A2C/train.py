@@ -144,7 +144,12 @@ class ActorSampler:
 
     def collect(self) -> dict[str, np.ndarray]:
         flat = None if self.shared else flat_parameters(self.agent.alg.model)
-        futures = [actor.sample(flat) for actor in self.actors]
+        futures = []
+        for i, actor in enumerate(self.actors):
+            try:  # a death noticed earlier shows when the call is sent
+                futures.append(actor.sample(flat))
+            except parl.ActorDiedError as exc:
+                raise _died(exc, i, len(self.actors)) from exc
         with self.times.section("waiting"):
             parl.wait(futures, num_returns=len(futures))
         parts = []

@@ -68,7 +68,12 @@ class Learner:
 
     def _round(self, flat: np.ndarray) -> list[dict[str, Any]]:
         state = self.agent.obs_filter.state
-        futures = [actor.sample(flat, state) for actor in self.actors]
+        futures = []
+        for i, actor in enumerate(self.actors):
+            try:  # a death noticed earlier shows when the call is sent
+                futures.append(actor.sample(flat, state))
+            except parl.ActorDiedError as exc:
+                raise self._died(exc, i) from exc
         with self.times.section("waiting"):
             parl.wait(futures, num_returns=len(futures))
         results = []
@@ -76,14 +81,17 @@ class Learner:
             try:
                 results.append(future.get())
             except parl.ActorDiedError as exc:
-                raise parl.ActorDiedError(
-                    f"ES: actor {i} of {len(self.actors)} died while sampling ({exc}); "
-                    f"training stops (the other actors are closed; start the run again).",
-                    exc.type_name,
-                    exc.remote_traceback,
-                ) from exc
+                raise self._died(exc, i) from exc
             self.actor_times[i] = results[-1]["times"]
         return results
+
+    def _died(self, exc: parl.ActorDiedError, i: int) -> parl.ActorDiedError:
+        return parl.ActorDiedError(
+            f"ES: actor {i} of {len(self.actors)} died while sampling ({exc}); "
+            f"training stops (the other actors are closed; start the run again).",
+            exc.type_name,
+            exc.remote_traceback,
+        )
 
     def step(self) -> dict[str, float]:
         """One ES update; returns its metrics."""

@@ -104,6 +104,14 @@ class Learner:
         i, slot = self.futures.pop(future)
         try:
             result = future.get()
+            with self.times.section("batching"):
+                if "data" in result:  # arrived as values: already this process's own
+                    self.batch.append({k: result["data"][k] for k in FIELDS})
+                else:  # copy the shared slot out before the actor reuses it
+                    self.batch.append({k: self.slots[i][slot][k].copy() for k in FIELDS})
+            # a reply that came in before the actor died is good; queueing its next call
+            # is where such a death shows
+            self._issue(i, slot)
         except parl.ActorDiedError as exc:
             raise parl.ActorDiedError(
                 f"IMPALA: actor {i} of {len(self.actors)} died while sampling ({exc}); "
@@ -111,12 +119,6 @@ class Learner:
                 exc.type_name,
                 exc.remote_traceback,
             ) from exc
-        with self.times.section("batching"):
-            if "data" in result:  # arrived as values: already this process's own
-                self.batch.append({k: result["data"][k] for k in FIELDS})
-            else:  # copy the shared slot out before the actor reuses it
-                self.batch.append({k: self.slots[i][slot][k].copy() for k in FIELDS})
-        self._issue(i, slot)
         for episode_return, _ in result["episodes"]:
             self.episode_returns.add(episode_return)
         self.actor_times[i] = result["times"]
