@@ -236,36 +236,40 @@ class Launch:
             packs = [pack_parl(), pack_project(project or project_root(), distributed_files)]
             versions = remote.local_versions()
             self._each(lambda h: h.prepare(packs, versions, progress), "ready")
-            bind = _master_bind(
+            binds = _master_binds(
                 [h.conn.local_address for h in self._hosts if h.conn and not h.spec.tunnel]
             )
             self.master = Master()
-            self._server = Server(bind, 0, self.secret, self.master.handlers)
-            if monitor_port:  # the page, on this machine's loopback
-                try:
-                    self._server.monitor = MonitorServer(
+            servers: list[Server] = []
+            try:
+                for bind in binds:  # one listener per address the hosts reach us at
+                    servers.append(Server(bind, 0, self.secret, self.master.handlers))
+                if monitor_port:  # the page, on this machine's loopback
+                    servers[0].monitor = MonitorServer(
                         self.master.monitor_snapshot, "127.0.0.1", monitor_port
                     )
-                except BaseException:
-                    self._server.close()
-                    raise
-                self.master.monitoring = True
-                self.monitor_url = self._server.monitor.url
-            self._server.start()
+                    self.master.monitoring = True
+                    self.monitor_url = servers[0].monitor.url
+            except BaseException:
+                for server in servers:
+                    server.close()
+                raise
+            for server in servers:
+                server.start()
+            self._server = servers[0]
             self._finalizer.detach()
             self._finalizer = weakref.finalize(
-                self, _close_all, os.getpid(), self._hosts, [self._server]
+                self, _close_all, os.getpid(), self._hosts, list(servers)
             )
-            port = self._server.port
-            here = "127.0.0.1" if bind == "0.0.0.0" else bind
+            listening = {bind: server.port for bind, server in zip(binds, servers, strict=True)}
+            here, port = binds[0], servers[0].port
             self.address = f"{here}:{port}"
 
             def start(host: _Host) -> None:
                 assert host.conn is not None
-                reach = bind if bind != "0.0.0.0" else host.conn.local_address or here
-                host.start(
-                    (reach, port), (here, port), self.secret, packs[0].digest, packs[1].digest
-                )
+                local = host.conn.local_address
+                reach = (local, listening[local]) if local in listening else (here, port)
+                host.start(reach, (here, port), self.secret, packs[0].digest, packs[1].digest)
 
             self._each(start, "started")
         except BaseException:
@@ -359,12 +363,11 @@ def _drop_all_in_child() -> None:
         launch._drop_in_child()
 
 
-def _master_bind(local_addresses: list[str | None]) -> str:
+def _master_binds(local_addresses: list[str | None]) -> list[str]:
     """Where the master listens: loopback when every host is reached over loopback (or
-    through a jump host), the one address all hosts were reached from, else everywhere."""
+    through a jump host), else each address of this machine that a host was reached from
+    (never every address: the rule is loopback unless told otherwise)."""
     direct = {a for a in local_addresses if a is not None}
     if all(a.startswith("127.") or a == "::1" for a in direct):
-        return "127.0.0.1"
-    if len(direct) == 1:
-        return direct.pop()
-    return "0.0.0.0"
+        return ["127.0.0.1"]
+    return sorted(direct)

@@ -13,7 +13,7 @@ import pytest
 
 from parl.errors import RemoteEnvironmentError
 from parl.ssh import remote
-from parl.ssh.launcher import _master_bind
+from parl.ssh.launcher import _master_binds
 
 
 def test_the_agent_command_quotes_paths_and_carries_no_secret():
@@ -60,11 +60,12 @@ def test_probe_failures_are_named():
 @pytest.mark.parametrize(
     ("local", "bind"),
     [
-        (["127.0.0.1", "127.0.0.1"], "127.0.0.1"),
-        ([None, "127.0.0.1"], "127.0.0.1"),  # a jump host's target: loopback here
-        (["10.0.0.1", "10.0.0.1"], "10.0.0.1"),
-        (["10.0.0.1", "192.168.1.5"], "0.0.0.0"),
+        (["127.0.0.1", "127.0.0.1"], ["127.0.0.1"]),
+        ([None, "127.0.0.1"], ["127.0.0.1"]),  # a jump host's target: loopback here
+        (["10.0.0.1", "10.0.0.1"], ["10.0.0.1"]),
+        # two local addresses: a listener on each, never on every address (0.0.0.0)
+        (["10.0.0.1", "192.168.1.5"], ["10.0.0.1", "192.168.1.5"]),
     ],
 )
 def test_the_master_listens_where_the_hosts_reach_it(local, bind):
-    assert _master_bind(local) == bind
+    assert _master_binds(local) == bind
