@@ -11,7 +11,6 @@ caller and worker share a machine).
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import socket
 import sys
@@ -31,6 +30,7 @@ from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
+from parl.wire.forking import drop_in_child
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
 
@@ -89,7 +89,7 @@ class ClusterCarrier:
         if self._monitored:
             caller.recording = True  # calls note their method names: "busy in step()"
             self._reporter = Every(ACTORS_PERIOD_S, self._report_actors, "parl-actor-report")
-        _track(self)
+        drop_in_child(self)  # a forked child closes its copies of our connections
 
     def _dial_master(self) -> FrameSocket:
         """A client connection to the master, after checking the versions of its hosts."""
@@ -403,22 +403,6 @@ class _RemoteWorker:
         self._closed = True
         self._channel.stop(self.pid)
         self._carrier._actor_gone()
-
-
-_carriers: weakref.WeakSet[ClusterCarrier] | None = None
-
-
-def _track(carrier: ClusterCarrier) -> None:
-    global _carriers
-    if _carriers is None:
-        _carriers = weakref.WeakSet()
-        os.register_at_fork(after_in_child=_drop_all_in_child)
-    _carriers.add(carrier)
-
-
-def _drop_all_in_child() -> None:
-    for carrier in list(_carriers or ()):
-        carrier._drop_in_child()
 
 
 def _shutdown(sock: FrameSocket) -> None:

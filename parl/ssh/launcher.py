@@ -37,6 +37,7 @@ from parl.ssh import remote
 from parl.ssh.client import Connection, SSHOptions
 from parl.ssh.hosts import HostSpec
 from parl.ssh.tunnel import LocalForward, remote_forward
+from parl.wire.forking import drop_in_child
 
 log = logging.getLogger("parl.ssh")
 DEFAULT_CACHE = "~/.parl/cache"
@@ -275,7 +276,7 @@ class Launch:
         except BaseException:
             self.close()
             raise
-        _track(self)
+        drop_in_child(self)  # a forked child closes its copies of our connections
 
     @property
     def reports(self) -> list[HostReport]:
@@ -345,22 +346,6 @@ def _close_all(pid: int, hosts: list[_Host], servers: list[Server | None]) -> No
     for server in servers:
         if server is not None:
             server.close()
-
-
-_launches: weakref.WeakSet[Launch] | None = None
-
-
-def _track(launch: Launch) -> None:
-    global _launches
-    if _launches is None:
-        _launches = weakref.WeakSet()
-        os.register_at_fork(after_in_child=_drop_all_in_child)
-    _launches.add(launch)
-
-
-def _drop_all_in_child() -> None:
-    for launch in list(_launches or ()):
-        launch._drop_in_child()
 
 
 def _master_binds(local_addresses: list[str | None]) -> list[str]:
