@@ -36,6 +36,7 @@ from parl.wire.protocol import InlineLink
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0
+_QUIET_WAIT_S = 1.0  # a wait for a slot shorter than this is not logged
 _EXIT_WAIT_S = 1.0
 _KEEP_EXITS = 10_000
 log = logging.getLogger("parl.cluster")
@@ -131,7 +132,7 @@ class ClusterCarrier:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
         what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
-        channel = self._channel(where, what)
+        channel = self._channel(where, what, grant["token"])
         sock = control.dial(where, self._secret, what, self.max_frame)
         request = {
             "op": "actor",
@@ -203,6 +204,12 @@ class ClusterCarrier:
                         "cluster still running (`xparl status`)?"
                     )
                 if answer["op"] == "waiting":
+                    # a slot that an actor closed a moment ago comes back within milliseconds
+                    # (its worker ends, its host agent tells the master): say nothing for that
+                    quiet = min(_QUIET_WAIT_S, self.slot_timeout / 4)
+                    answer = control.recv(self._master, quiet) or answer
+                    if answer["op"] != "waiting":
+                        return self._granted(answer)
                     log.warning(
                         "no free %s in the cluster at %s (%s in all, %s used): waiting up to %g s",
                         f"host with {n_gpu} GPU(s)" if n_gpu else "slot",
@@ -212,11 +219,15 @@ class ClusterCarrier:
                         self.slot_timeout,
                     )
                     continue
-                if answer["op"] == "error":
-                    raise ClusterError(str(answer.get("message")))
-                return answer
+                return self._granted(answer)
         except OSError as exc:
             raise _MasterLost(f"lost the connection to {self._what}: {exc}") from exc
+
+    @staticmethod
+    def _granted(answer: control.Message) -> control.Message:
+        if answer["op"] == "error":
+            raise ClusterError(str(answer.get("message")))
+        return answer
 
     def _release(self, token: object) -> None:
         """Tell the master that the slot of grant ``token`` was not taken (best effort)."""
@@ -230,7 +241,19 @@ class ClusterCarrier:
         finally:
             self._master_lock.release()
 
-    def _channel(self, where: tuple[str, int], what: str) -> _HostChannel:
+    def _extend(self, token: object) -> None:
+        """Renew grant ``token`` at the master (an upload to its host is under way); skipped
+        when the connection to the master is busy (the next chunk tries again)."""
+        if self._closed or not self._master_lock.acquire(blocking=False):
+            return
+        try:
+            control.send(self._master, {"op": "extend", "token": token})
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._master_lock.release()
+
+    def _channel(self, where: tuple[str, int], what: str, token: object) -> _HostChannel:
         with self._lock:
             channel = self._channels.get(where)
             if channel is not None and not channel.closed:
@@ -248,7 +271,14 @@ class ClusterCarrier:
         try:
             versions.check(self._versions, channel.welcome.get("versions"), what)
             if not channel.welcome.get("has_code"):
-                upload(where, self._secret, what, self._pack, "project code")
+                upload(
+                    where,
+                    self._secret,
+                    what,
+                    self._pack,
+                    "project code",
+                    progress=lambda: self._extend(token),
+                )
         except BaseException:
             channel.close()
             raise

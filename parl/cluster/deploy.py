@@ -10,12 +10,16 @@ of that caller's actors then start in that folder, with it first on ``sys.path``
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import site
 import sys
+import tempfile
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from parl.cluster import control
@@ -26,7 +30,15 @@ from parl.wire.framing import FrameSocket
 MAX_UPLOAD_BYTES = 1 << 30  # the largest (compressed) archive a host agent accepts
 CHUNK_BYTES = 512 << 10  # one frame of an upload, well under control.CONTROL_MAX_FRAME
 UPLOAD_TIMEOUT_S = 600.0
+PROGRESS_PERIOD_S = 5.0
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_JOB_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
+JOBS = "jobs"  # the callers' working folders, under the cache folder
+_DONE = ".done"  # beside a job folder whose caller left
+KEEP_JOBS = 8  # finished job folders kept (what their actors wrote stays a while)
+JOB_MAX_AGE_S = 7 * 86400.0  # an unfinished job folder untouched this long is an orphan
+KEEP_CODES = 16  # digest folders always kept (the ones used last)
+CODE_MIN_AGE_S = 7 * 86400.0  # older folders beyond those go once unused this long
 
 
 def default_cache_dir() -> Path:
@@ -38,20 +50,86 @@ def valid_digest(value: object) -> bool:
 
 
 class CodeCache:
-    """A host agent's unpacked archives, one folder per digest under ``root``; counts the
-    uploads it received (``uploads``), which tests and ``xparl status`` read."""
+    """A host agent's unpacked archives, one folder per digest under ``root``, and the working
+    folders of its callers' actors under ``root/jobs``; counts the uploads it received
+    (``uploads``), which tests and ``xparl status`` read.
+
+    The cached code is never a working folder: each caller's actors on this host run in their
+    own copy of it (made at the caller's first actor here), so that what they write there
+    (checkpoints, logs, a changed config) cannot change the code that later callers, or the
+    other callers of the same digest, start from. A caller's folder stays when it leaves; the
+    oldest beyond ``KEEP_JOBS`` left ones go. Digest folders beyond the ``KEEP_CODES`` used
+    last go when they were not used for ``CODE_MIN_AGE_S`` (other host agents of this user
+    may share the folder) and no caller of this agent uses them."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.uploads = 0
         self._lock = threading.Lock()
+        self._in_use: dict[str, str] = {}  # job name -> digest, while its caller is here
+        # the code this process runs from, when it is in this cache (an SSH-launched agent)
+        root = self.root.expanduser().resolve()
+        self._own = {p.name for p in (Path.cwd(), _parl_folder()) if p.resolve().parent == root}
 
     def folder(self, digest: str) -> Path | None:
         """The folder of ``digest``, or None when it is not here (or not a digest)."""
         if not valid_digest(digest):
             return None
         path = self.root / digest
-        return path if path.is_dir() else None
+        if not path.is_dir():
+            return None
+        _touch(path)  # "used now": eviction goes by the time of last use
+        return path
+
+    def job_folder(self, client: str, digest: str) -> Path:
+        """The working folder of caller ``client``'s actors: a copy of the code of ``digest``
+        (raises ValueError when that code is not here)."""
+        code = self.folder(digest)
+        if code is None:
+            raise ValueError(f"the caller's code {digest!r} is not on this host")
+        name = _job_name(client)
+        path = self.root / JOBS / name
+        with self._lock:
+            self._in_use[name] = digest
+            if not path.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=path.parent))
+                try:
+                    shutil.copytree(code, temp, symlinks=True, dirs_exist_ok=True)
+                    os.rename(temp, path)
+                finally:
+                    if temp.exists():
+                        shutil.rmtree(temp, ignore_errors=True)
+        return path
+
+    def job_done(self, client: str) -> None:
+        """Caller ``client`` left (its actors were stopped): its folder is marked finished and
+        the oldest finished ones beyond ``KEEP_JOBS`` are removed."""
+        name = _job_name(client)
+        jobs = self.root / JOBS
+        with self._lock:
+            if self._in_use.pop(name, None) is None:
+                return  # it started no actor here
+            if (jobs / name).is_dir():
+                (jobs / f"{name}{_DONE}").touch()
+            _prune_jobs(jobs)
+
+    def evict(self) -> None:
+        """Remove the digest folders beyond the ``KEEP_CODES`` used last that nobody here
+        uses and that were not used for ``CODE_MIN_AGE_S``."""
+        if not self.root.is_dir():
+            return
+        with self._lock:
+            keep = self._own | set(self._in_use.values())
+        now = time.time()
+        codes = sorted(
+            (p for p in self.root.iterdir() if valid_digest(p.name) and p.is_dir()),
+            key=_mtime,
+            reverse=True,
+        )
+        for path in codes[KEEP_CODES:]:
+            if path.name not in keep and now - _mtime(path) > CODE_MIN_AGE_S:
+                shutil.rmtree(path, ignore_errors=True)
 
     def receive(self, sock: FrameSocket, hello: control.Message) -> None:
         """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""
@@ -92,13 +170,20 @@ class CodeCache:
         unpack(bytes(data), self.root / digest)
         with self._lock:
             self.uploads += 1
+        self.evict()
 
 
 def upload(
-    address: tuple[str, int], secret: bytes, what: str, pack: Pack, label: str = "code"
+    address: tuple[str, int],
+    secret: bytes,
+    what: str,
+    pack: Pack,
+    label: str = "code",
+    progress: Callable[[], None] | None = None,
 ) -> None:
     """Send ``pack`` to the host agent at ``address`` (``what`` names it in errors); a tqdm bar
-    shows an upload that takes more than a second."""
+    shows an upload that takes more than a second. ``progress`` is called every
+    ``PROGRESS_PERIOD_S`` while chunks go out (the carrier renews its slot grant with it)."""
     from tqdm import tqdm  # only for callers that upload
 
     sock = control.dial(address, secret, what)
@@ -115,10 +200,14 @@ def upload(
                 leave=False,
                 desc=f"parl: {label} to {what}",
             ) as bar:
+                told = time.monotonic()
                 for start in range(0, len(view), CHUNK_BYTES):
                     chunk = view[start : start + CHUNK_BYTES]
                     sock.send(chunk)  # type: ignore[arg-type]  # any bytes-like meta
                     bar.update(len(chunk))
+                    if progress is not None and time.monotonic() - told >= PROGRESS_PERIOD_S:
+                        progress()
+                        told = time.monotonic()
             answer = control.recv(sock, UPLOAD_TIMEOUT_S) or {"op": "error", "message": "no answer"}
         if answer["op"] != "stored":
             raise DeploymentError(
@@ -154,6 +243,48 @@ def outside_modules(root: Path, names: Iterable[str]) -> list[str]:
         if not any(os.path.commonpath([path, k]) == k for k in keep):
             found.append(name)
     return found
+
+
+def _job_name(client: str) -> str:
+    """A folder name for caller id ``client`` (ids are hex; anything else is hashed)."""
+    if _JOB_NAME.fullmatch(client):
+        return client
+    return hashlib.sha256(client.encode()).hexdigest()[:16]
+
+
+def _prune_jobs(jobs: Path) -> None:
+    """Remove finished job folders beyond the newest ``KEEP_JOBS``, and folders no agent
+    finished (it was killed) once untouched for ``JOB_MAX_AGE_S``."""
+    done = sorted(jobs.glob(f"*{_DONE}"), key=_mtime, reverse=True)
+    for marker in done[KEEP_JOBS:]:
+        shutil.rmtree(jobs / marker.name[: -len(_DONE)], ignore_errors=True)
+        marker.unlink(missing_ok=True)
+    now = time.time()
+    for path in jobs.iterdir():
+        if path.is_dir() and now - _mtime(path) > JOB_MAX_AGE_S:
+            if not (jobs / f"{path.name}{_DONE}").exists():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _parl_folder() -> Path:
+    """The folder holding the ``parl`` package this process imported."""
+    import parl
+
+    return Path(parl.__file__).resolve().parent.parent
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # a read-only cache still serves
 
 
 def _answer(sock: FrameSocket, message: control.Message) -> None:

@@ -87,6 +87,7 @@ class HostAgent:
         self.report: Report = report or (lambda message: None)
         self.versions = local_versions()
         self.cache = CodeCache(cache_dir)
+        self.cache.evict()  # what SSH launches unpacked, and uploads of earlier runs
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._used = 0
@@ -159,6 +160,7 @@ class HostAgent:
                 sock.close()
             for pid in mine:  # the caller is gone: so are its actors
                 self._stop_worker(pid, cid)
+            self.cache.job_done(cid)
 
     def _start_actor(self, sock: FrameSocket, request: control.Message) -> None:
         """Fork a worker that takes over ``sock`` as its actor connection."""
@@ -217,9 +219,7 @@ class HostAgent:
         label = str(request.get("label", "actor"))
         cwd, sys_path = os.getcwd(), []
         if request.get("code") is not None:
-            folder = self.cache.folder(str(request["code"]))
-            if folder is None:
-                raise ValueError(f"the caller's code {request['code']!r} is not on this host")
+            folder = self.cache.job_folder(client.cid, str(request["code"]))
             cwd, sys_path = str(folder), [str(folder)]
         stop_timeout = float(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
         worker_options = {

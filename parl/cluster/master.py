@@ -3,7 +3,8 @@
 Host agents register (op ``register``) with the address callers reach them at and their slot
 count, then report how many slots they use. A caller (op ``client``) asks for a slot with
 ``place``: the master grants the host with the most free slots and counts the grant as used
-until the agent reports the actor started (or the grant expires). With no free slot, it
+until the agent reports the actor started (or the grant expires; ``extend`` renews it while
+the caller uploads its code to that host). With no free slot, it
 answers ``waiting`` at once and the grant (or an error naming the slots) when one frees or the
 caller's timeout passes. Calls never pass through the master.
 """
@@ -190,6 +191,8 @@ class Master:
                     self._place(sock, float(timeout), grants, n_gpu)
                 elif message["op"] == "release":
                     self._release(grants, {str(message.get("token"))})
+                elif message["op"] == "extend":
+                    self._extend(grants, str(message.get("token")))
                 elif message["op"] == "status":
                     control.send(sock, self.status())
                 elif message["op"] == "actors":
@@ -210,6 +213,17 @@ class Master:
                 for record in self._hosts.values():
                     record.pending.pop(token, None)
             self._changed.notify_all()
+
+    def _extend(self, grants: set[str], token: str) -> None:
+        """Keep a grant of this caller's for another ``GRANT_TTL_S``: the caller is still
+        uploading its code to the granted host (a slow link), and will take the slot after."""
+        if token not in grants:
+            return
+        with self._changed:
+            for record in self._hosts.values():
+                if token in record.pending:
+                    _, n_gpu = record.pending[token]
+                    record.pending[token] = (time.monotonic() + GRANT_TTL_S, n_gpu)
 
     def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
         """``xparl status``: one answer, then the connection ends (with ``full``: the monitor

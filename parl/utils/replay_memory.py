@@ -201,7 +201,10 @@ class ReplayMemory:
 
     def _save_arrays(self) -> dict[str, Any]:
         """Everything ``save`` writes; subclasses add their own arrays."""
-        arrays: dict[str, Any] = {"size": np.int64(self._curr_size), "pos": np.int64(self._curr_pos)}
+        arrays: dict[str, Any] = {
+            "size": np.int64(self._curr_size),
+            "pos": np.int64(self._curr_pos),
+        }
         arrays.update(self._arrays())
         if self._rng is not None:  # so that a resumed run draws the same batches
             arrays["rng_state"] = np.array(json.dumps(self._rng.bit_generator.state))

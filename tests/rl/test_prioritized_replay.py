@@ -110,7 +110,9 @@ def test_new_transitions_get_the_largest_priority_and_save_load(tmp_path: Path) 
     restored.load(tmp_path / "per.npz")
     np.testing.assert_array_equal(restored.tree.tree, memory.tree.tree)
     assert restored.max_priority == memory.max_priority
-    np.testing.assert_array_equal(restored.sample_batch(16).indices, memory.sample_batch(16).indices)
+    np.testing.assert_array_equal(
+        restored.sample_batch(16).indices, memory.sample_batch(16).indices
+    )
     with pytest.raises(ValueError, match="holds no priorities"):
         ReplayMemory(8, 1, 0).save(tmp_path / "plain.npz") or restored.load(tmp_path / "plain.npz")
     with pytest.raises(ValueError, match="got 2 indices but 3 priorities"):

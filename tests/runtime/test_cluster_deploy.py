@@ -39,6 +39,10 @@ class Reader:
     def read(self, path):
         with open(path) as file:
             return file.read()
+
+    def write(self, path, text):
+        with open(path, "w") as file:
+            file.write(text)
 """
 
 OUTSIDE = """
@@ -81,6 +85,9 @@ print(json.dumps({
     "data": [r.read("data/input.txt") for r in readers],
     "extra": readers[0].read("train_log/extra.txt"),
 }))
+for r in readers:  # what actors write in their folder (a deployed file too) stays theirs
+    r.write("data/input.txt", "CHANGED BY AN ACTOR")
+    r.write("written.txt", "mine")
 """
 
 
@@ -126,9 +133,13 @@ def test_the_project_is_deployed_once_per_host_and_digest(cluster, tmp_path):
     # the module of a sub-folder came from each host's cache, not from the caller's folder
     assert all(Path(w).name == "reader.py" and cache_of(w) for w in first["where"])
     assert {cache_of(c) for c in first["cwd"]} == set(caches)  # actors on both hosts
-    digests = {Path(c).relative_to(cache_of(c)).parts[0] for c in first["cwd"]}
-    assert len(digests) == 1 and len(digests.pop()) == 64
-    assert first["data"] == [(project / "data" / "input.txt").read_text()] * 3
+    # each host ran this caller's actors in one working folder of its own, under jobs/
+    folders = {Path(c) for c in first["cwd"]}
+    assert len(folders) == 2 and all(f.parent.name == deploy.JOBS for f in folders)
+    digests = [p.name for c in caches for p in c.iterdir() if deploy.valid_digest(p.name)]
+    assert len(digests) == 2 and len(set(digests)) == 1  # the same code on both hosts
+    original = (project / "data" / "input.txt").read_text()
+    assert first["data"] == [original] * 3
     # classes and functions of a module outside the project travel by value, as __main__'s
     assert first["outside"] == "FROM A MODULE OUTSIDE THE PROJECT"
     assert first["extra"] == "extra"  # in an ignored folder, shipped by distributed_files
@@ -136,12 +147,20 @@ def test_the_project_is_deployed_once_per_host_and_digest(cluster, tmp_path):
 
     second = _run(project, cluster)  # a new connect, the same code: nothing to send
     assert cluster.uploads() == before + 2
-    assert second["cwd"] == first["cwd"]
+    # in fresh folders, from the cached code: what the first run's actors wrote is not there
+    assert not folders & {Path(c) for c in second["cwd"]}
+    assert second["data"] == [original] * 3
+    for cache in caches:  # the cache itself is as it was unpacked
+        assert (cache / digests[0] / "data" / "input.txt").read_text() == original
+        assert not (cache / digests[0] / "written.txt").exists()
+    for folder in folders:  # and the first run's folders stay, with what its actors wrote
+        assert (folder / "written.txt").read_text() == "mine"
+        assert (folder / "data" / "input.txt").read_text() == "CHANGED BY AN ACTOR"
 
     (project / "pkg" / "reader.py").write_text(READER + "\n# changed\n")
     third = _run(project, cluster)
     assert cluster.uploads() == before + 4
-    assert set(third["cwd"]) != set(first["cwd"])
+    assert all("# changed" in Path(w).read_text() for w in third["where"])
 
 
 def test_a_glob_that_matches_nothing_fails_at_connect(cluster, tmp_path, monkeypatch):

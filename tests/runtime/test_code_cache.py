@@ -1,0 +1,136 @@
+"""A host agent's code cache (parl.cluster.deploy.CodeCache): callers' working folders are
+copies of the cached code, the finished ones are pruned, old digests are evicted, and nothing
+a caller's actors write reaches the cache. Driven directly (no cluster): the policies, with
+small limits; tests/runtime/test_cluster_deploy.py checks the same through a real cluster."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from parl.cluster import deploy, packer
+
+DAY = 86400.0
+
+
+def _code(tmp_path: Path, text: str) -> packer.Pack:
+    project = tmp_path / f"project-{text}"
+    project.mkdir()
+    (project / "main.py").write_text(f"print({text!r})\n")
+    (project / "config.txt").write_text(text)
+    return packer.pack_project(project)
+
+
+def _store(cache: deploy.CodeCache, pack: packer.Pack) -> str:
+    packer.unpack(pack.data, cache.root / pack.digest)
+    return pack.digest
+
+
+def _age(path: Path, days: float) -> None:
+    then = time.time() - days * DAY
+    os.utime(path, (then, then))
+
+
+def test_each_caller_works_in_its_own_copy_and_the_cache_stays_as_unpacked(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    first = cache.job_folder("c0ffee0000000001", digest)
+    second = cache.job_folder("c0ffee0000000002", digest)
+    assert first != second and first.parent == second.parent == cache.root / deploy.JOBS
+    (first / "config.txt").write_text("changed by an actor")
+    (first / "checkpoint.pt").write_bytes(b"weights")
+    assert (cache.root / digest / "config.txt").read_text() == "a"
+    assert not (cache.root / digest / "checkpoint.pt").exists()
+    assert (second / "config.txt").read_text() == "a"
+    assert cache.job_folder("c0ffee0000000001", digest) == first  # one folder per caller
+    assert (first / "checkpoint.pt").exists()
+
+
+def test_a_caller_id_cannot_name_a_folder_outside_the_jobs_folder(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    folder = cache.job_folder("../../escaped", digest)
+    assert folder.parent == cache.root / deploy.JOBS and ".." not in folder.name
+    assert not (tmp_path / "escaped").exists()
+    with pytest.raises(ValueError, match="not on this host"):
+        cache.job_folder("c0ffee0000000003", "0" * 64)
+
+
+def test_finished_job_folders_beyond_the_limit_are_pruned_oldest_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy, "KEEP_JOBS", 2)
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    jobs = cache.root / deploy.JOBS
+    live = cache.job_folder("live0000", digest)  # its caller is still here: never pruned
+    names = [f"done{i:04d}" for i in range(4)]
+    for i, name in enumerate(names):
+        cache.job_folder(name, digest)
+        cache.job_done(name)
+        _age(jobs / f"{name}.done", days=4 - i)  # done0000 finished first
+    cache.job_done("never-started-here")  # no folder, no marker, no error
+    left = sorted(p.name for p in jobs.iterdir() if p.is_dir())
+    assert left == sorted(["live0000", "done0002", "done0003"])
+    assert sorted(p.name for p in jobs.glob("*.done")) == ["done0002.done", "done0003.done"]
+    assert live.is_dir()
+
+
+def test_an_orphan_job_folder_goes_after_a_week_untouched(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    jobs = cache.root / deploy.JOBS
+    orphan = cache.job_folder("orphan00", digest)  # its agent was killed: never finished
+    recent = cache.job_folder("recent00", digest)
+    _age(orphan, days=8)
+    cache.job_folder("done0000", digest)
+    cache.job_done("done0000")
+    assert not orphan.exists() and recent.is_dir() and (jobs / "done0000").is_dir()
+
+
+def test_old_unused_digests_beyond_the_limit_are_evicted_but_not_those_in_use(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(deploy, "KEEP_CODES", 1)
+    cache = deploy.CodeCache(tmp_path / "cache")
+    old_busy = _store(cache, _code(tmp_path, "busy"))
+    old_idle = _store(cache, _code(tmp_path, "idle"))
+    recent = _store(cache, _code(tmp_path, "recent"))
+    cache.job_folder("caller00", old_busy)  # a caller here runs this code
+    for digest in (old_busy, old_idle):
+        _age(cache.root / digest, days=8)
+    _age(cache.root / recent, days=3)  # beyond the limit, but used within the week
+    newest = _store(cache, _code(tmp_path, "newest"))
+    cache.evict()
+    kept = {p.name for p in cache.root.iterdir() if deploy.valid_digest(p.name)}
+    assert kept == {old_busy, recent, newest}
+    cache.job_done("caller00")
+    _age(cache.root / old_busy, days=8)
+    cache.evict()
+    assert not (cache.root / old_busy).exists()
+    assert (cache.root / deploy.JOBS / "caller00").is_dir()  # its folder is a copy: it stays
+
+
+def test_using_a_digest_counts_as_a_use_for_eviction(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy, "KEEP_CODES", 0)
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    _age(cache.root / digest, days=30)
+    assert cache.folder(digest) is not None  # a caller asked for it: used now
+    cache.evict()
+    assert (cache.root / digest).is_dir()
+
+
+def test_the_code_an_ssh_launched_agent_runs_from_is_never_evicted(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy, "KEEP_CODES", 0)
+    root = tmp_path / "cache"
+    digest = _store(deploy.CodeCache(root), _code(tmp_path, "agent"))
+    _age(root / digest, days=30)
+    monkeypatch.chdir(root / digest)  # as parl/ssh/remote.py's agent_command starts it
+    cache = deploy.CodeCache(root)
+    cache.evict()
+    assert (root / digest).is_dir()
+    monkeypatch.chdir(tmp_path)
+    deploy.CodeCache(root).evict()
+    assert not (root / digest).exists()
