@@ -124,6 +124,47 @@ def mp_echo() -> Iterator[Callable[[], object]]:
         child.join(10)
 
 
+def _pong(family: int, address: object, ready: mp.Event) -> None:
+    with socket.socket(family) as server:
+        server.bind(address)
+        server.listen()
+        ready.set()
+        conn, _ = server.accept()
+        with conn:
+            if family == socket.AF_INET:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(64):
+                conn.sendall(data)
+
+
+@contextlib.contextmanager
+def ping(family: int) -> Iterator[Callable[[], object]]:
+    """A 40-byte ping-pong with a process over a plain socket (TCP on loopback, or a Unix
+    socket): what the kernel alone costs per round trip, without Python work on either side
+    beyond one send and one recv."""
+    folder = tempfile.mkdtemp(prefix="parl-bench-")
+    if family == socket.AF_INET:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            address: object = probe.getsockname()
+    else:
+        address = os.path.join(folder, "pong.sock")
+    ready = mp.get_context("spawn").Event()
+    child = mp.get_context("spawn").Process(target=_pong, args=(family, address, ready))
+    child.start()
+    ready.wait(30)
+    try:
+        with socket.socket(family) as sock:
+            sock.connect(address)
+            if family == socket.AF_INET:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            message = b"x" * 40
+            yield lambda: (sock.sendall(message), sock.recv(64))
+    finally:
+        child.join(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def timings(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
     """Seconds per call of each, the median of ``rounds`` rounds of ``n`` calls; the rounds
     of all of them are interleaved, so that a change in the machine's load hits each alike."""
@@ -184,13 +225,23 @@ def main() -> None:
     started = time.perf_counter() - start
     idle = _idle_cluster(home)
     try:
-        with mp_echo() as mp_call:
+        with (
+            mp_echo() as mp_call,
+            ping(socket.AF_INET) as tcp_ping,
+            ping(socket.AF_UNIX) as unix_ping,
+        ):
             parl.connect(linger=5)
             local = Echo()
             parl.connect(f"127.0.0.1:{port}")
             tcp = Echo()
             got = timings(
-                {"mp": mp_call, "local": lambda: local.noop(1), "tcp": lambda: tcp.noop(1)},
+                {
+                    "mp": mp_call,
+                    "local": lambda: local.noop(1),
+                    "tcp": lambda: tcp.noop(1),
+                    "tcp_ping": tcp_ping,
+                    "unix_ping": unix_ping,
+                },
                 args.calls,
                 args.rounds,
             )
@@ -229,6 +280,17 @@ def main() -> None:
         f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
     )
     print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
+    tcp_ping, unix_ping = got["tcp_ping"], got["unix_ping"]
+    print(
+        f"{'plain socket ping-pong, Unix socket':42s} {unix_ping * 1e6:8.1f} {unix_ping / baseline:8.2f}"
+    )
+    print(
+        f"{'plain socket ping-pong, loopback TCP':42s} {tcp_ping * 1e6:8.1f} {tcp_ping / baseline:8.2f}"
+    )
+    print(
+        f"{'TCP minus Unix: plain sockets / parl':42s} {(tcp_ping - unix_ping) * 1e6:8.1f} "
+        f"{(tcp_s - local_s) * 1e6:8.1f}"
+    )
     print(f"{'calls per second':42s} {'calls/s':>8s} {'ratio':>8s}")
     print(f"{'multiprocessing.connection, sequential':42s} {1 / baseline:8.0f} {1.0:8.2f}")
     rate = args.calls / batch

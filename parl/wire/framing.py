@@ -18,6 +18,7 @@ straight into its own memory with ``recv_into``.
 from __future__ import annotations
 
 import array
+import os
 import select
 import socket
 import struct
@@ -34,7 +35,9 @@ MAX_FDS = 250  # descriptors per sendmsg (the kernel takes at most 253); a frame
 _READ_AHEAD = 1 << 16
 _ANC_SIZE = socket.CMSG_SPACE(MAX_FDS * 4)
 _IOV_MAX = 512  # parts per sendmsg (the kernel's limit is 1024)
-SPIN_S = 500e-6  # the longest a reader polls before it sleeps (see FrameSocket.spin, Spin)
+# the longest a reader polls before it sleeps (see FrameSocket.spin, Spin); PARL_SPIN_US=0 in
+# the environment turns polling off (a machine where every core is needed for other work)
+SPIN_S = float(os.environ.get("PARL_SPIN_US") or 500) * 1e-6
 
 
 class FrameTooLarge(ConnectionError):
@@ -71,6 +74,7 @@ class FrameSocket:
         self._end = 0
         self._fds: deque[int] = deque()
         self._sending = False
+        self._spin_poll: select.poll | None = None
         self.broken = False  # a frame was cut by an exception: the stream is out of step
 
     def fileno(self) -> int:
@@ -97,7 +101,7 @@ class FrameSocket:
 
         If this raises after part of the frame went out (``self.broken``), the stream is out of
         step and the socket must be dropped."""
-        if self.max_frame is not None:
+        if self.max_frame is not None and (bodies or len(meta) > self.max_frame):
             self._check_size(meta, bodies)
         if not bodies and not fds and not self.broken:  # a small message: one system call
             data = _pack_prefix(len(meta), 0, 0) + meta
@@ -262,10 +266,18 @@ class FrameSocket:
         loses its core to any busy process for a whole time slice.)"""
         if self._end > self._start:
             return 0.0
+        poll = self._spin_poll
+        if poll is None:
+            poll = self._spin_poll = select.poll()
+            poll.register(self.sock.fileno(), select.POLLIN)
         now = time.perf_counter()
         deadline = now + seconds
+        # poll(0), not a non-blocking recv: a recv locks the socket, and a TCP segment that
+        # arrives meanwhile waits in the socket's backlog until the recv lets go (a few µs
+        # per round trip on loopback TCP, less on a Unix socket); the read that follows a
+        # successful poll finds the data there
         while now < deadline:
-            if self._recv_some(socket.MSG_DONTWAIT) >= 0:
+            if poll.poll(0):
                 return 0.0
             now = time.perf_counter()
         return now
@@ -344,7 +356,17 @@ class Spin:
             self.seconds = self.seconds / 2 if self.seconds > 10e-6 else 0.0
 
 
-_loadavg: tuple[int, int, int] | None = None  # (pid, descriptor of /proc/loadavg, cores)
+_loadavg: tuple[int, int] | None = None  # (descriptor of /proc/loadavg, cores)
+
+
+def _forget_loadavg() -> None:
+    """In a forked child: its cores may differ (affinity); the descriptor is shared, which
+    is harmless (pread has no file position), and is opened anew on first use."""
+    global _loadavg
+    _loadavg = None
+
+
+os.register_at_fork(after_in_child=_forget_loadavg)
 
 
 def crowded(extra: int = 0) -> bool:
@@ -352,14 +374,12 @@ def crowded(extra: int = 0) -> bool:
     process has cores (``/proc/loadavg``'s running count, which includes the caller itself;
     about 3 µs). False where the kernel does not say."""
     global _loadavg
-    import os
-
     try:
-        if _loadavg is None or _loadavg[0] != os.getpid():
+        if _loadavg is None:
             fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-            _loadavg = (os.getpid(), fd, len(os.sched_getaffinity(0)))
-        line = os.pread(_loadavg[1], 128, 0)  # b"0.50 0.40 0.30 3/120 12345"
-        return int(line.split(None, 4)[3].split(b"/")[0]) + extra > _loadavg[2]
+            _loadavg = (fd, len(os.sched_getaffinity(0)))
+        line = os.pread(_loadavg[0], 128, 0)  # b"0.50 0.40 0.30 3/120 12345"
+        return int(line.split(None, 4)[3].split(b"/")[0]) + extra > _loadavg[1]
     except (OSError, ValueError, IndexError):
         return False
 

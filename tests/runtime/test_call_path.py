@@ -16,6 +16,8 @@ import os
 import pickle
 import socket
 import struct
+import subprocess
+import sys
 import termios
 import threading
 import weakref
@@ -198,6 +200,31 @@ def test_a_crowded_machine_gets_no_spin(monkeypatch):
         assert spins == []
     finally:
         parl.close_actor(actor)
+
+
+def test_parl_spin_us_sets_or_turns_off_the_spin_in_callers_and_workers(tmp_path):
+    """PARL_SPIN_US in the environment: the longest spin in microseconds, 0 for none; the
+    workers inherit it. Calls still work without a spin (they sleep in poll)."""
+    script = tmp_path / "spin.py"
+    script.write_text(
+        "import parl\n"
+        "from parl.wire import framing\n"
+        "@parl.remote_class\n"
+        "class Probe:\n"
+        "    def spin(self):\n"
+        "        from parl.wire import framing\n"
+        "        return framing.SPIN_S\n"
+        "probe = Probe()\n"
+        "print(framing.SPIN_S, probe.spin(), sum(probe.spin() == framing.SPIN_S for _ in range(50)))\n"
+    )
+    for value, expected in (("0", 0.0), ("120", 120e-6), ("", 500e-6)):
+        env = dict(os.environ, PARL_SPIN_US=value)
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        here, there, calls = done.stdout.split()
+        assert float(here) == float(there) == pytest.approx(expected) and calls == "50"
 
 
 @pytest.fixture

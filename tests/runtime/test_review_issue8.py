@@ -54,7 +54,7 @@ def test_a_failed_actor_start_gives_its_grant_back(on_cluster, monkeypatch):
     lives on. Expected: the caller gives the grant back; the slot is free at once."""
     parl.connect(on_cluster.address, linger=0, slot_timeout=5)
 
-    def unreachable(self, where, what):
+    def unreachable(self, where, what, token):
         raise ClusterError(f"cannot reach {what}")
 
     monkeypatch.setattr(ClusterCarrier, "_channel", unreachable)
