@@ -21,7 +21,7 @@ from typing import Any
 
 from parl.cluster import control, versions
 from parl.cluster.auth import load_secret
-from parl.cluster.deploy import outside_modules, upload
+from parl.cluster.deploy import PROGRESS_PERIOD_S, outside_modules, upload
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError
@@ -83,6 +83,7 @@ class ClusterCarrier:
         self._master_lock = threading.Lock()
         self._lock = threading.Lock()
         self._channels: dict[tuple[str, int], _HostChannel] = {}
+        self._opening: dict[tuple[str, int], threading.Lock] = {}  # one opener per host
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._live = 0
         self._closed = False
@@ -254,6 +255,19 @@ class ClusterCarrier:
             self._master_lock.release()
 
     def _channel(self, where: tuple[str, int], what: str, token: object) -> _HostChannel:
+        """The control connection to the host agent at ``where``, made (and the code uploaded)
+        by one thread at a time: the agent takes one connection per caller id, so a second
+        thread that made its own was refused. A thread waiting here renews its grant."""
+        with self._lock:
+            opening = self._opening.setdefault(where, threading.Lock())
+        while not opening.acquire(timeout=PROGRESS_PERIOD_S):
+            self._extend(token)  # another thread is uploading our code to that host
+        try:
+            return self._open_channel(where, what, token)
+        finally:
+            opening.release()
+
+    def _open_channel(self, where: tuple[str, int], what: str, token: object) -> _HostChannel:
         with self._lock:
             channel = self._channels.get(where)
             if channel is not None and not channel.closed:

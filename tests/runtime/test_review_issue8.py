@@ -180,3 +180,47 @@ def test_a_secret_that_is_a_fifo_does_not_hang(home):
     except subprocess.TimeoutExpired:
         pytest.fail("load_secret blocked on a FIFO")
     assert "refused:" in done.stdout and "not a plain file" in done.stdout, done
+
+
+# -- placement: several threads of one caller ---------------------------------------------------
+
+
+def test_threads_creating_actors_at_once_on_a_new_host_all_get_one(on_cluster, monkeypatch):
+    """Seen: a script that creates its actors from several threads at once (a thread pool)
+    got ``ClusterError: caller id '...' is already connected`` for some of them: each thread
+    that found no control connection to the granted host opened its own, and the host agent
+    takes one per caller id. Expected: every thread gets its actor (one connection per host is
+    opened, and the code uploaded, by one thread while the others wait)."""
+    import threading
+
+    from parl.cluster import carrier as carriers
+
+    entered = threading.Barrier(3)
+    opened = carriers._HostChannel.__init__
+
+    def together(self, *args, **kwargs):  # the threads dial the agents at the same moment
+        try:
+            entered.wait(timeout=1.0)
+        except threading.BrokenBarrierError:
+            pass  # only one thread gets here at a time
+        opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(carriers._HostChannel, "__init__", together)
+    errors, actors = [], []
+
+    def create():
+        try:
+            actors.append(Sampler())
+        except Exception as exc:  # noqa: BLE001 - what the user saw
+            errors.append(exc)
+
+    # three grants on hosts of 2 and 3 free slots: two of them on the same host
+    threads = [threading.Thread(target=create) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(actor.add(i, 1) for i, actor in enumerate(actors)) == [1, 2, 3]
+    actors.clear()
+    gc.collect()
