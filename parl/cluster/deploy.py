@@ -10,11 +10,13 @@ of that caller's actors then start in that folder, with it first on ``sys.path``
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import site
+import stat
 import sys
 import tempfile
 import threading
@@ -67,9 +69,12 @@ class CodeCache:
         self.uploads = 0
         self._lock = threading.Lock()
         self._in_use: dict[str, str] = {}  # job name -> digest, while its caller is here
+        self._held: dict[str, int] = {}  # job name -> fd of its folder, flocked (shared)
         # the code this process runs from, when it is in this cache (an SSH-launched agent)
         root = self.root.expanduser().resolve()
         self._own = {p.name for p in (Path.cwd(), _parl_folder()) if p.resolve().parent == root}
+        # held while this process lives: other agents sharing this cache leave them too
+        self._own_held = [_hold(root / name) for name in self._own]
 
     def folder(self, digest: str) -> Path | None:
         """The folder of ``digest``, or None when it is not here (or not a digest)."""
@@ -83,24 +88,29 @@ class CodeCache:
 
     def job_folder(self, client: str, digest: str) -> Path:
         """The working folder of caller ``client``'s actors: a copy of the code of ``digest``
-        (raises ValueError when that code is not here)."""
-        code = self.folder(digest)
-        if code is None:
-            raise ValueError(f"the caller's code {digest!r} is not on this host")
+        (raises ValueError when that code is not here and the copy was not made yet). The
+        folder is held (a shared ``flock``) until :meth:`job_done`: no agent sharing this
+        cache prunes it meanwhile, however long its caller runs."""
         name = _job_name(client)
         path = self.root / JOBS / name
-        with self._lock:
-            self._in_use[name] = digest
+        done = path.parent / f"{name}{_DONE}"
+        for _ in range(2):
+            done.unlink(missing_ok=True)  # in use (again: a caller that reconnected)
             if not path.is_dir():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                temp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=path.parent))
-                try:
-                    shutil.copytree(code, temp, symlinks=True, dirs_exist_ok=True)
-                    os.rename(temp, path)
-                finally:
-                    if temp.exists():
-                        shutil.rmtree(temp, ignore_errors=True)
-        return path
+                code = self.folder(digest)
+                if code is None:
+                    raise ValueError(f"the caller's code {digest!r} is not on this host")
+                _copy(code, path)  # not under the lock: a large copy delays no other caller
+            with self._lock:
+                self._in_use[name] = digest
+                if name not in self._held:
+                    fd = _hold(path)
+                    if fd is not None:
+                        self._held[name] = fd
+                if name in self._held and path.is_dir():
+                    return path
+                _release(self._held.pop(name, None))  # pruned in between: copy again
+        raise ValueError(f"the working folder {path} cannot be made")
 
     def job_done(self, client: str) -> None:
         """Caller ``client`` left (its actors were stopped): its folder is marked finished and
@@ -108,11 +118,20 @@ class CodeCache:
         name = _job_name(client)
         jobs = self.root / JOBS
         with self._lock:
+            _release(self._held.pop(name, None))
             if self._in_use.pop(name, None) is None:
                 return  # it started no actor here
             if (jobs / name).is_dir():
                 (jobs / f"{name}{_DONE}").touch()
             _prune_jobs(jobs)
+
+    def close(self) -> None:
+        """Let go of the folders this cache holds (they may be pruned and evicted now)."""
+        with self._lock:
+            for fd in [*self._held.values(), *self._own_held]:
+                _release(fd)
+            self._held.clear()
+            self._own_held.clear()
 
     def evict(self) -> None:
         """Remove the digest folders beyond the ``KEEP_CODES`` used last that nobody here
@@ -129,7 +148,7 @@ class CodeCache:
         )
         for path in codes[KEEP_CODES:]:
             if path.name not in keep and now - _mtime(path) > CODE_MIN_AGE_S:
-                shutil.rmtree(path, ignore_errors=True)
+                _remove_unless_held(path)
 
     def receive(self, sock: FrameSocket, hello: control.Message) -> None:
         """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""
@@ -254,16 +273,97 @@ def _job_name(client: str) -> str:
 
 def _prune_jobs(jobs: Path) -> None:
     """Remove finished job folders beyond the newest ``KEEP_JOBS``, and folders no agent
-    finished (it was killed) once untouched for ``JOB_MAX_AGE_S``."""
+    finished (it was killed) once untouched for ``JOB_MAX_AGE_S``; never one an agent holds
+    (its caller is still there, maybe for weeks)."""
     done = sorted(jobs.glob(f"*{_DONE}"), key=_mtime, reverse=True)
     for marker in done[KEEP_JOBS:]:
-        shutil.rmtree(jobs / marker.name[: -len(_DONE)], ignore_errors=True)
-        marker.unlink(missing_ok=True)
+        folder = jobs / marker.name[: -len(_DONE)]
+        if not folder.is_dir() or _remove_unless_held(folder):
+            marker.unlink(missing_ok=True)
     now = time.time()
     for path in jobs.iterdir():
         if path.is_dir() and now - _mtime(path) > JOB_MAX_AGE_S:
             if not (jobs / f"{path.name}{_DONE}").exists():
-                shutil.rmtree(path, ignore_errors=True)
+                _remove_unless_held(path)
+
+
+def _copy(code: Path, path: Path) -> None:
+    """Copy the folder ``code`` to ``path`` under a temporary name, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        shutil.copytree(code, temp, symlinks=True, dirs_exist_ok=True)
+        try:
+            os.rename(temp, path)
+        except OSError:
+            if not path.is_dir():  # not "another thread made it meanwhile"
+                raise
+    finally:
+        if temp.exists():
+            _remove(temp)
+
+
+def _hold(path: Path) -> int | None:
+    """An fd of the folder ``path`` with a shared flock: in use while it is open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _remove_unless_held(path: Path) -> bool:
+    """Remove the folder ``path`` unless an agent holds it (:func:`_hold`); whether it went."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)  # an actor may have made its own folder unreadable
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # in use
+    try:
+        _remove(path)
+    finally:
+        os.close(fd)
+    return not path.exists()
+
+
+def _remove(path: Path) -> None:
+    """``rmtree``, also of what actors wrote without permissions for themselves (mode 000
+    folders); links are removed, never followed."""
+
+    def unlock(func: Callable, name: str, _exc: object) -> None:
+        for folder in (os.path.dirname(name), name):
+            try:
+                if stat.S_ISDIR(os.lstat(folder).st_mode):
+                    os.chmod(folder, 0o700)
+            except OSError:
+                pass
+        try:
+            if func in (os.unlink, os.remove):
+                os.unlink(name)
+            elif func is os.rmdir:
+                os.rmdir(name)
+            elif stat.S_ISDIR(os.lstat(name).st_mode):
+                shutil.rmtree(name, ignore_errors=True)  # a folder that could not be read
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=unlock)
 
 
 def _parl_folder() -> Path:

@@ -373,6 +373,7 @@ class HostAgent:
             self._workers.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
+        self.cache.close()
 
 
 def _answer(sock: FrameSocket, message: control.Message) -> None:

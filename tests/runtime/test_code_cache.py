@@ -6,6 +6,7 @@ small limits; tests/runtime/test_cluster_deploy.py checks the same through a rea
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def test_an_orphan_job_folder_goes_after_a_week_untouched(tmp_path):
     cache = deploy.CodeCache(tmp_path / "cache")
     digest = _store(cache, _code(tmp_path, "a"))
     jobs = cache.root / deploy.JOBS
-    orphan = cache.job_folder("orphan00", digest)  # its agent was killed: never finished
+    orphan = jobs / "orphan00"  # its agent was killed: never finished, held by nobody
+    shutil.copytree(cache.root / digest, orphan)
     recent = cache.job_folder("recent00", digest)
     _age(orphan, days=8)
     cache.job_folder("done0000", digest)
@@ -131,6 +133,7 @@ def test_the_code_an_ssh_launched_agent_runs_from_is_never_evicted(tmp_path, mon
     cache = deploy.CodeCache(root)
     cache.evict()
     assert (root / digest).is_dir()
+    cache.close()  # the agent ended
     monkeypatch.chdir(tmp_path)
     deploy.CodeCache(root).evict()
     assert not (root / digest).exists()
