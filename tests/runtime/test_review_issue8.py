@@ -286,3 +286,27 @@ def test_a_caller_that_reconnects_keeps_its_folder_while_it_runs(tmp_path, monke
         cache.job_done(f"done{i:04d}")
     assert folder.is_dir()
     cache.job_done("again000")
+
+
+from tests.runtime.test_cluster_grants import TTL, _place, one_slot  # noqa: E402,F401
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the master reads no 'extend' while the same connection waits in 'place', and "
+    "the caller skips extends while another thread holds its master lock; fix: the master "
+    "renews a caller's grants while that caller's placement waits",
+)
+def test_a_grant_does_not_lapse_while_another_thread_of_its_caller_waits_for_a_slot(one_slot):  # noqa: F811
+    """Seen: thread A of a script was uploading its code under a grant (a slow link) while
+    thread B waited for a slot on the same (full) cluster. B's wait holds the caller's one
+    connection to the master, so A's renewals were skipped (and the master would not have
+    read them): A's grant lapsed after its TTL and was handed to B. Both then went to a host
+    with one free slot, and one of them failed with 'host ... has no free slot' after its
+    upload. Expected: a live caller's grant does not lapse because another of its threads
+    is waiting; B waits for its own slot."""
+    caller = one_slot()
+    grant = _place(caller, 1.0)  # thread A's grant; A is uploading
+    assert grant["op"] == "placed"
+    second = _place(caller, 3 * TTL)  # thread B, on the same connection
+    assert second["op"] == "error", f"the one slot was granted twice: {grant} and {second}"
