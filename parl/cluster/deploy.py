@@ -324,10 +324,17 @@ def _release(fd: int | None) -> None:
 
 def _remove_unless_held(path: Path) -> bool:
     """Remove the folder ``path`` unless an agent holds it (:func:`_hold`); whether it went."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            os.chmod(path, 0o700)  # an actor may have made its own folder unreadable
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = os.open(path, flags)
+    except PermissionError:  # an actor made its own folder unreadable: nobody holds it then
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False  # a link: never followed
+            os.chmod(path, 0o700)
+            fd = os.open(path, flags)
+        except OSError:
+            return False
     except OSError:
         return False
     try:

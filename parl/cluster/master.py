@@ -225,6 +225,12 @@ class Master:
                     _, n_gpu = record.pending[token]
                     record.pending[token] = (time.monotonic() + GRANT_TTL_S, n_gpu)
 
+    def _renew(self, grants: set[str], now: float) -> None:
+        """Push the expiry of ``grants`` (lock held) to ``now + GRANT_TTL_S``."""
+        for record in self._hosts.values():
+            for token in grants & record.pending.keys():
+                record.pending[token] = (now + GRANT_TTL_S, record.pending[token][1])
+
     def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
         """``xparl status``: one answer, then the connection ends (with ``full``: the monitor
         page's data too, for ``xparl status --json``)."""
@@ -268,7 +274,11 @@ class Master:
                 if not told:
                     control.send(sock, {"op": "waiting", "slots": slots, "used": used})
                     told = True
-                self._changed.wait(min(deadline - now, GRANT_TTL_S))
+                # this connection is not read while it waits here, so an ``extend`` from
+                # another thread of the caller (uploading under an earlier grant) would not
+                # arrive: the caller's own grants are kept for it meanwhile
+                self._renew(grants, now)
+                self._changed.wait(min(deadline - now, GRANT_TTL_S / 3))
         control.send(sock, grant)
 
     def _none_free(self, timeout: float, n_gpu: int, now: float) -> str:

@@ -291,12 +291,6 @@ def test_a_caller_that_reconnects_keeps_its_folder_while_it_runs(tmp_path, monke
 from tests.runtime.test_cluster_grants import TTL, _place, one_slot  # noqa: E402,F401
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the master reads no 'extend' while the same connection waits in 'place', and "
-    "the caller skips extends while another thread holds its master lock; fix: the master "
-    "renews a caller's grants while that caller's placement waits",
-)
 def test_a_grant_does_not_lapse_while_another_thread_of_its_caller_waits_for_a_slot(one_slot):  # noqa: F811
     """Seen: thread A of a script was uploading its code under a grant (a slow link) while
     thread B waited for a slot on the same (full) cluster. B's wait holds the caller's one
