@@ -41,6 +41,7 @@ KEEP_JOBS = 8  # finished job folders kept (what their actors wrote stays a whil
 JOB_MAX_AGE_S = 7 * 86400.0  # an unfinished job folder untouched this long is an orphan
 KEEP_CODES = 16  # digest folders always kept (the ones used last)
 CODE_MIN_AGE_S = 7 * 86400.0  # older folders beyond those go once unused this long
+TEMP_MAX_AGE_S = 86400.0  # a temporary folder or upload older than this was abandoned
 
 
 def default_cache_dir() -> Path:
@@ -149,6 +150,15 @@ class CodeCache:
         for path in codes[KEEP_CODES:]:
             if path.name not in keep and now - _mtime(path) > CODE_MIN_AGE_S:
                 _remove_unless_held(path)
+        # what an unpack or a copy left under a temporary name when its process was killed
+        # (``.<name>.<random>`` folders, ``.upload-*`` archives of SSH launches)
+        for folder in (self.root, self.root / JOBS):
+            for path in folder.glob(".*") if folder.is_dir() else ():
+                if now - _mtime(path) > TEMP_MAX_AGE_S:
+                    if path.is_dir() and not path.is_symlink():
+                        _remove_unless_held(path)
+                    else:
+                        path.unlink(missing_ok=True)
 
     def receive(self, sock: FrameSocket, hello: control.Message) -> None:
         """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""

@@ -137,3 +137,22 @@ def test_the_code_an_ssh_launched_agent_runs_from_is_never_evicted(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     deploy.CodeCache(root).evict()
     assert not (root / digest).exists()
+
+
+def test_what_a_killed_unpack_or_upload_left_behind_goes_after_a_day(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    jobs = cache.root / deploy.JOBS
+    jobs.mkdir()
+    stale = [cache.root / f".{digest}.k1ll3d", jobs / ".c0ffee.k1ll3d"]
+    fresh = cache.root / f".{digest}.running"
+    for path in [*stale, fresh]:
+        (path / "pkg").mkdir(parents=True)
+        (path / "pkg" / "mod.py").write_text("x = 1\n")
+    upload = cache.root / ".upload-abc-1234.tgz"
+    upload.write_bytes(b"half an archive")
+    for path in [*stale, upload]:
+        _age(path, days=2)
+    cache.evict()
+    assert not any(p.exists() for p in [*stale, upload])
+    assert fresh.is_dir() and (cache.root / digest).is_dir()  # in progress, and the code
