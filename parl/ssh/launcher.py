@@ -27,7 +27,8 @@ from pathlib import Path
 
 import paramiko
 
-from parl.cluster.control import parse_address
+from parl.cluster import control
+from parl.cluster.control import parse_address, ready_error
 from parl.cluster.master import Master
 from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
 from parl.cluster.server import Server
@@ -123,7 +124,12 @@ class _Host:
             )
 
     def start(
-        self, master: tuple[str, int], here: tuple[str, int], secret: bytes, parl: str, project: str
+        self,
+        master: tuple[str, int],
+        here: tuple[str, int],
+        secret: bytes,
+        parl: str,
+        project: str | None,
     ) -> None:
         """Start the host agent; returns once it has registered with the master. ``master``:
         where the host reaches the master; ``here``: where this process does (for a tunnel)."""
@@ -142,14 +148,14 @@ class _Host:
                 ) from None
         command = remote.agent_command(
             self.spec.python, self.base, parl, project, bind, f"{master[0]}:{master[1]}",
-            self.report.cpus, advertise,
+            self.report.cpus, advertise, self.spec.name,
         )  # fmt: skip
         self.channel = channel = self.conn.open(command)
         channel.sendall(secret + b"\n")  # the only way the secret travels
         threading.Thread(target=self._drain, name="parl-ssh-log", daemon=True).start()
         line = _read_line(channel, READY_TIMEOUT_S)
         if not line.startswith("ok "):
-            said = line[6:] if line.startswith("error ") else "\n".join(self.errors)
+            said = ready_error(line[6:]) if line.startswith("error ") else "\n".join(self.errors)
             raise SSHError(f"host {self.spec.name}: the host agent did not start: {said}")
         self.report.agent = line[3:]
         if self.forward is not None:
@@ -213,7 +219,12 @@ def _read_line(channel: paramiko.Channel, timeout: float) -> str:
 
 
 class Launch:
-    """A master here and a host agent on each of ``hosts``; ``close()`` ends them all."""
+    """A master here and a host agent on each of ``hosts``; ``close()`` ends them all.
+
+    ``cluster``: the server of a master that already runs in this process (``xparl start
+    --hosts``), with its ``secret``: the agents register with it, and no project is deployed
+    at launch (each caller ships its own through the cluster's deployment, into the same
+    cache folder on the host)."""
 
     def __init__(
         self,
@@ -223,60 +234,86 @@ class Launch:
         progress: bool = True,
         project: str | Path | None = None,
         monitor_port: int = 0,
+        *,
+        cluster: Server | None = None,
+        secret: bytes | None = None,
     ) -> None:
         if not hosts:
             raise ValueError("no host to launch on: give at least one in the hosts file")
         self.progress = progress
-        self.secret = secrets.token_hex(32).encode()
+        self.secret = secret or secrets.token_hex(32).encode()
         self._hosts = [_Host(spec, options, HostReport(spec.name)) for spec in hosts]
         self._server: Server | None = None
         self.monitor_url: str | None = None
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_all, os.getpid(), self._hosts, [None])
         try:
-            packs = [pack_parl(), pack_project(project or project_root(), distributed_files)]
+            packs = [pack_parl()]
+            if cluster is None:
+                packs.append(pack_project(project or project_root(), distributed_files))
             versions = remote.local_versions()
             self._each(lambda h: h.prepare(packs, versions, progress), "ready")
             binds = _master_binds(
                 [h.conn.local_address for h in self._hosts if h.conn and not h.spec.tunnel]
             )
-            self.master = Master()
-            servers: list[Server] = []
-            try:
-                for bind in binds:  # one listener per address the hosts reach us at
-                    servers.append(Server(bind, 0, self.secret, self.master.handlers))
-                if monitor_port:  # the page, on this machine's loopback
-                    servers[0].monitor = MonitorServer(
-                        self.master.monitor_snapshot, "127.0.0.1", monitor_port
-                    )
-                    self.master.monitoring = True
-                    self.monitor_url = servers[0].monitor.url
-            except BaseException:
-                for server in servers:
-                    server.close()
-                raise
-            for server in servers:
-                server.start()
-            self._server = servers[0]
+            servers = self._listen(binds, cluster, monitor_port)
             self._finalizer.detach()
             self._finalizer = weakref.finalize(
-                self, _close_all, os.getpid(), self._hosts, list(servers)
+                self, _close_all, os.getpid(), self._hosts, [s for s in servers if s is not cluster]
             )
             listening = {bind: server.port for bind, server in zip(binds, servers, strict=True)}
-            here, port = binds[0], servers[0].port
+            main = cluster or servers[0]
+            here = "127.0.0.1" if control.is_wildcard(main.host) else main.host
+            port = main.port
             self.address = f"{here}:{port}"
+            project_digest = packs[1].digest if len(packs) > 1 else None
 
             def start(host: _Host) -> None:
                 assert host.conn is not None
                 local = host.conn.local_address
                 reach = (local, listening[local]) if local in listening else (here, port)
-                host.start(reach, (here, port), self.secret, packs[0].digest, packs[1].digest)
+                host.start(reach, (here, port), self.secret, packs[0].digest, project_digest)
 
             self._each(start, "started")
         except BaseException:
             self.close()
             raise
         drop_in_child(self)  # a forked child closes its copies of our connections
+
+    def _listen(self, binds: list[str], cluster: Server | None, monitor_port: int) -> list[Server]:
+        """A listener of the master on each of ``binds``: ``cluster`` itself where it listens
+        there already (or on every address), else one more with its handlers; without
+        ``cluster``, a new master (with its monitor page on ``monitor_port``)."""
+        if cluster is None:
+            self.master = Master()
+            handlers = self.master.handlers
+        else:
+            handlers = cluster.handlers
+        servers: list[Server] = []
+        try:
+            for bind in binds:
+                if cluster is not None and (
+                    cluster.host == bind or control.is_wildcard(cluster.host)
+                ):
+                    servers.append(cluster)
+                else:  # one listener per address the hosts reach us at
+                    servers.append(Server(bind, 0, self.secret, handlers))
+            if monitor_port and cluster is None:  # the page, on this machine's loopback
+                servers[0].monitor = MonitorServer(
+                    self.master.monitor_snapshot, "127.0.0.1", monitor_port
+                )
+                self.master.monitoring = True
+                self.monitor_url = servers[0].monitor.url
+        except BaseException:
+            for server in servers:
+                if server is not cluster:
+                    server.close()
+            raise
+        for server in servers:
+            if server is not cluster:
+                server.start()
+        self._server = servers[0]
+        return servers
 
     @property
     def reports(self) -> list[HostReport]:

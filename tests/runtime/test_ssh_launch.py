@@ -31,41 +31,6 @@ from tests.runtime.sshd import _free_port
 
 pytestmark = pytest.mark.ssh
 
-HELPER = """
-import os
-import parl
-
-from pkg.util import TWICE
-
-
-@parl.remote_class
-class Where:
-    def where(self):
-        return {"cwd": os.getcwd(), "parl": parl.__file__, "pid": os.getpid(),
-                "lab": os.environ.get("PARL_SSH_LAB")}
-
-    def twice(self, x):
-        return TWICE * x
-
-    def echo(self, a):
-        return a
-"""
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A project folder with a module in a sub-folder; the test runs in it (its root)."""
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "util.py").write_text("TWICE = 2\n")
-    (root / "pkg" / "helper.py").write_text(HELPER)
-    monkeypatch.chdir(root)
-    monkeypatch.syspath_prepend(str(root))
-    yield root
-    for name in ("pkg.helper", "pkg.util", "pkg"):
-        sys.modules.pop(name, None)
-
 
 def specs(lab, tmp_path, cpus=1, **settings):
     return [
