@@ -1,6 +1,6 @@
 """SSH connections to the hosts of a hosts file, made with paramiko the way OpenSSH makes them.
 
-``~/.ssh/config`` (``HostName``, ``User``, ``Port``, ``IdentityFile``, one ``ProxyJump`` hop)
+``~/.ssh/config`` (``HostName``, ``User``, ``Port``, ``IdentityFile``, ``ProxyJump`` hops)
 resolves a host; its key must be in known_hosts (read-only; :mod:`parl.ssh.knownhosts`)
 unless the caller opts in with ``accept_unknown_host_keys``; the agent's keys are offered
 first, then the identity files. Every failure is an :class:`parl.errors.SSHError` subclass
@@ -9,6 +9,7 @@ whose message names the host and what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import shlex
@@ -23,6 +24,7 @@ from parl.errors import HostUnreachableError, SSHAuthenticationError, SSHError
 from parl.ssh import knownhosts
 from parl.ssh.hosts import HostSpec
 
+_MAX_HOPS = 8
 _DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 
 
@@ -88,13 +90,27 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
 
 
 class Connection:
-    """An authenticated SSH connection to one host; ``close()`` is idempotent."""
+    """An authenticated SSH connection to one host; ``close()`` is idempotent.
 
-    def __init__(self, spec: HostSpec, options: SSHOptions) -> None:
+    ``jump`` (internal): the hops before this host when it is itself a hop of a ``ProxyJump
+    a,b`` list (instead of its own ProxyJump); ``chain``: the hosts that lead here, to name a
+    loop of ProxyJump settings."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        options: SSHOptions,
+        *,
+        jump: str | None = None,
+        chain: tuple[str, ...] = (),
+    ) -> None:
         self.spec = spec
         self.options = options
         self.target = resolve(spec, options)
+        if jump is not None:
+            self.target = dataclasses.replace(self.target, jump=jump)
         self.shown = spec.name
+        self._chain = (*chain, spec.name)
         self._jump: Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -124,13 +140,7 @@ class Connection:
                     f"failed ({exc.strerror or exc}); check the name and port in the hosts file "
                     "(and in ~/.ssh/config), and that sshd runs there"
                 ) from None
-        if "," in t.jump:
-            raise SSHError(
-                f"host {self.shown}: ProxyJump {t.jump!r} has several hops; parl follows one"
-            )
-        from parl.ssh.hosts import parse_host
-
-        self._jump = Connection(parse_host(t.jump), self.options)
+        self._jump = self._hop(t.jump)
         try:
             return self._jump.transport.open_channel(
                 "direct-tcpip",
@@ -143,6 +153,32 @@ class Connection:
                 f"host {self.shown} is unreachable through the jump host {t.jump}: "
                 f"{t.hostname} port {t.port} ({exc})"
             ) from None
+
+    def _hop(self, jump: str) -> Connection:
+        """The connection to the last hop of ``jump`` (``a,b``: b, itself reached through a;
+        a single hop through its own ProxyJump, as OpenSSH does), each hop's host key checked
+        as this host's is."""
+        from parl.ssh.hosts import parse_host
+
+        hops = [h.strip() for h in jump.split(",")]
+        if not all(hops):
+            raise SSHError(f"host {self.shown}: ProxyJump {jump!r} has an empty hop")
+        if len(self._chain) > _MAX_HOPS:
+            raise SSHError(
+                f"host {self.shown}: more than {_MAX_HOPS} ProxyJump hops "
+                f"({' -> '.join(reversed(self._chain))}); is there a loop in the ssh config?"
+            )
+        try:
+            spec = parse_host(hops[-1])
+        except ValueError as exc:
+            raise SSHError(f"host {self.shown}: bad ProxyJump hop {hops[-1]!r}: {exc}") from None
+        if spec.name in self._chain:
+            raise SSHError(
+                f"host {self.shown}: the ProxyJump settings make a loop: "
+                f"{' -> '.join(reversed((*self._chain, spec.name)))}; fix ~/.ssh/config"
+            )
+        before = ",".join(hops[:-1]) or None
+        return Connection(spec, self.options, jump=before, chain=self._chain)
 
     def _handshake(self, sock: socket.socket | paramiko.Channel) -> paramiko.Transport:
         t = self.target
