@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import paramiko
 
 from parl.errors import HostUnreachableError, SSHAuthenticationError, SSHError
-from parl.ssh import knownhosts
+from parl.ssh import keepalive, knownhosts
 from parl.ssh.hosts import HostSpec
 
 _MAX_HOPS = 8
@@ -52,6 +52,7 @@ class Target:
     identities: tuple[str, ...]
     jump: str | None = None
     identities_only: bool = False  # IdentitiesOnly: the agent's keys are not offered
+    keepalive: tuple[float, int] = (keepalive.DEFAULT_INTERVAL_S, keepalive.DEFAULT_COUNT)
 
 
 @dataclass
@@ -86,6 +87,7 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
         identities=tuple(os.path.expanduser(p) for p in identities),
         jump=jump,
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
+        keepalive=keepalive.settings(entry, spec.name),
     )
 
 
@@ -113,6 +115,7 @@ class Connection:
         self._chain = (*chain, spec.name)
         self._jump: Connection | None = None
         self._lock = threading.Lock()
+        self.global_lock = threading.Lock()  # one global request at a time (see keepalive)
         self._closed = False
         sock = self._socket()
         try:
@@ -122,6 +125,9 @@ class Connection:
             if self._jump is not None:
                 self._jump.close()
             raise
+        self.keepalive = keepalive.KeepAlive(
+            self.transport, self.shown, *self.target.keepalive, self.global_lock
+        )
         direct = isinstance(sock, socket.socket)
         # this machine's address toward the host (None through a jump host), and the host's
         self.local_address: str | None = sock.getsockname()[0] if direct else None
@@ -316,6 +322,7 @@ class Connection:
             if self._closed:
                 return
             self._closed = True
+        self.keepalive.close()
         self.transport.close()
         if self._jump is not None:
             self._jump.close()
@@ -324,6 +331,7 @@ class Connection:
         """In a forked child: close this process's copy of the connection's socket (sending
         nothing), so that the parent's end is the connection's end."""
         self._closed = True
+        self.keepalive.close()
         if isinstance(self.transport.sock, socket.socket):
             self.transport.sock.close()
         if self._jump is not None:

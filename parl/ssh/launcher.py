@@ -140,7 +140,8 @@ class _Host:
             self.forward = LocalForward(self.conn.transport, self.spec.name)
             bind, advertise = "127.0.0.1", f"127.0.0.1:{self.forward.port}"
             try:
-                master = ("127.0.0.1", remote_forward(self.conn.transport, here))
+                with self.conn.global_lock:  # not beside a keepalive probe
+                    master = ("127.0.0.1", remote_forward(self.conn.transport, here))
             except paramiko.SSHException as exc:
                 raise SSHError(
                     f"host {self.spec.name} refuses to forward a port back to this machine "
@@ -187,7 +188,8 @@ class _Host:
         if self.forward is not None:
             self.forward.close()
         if self.channel is not None:
-            self.channel.status_event.wait(max(0.0, deadline - time.monotonic()))
+            if self.conn is not None and self.conn.transport.is_active():  # else: no answer
+                self.channel.status_event.wait(max(0.0, deadline - time.monotonic()))
             self.channel.close()
         if self.conn is not None:
             self.conn.close()

@@ -211,3 +211,23 @@ def test_a_loop_of_proxyjumps_is_named(lab, tmp_path):
     config = chain_config(lab, tmp_path)
     with pytest.raises(SSHError, match="the ProxyJump settings make a loop: .*loopa"):
         Connection(HostSpec("loopa"), lab.options(config=config))
+
+
+def test_keepalive_settings_of_the_ssh_config_reach_the_transport(lab, tmp_path):
+    """ServerAliveInterval / ServerAliveCountMax as OpenSSH reads them; 15 s and 3 tries where
+    the config says nothing; a bad value is named."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host 127.0.0.2\n  ServerAliveInterval 7\n  ServerAliveCountMax 5\n"
+        "Host 127.0.0.4\n  ServerAliveInterval soon\n"
+    )
+    options = lab.options(config=str(config))
+    with Connection(lab.spec(0), options) as conn:
+        assert (conn.keepalive.interval, conn.keepalive.count) == (7, 5)
+        # paramiko's own keepalive packets (what NAT boxes see) use the same interval
+        assert conn.transport.packetizer._Packetizer__keepalive_interval == 7
+    with Connection(lab.spec(1), options) as conn:
+        assert (conn.keepalive.interval, conn.keepalive.count) == (15, 3)
+        assert conn.transport.packetizer._Packetizer__keepalive_interval == 15
+    with pytest.raises(SSHError, match="serveraliveinterval is 'soon': a whole number"):
+        Connection(lab.spec(2), options)

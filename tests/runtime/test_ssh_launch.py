@@ -378,3 +378,48 @@ def test_a_launched_cluster_serves_its_monitor_page(lab, project, tmp_path):
 def test_monitor_port_needs_hosts():
     with pytest.raises(ValueError, match="parl.monitor()"):
         parl.connect(monitor_port=8080)
+
+
+def test_a_host_that_answers_no_keepalive_is_lost_and_its_tunnelled_calls_fail(
+    lab, project, tmp_path
+):
+    """ServerAliveInterval 1, ServerAliveCountMax 2 for h2: its sshd is frozen (SIGSTOP), its
+    keepalives go unanswered, the host counts as lost: its SSH connection closes, and calls
+    on its actor (through the tunnel) raise ActorDiedError."""
+    from pkg.helper import Where
+
+    config = tmp_path / "config"
+    config.write_text(
+        open(lab.config).read() + "Host 127.0.0.3\n  ServerAliveInterval 1\n"
+        "  ServerAliveCountMax 2\n"
+    )
+    host = dataclasses.replace(specs(lab, tmp_path)[1], tunnel=True)
+    parl.connect(hosts=[host], ssh=lab.options(config=str(config)), linger=0)
+    frozen: list[psutil.Process] = []
+    try:
+        actor = Where()
+        assert actor.twice(1) == 2
+        listener = psutil.Process(lab.hosts[1].process.pid)
+        frozen = [p for p in listener.children(recursive=True) if p.name() == "sshd"]
+        assert frozen  # the session's sshd processes
+        for process in frozen:
+            process.suspend()
+
+        def calls_fail() -> bool:
+            try:
+                actor.twice(1)
+            except parl.ActorDiedError:
+                return True
+            return False
+
+        assert wait_until(calls_fail, timeout=10)
+        (conn,) = [h.conn for h in carrier().launch._hosts]
+        assert conn.keepalive.lost == (
+            f"host {host.name} answered no SSH keepalive for 2 s (ServerAliveInterval 1, "
+            "ServerAliveCountMax 2): the host counts as lost"
+        )
+        assert not conn.transport.is_active()
+    finally:
+        for process in frozen:
+            process.resume()
+        parl.disconnect()
