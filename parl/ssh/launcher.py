@@ -11,6 +11,7 @@ agent's stdin closes and so does its connection to the master: it stops its work
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -34,7 +35,7 @@ from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
 from parl.cluster.server import Server
 from parl.errors import DeploymentError, SSHError
 from parl.monitoring.server import MonitorServer
-from parl.ssh import remote
+from parl.ssh import install, remote
 from parl.ssh.client import Connection, SSHOptions
 from parl.ssh.hosts import HostSpec
 from parl.ssh.tunnel import LocalForward, remote_forward
@@ -56,6 +57,8 @@ class HostReport:
     uploaded: int = 0  # bytes sent by SFTP (0: every archive was in the host's cache)
     agent: str = ""  # the host agent's address
     seconds: float = 0.0
+    interpreter: str = ""  # the Python it runs (install=venv: the environment's)
+    installed: list[str] = field(default_factory=list)  # what pip installed (install=venv)
 
 
 @dataclass
@@ -70,18 +73,36 @@ class _Host:
     channel: paramiko.Channel | None = None
     forward: LocalForward | None = None
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    python: str = ""  # the interpreter to run there: the spec's, or its environment's
 
-    def prepare(self, packs: list[Pack], versions: dict[str, str | None], bars: bool) -> None:
-        """Connect, check the Python, upload and unpack what the host's cache lacks."""
+    def prepare(
+        self,
+        packs: list[Pack],
+        versions: dict[str, str | None],
+        bars: bool,
+        wheels: str | None = None,
+    ) -> None:
+        """Connect, check the Python (with install=venv: complete it in an environment),
+        upload and unpack what the host's cache lacks."""
         started = time.monotonic()
         self.conn = Connection(self.spec, self.options)
         base = self.spec.workdir or DEFAULT_CACHE
         digests = [p.digest for p in packs]
-        done = self.conn.run(remote.probe_command(self.spec.python, base, digests))
+        self.python = self.spec.python
+        done = self.conn.run(remote.probe_command(self.python, base, digests))
         probe = remote.parse_probe(
-            self.spec.name, self.spec.python, done.status, done.stdout, done.stderr
+            self.spec.name, self.python, done.status, done.stdout, done.stderr
         )
-        remote.check_versions(self.spec.name, probe, versions, self.spec.python)
+        if (
+            self.spec.install == "venv"
+            and remote.same_python(probe)
+            and install.needs(probe, versions)
+        ):
+            self.python, probe, self.report.installed = install.ensure_venv(
+                self.conn, self.python, probe, versions, digests, wheels
+            )
+        remote.check_versions(self.spec.name, probe, versions, self.python)
+        self.report.interpreter = self.python
         self.base = probe.base
         self.report.python = probe.python
         self.report.cpus = self.spec.cpus or probe.cpus
@@ -115,7 +136,7 @@ class _Host:
             ) from None
         finally:
             sftp.close()
-        command = remote.unpack_command(self.spec.python, self.base, parl_digest, jobs)
+        command = remote.unpack_command(self.python, self.base, parl_digest, jobs)
         done = self.conn.run(command, timeout=READY_TIMEOUT_S)
         if done.status != 0:
             raise DeploymentError(
@@ -148,7 +169,7 @@ class _Host:
                     f"({exc}): tunnel=yes needs `AllowTcpForwarding yes` in its sshd_config"
                 ) from None
         command = remote.agent_command(
-            self.spec.python, self.base, parl, project, bind, f"{master[0]}:{master[1]}",
+            self.python, self.base, parl, project, bind, f"{master[0]}:{master[1]}",
             self.report.cpus, advertise, self.spec.name,
         )  # fmt: skip
         self.channel = channel = self.conn.open(command)
@@ -239,11 +260,15 @@ class Launch:
         *,
         cluster: Server | None = None,
         secret: bytes | None = None,
+        install: str | None = None,
+        wheels: str | None = None,
     ) -> None:
         if not hosts:
             raise ValueError("no host to launch on: give at least one in the hosts file")
         self.progress = progress
         self.secret = secret or secrets.token_hex(32).encode()
+        if install is not None:  # a host's own install= setting wins
+            hosts = [h if h.install else dataclasses.replace(h, install=install) for h in hosts]
         self._hosts = [_Host(spec, options, HostReport(spec.name)) for spec in hosts]
         self._server: Server | None = None
         self.monitor_url: str | None = None
@@ -254,7 +279,7 @@ class Launch:
             if cluster is None:
                 packs.append(pack_project(project or project_root(), distributed_files))
             versions = remote.local_versions()
-            self._each(lambda h: h.prepare(packs, versions, progress), "ready")
+            self._each(lambda h: h.prepare(packs, versions, progress, wheels), "ready")
             binds = _master_binds(
                 [h.conn.local_address for h in self._hosts if h.conn and not h.spec.tunnel]
             )
@@ -334,9 +359,10 @@ class Launch:
                 return
             if what == "started":
                 r = host.report
+                pip = f", installed {' '.join(r.installed)}" if r.installed else ""
                 self._say(
                     f"parl ssh: {r.name}: host agent at {r.agent} with {r.cpus} slot(s), "
-                    f"Python {r.python}, {r.uploaded} bytes uploaded, {r.seconds:.2f} s"
+                    f"Python {r.python}{pip}, {r.uploaded} bytes uploaded, {r.seconds:.2f} s"
                 )
 
         with ThreadPoolExecutor(max_workers=len(self._hosts)) as pool:

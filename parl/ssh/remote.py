@@ -131,6 +131,13 @@ def local_versions() -> dict[str, str | None]:
     return found
 
 
+def same_python(probe: Probe) -> bool:
+    """Whether the host's Python is this one's major.minor (an environment cannot change it)."""
+    import platform
+
+    return probe.python.split(".")[:2] == platform.python_version().split(".")[:2]
+
+
 def check_versions(host: str, probe: Probe, mine: dict[str, str | None], python: str) -> None:
     """Raise naming ``host`` and every missing or mismatched piece: the Python version
     (major.minor), a required package that is missing, a matched one of another version."""

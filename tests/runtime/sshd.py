@@ -293,6 +293,11 @@ class Where:
 
     def echo(self, a):
         return a
+
+    def module_file(self, name):
+        import importlib
+
+        return importlib.import_module(name).__file__
 """
 
 
