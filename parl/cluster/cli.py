@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         "--known_hosts", default="", help="(--hosts) default: ~/.ssh/known_hosts and /etc's"
     )
     start.add_argument(
+        "--wheels", default="", help="(--hosts) wheel files for hosts with install=venv"
+    )
+    start.add_argument(
         "--accept_unknown_host_keys",
         action="store_true",
         help="(--hosts) trust hosts whose key no known_hosts file has, for this run",
@@ -126,19 +129,21 @@ def _ssh_options(args: argparse.Namespace) -> list[str]:
     """The daemon's options for ``--hosts``; the hosts file is read here first, so that a bad
     line fails ``xparl start`` before anything starts."""
     if not args.hosts:
-        if args.ssh_config or args.known_hosts or args.accept_unknown_host_keys:
-            raise ValueError("--ssh_config, --known_hosts and --accept_unknown_host_keys go "
-                             "with --hosts hosts.txt")  # fmt: skip
+        if args.ssh_config or args.known_hosts or args.wheels or args.accept_unknown_host_keys:
+            raise ValueError("--ssh_config, --known_hosts, --wheels and "
+                             "--accept_unknown_host_keys go with --hosts hosts.txt")  # fmt: skip
         return []
     from parl.ssh.hosts import read_hosts
 
     read_hosts(args.hosts)
     options = [f"--hosts={os.path.abspath(args.hosts)}"]
-    for name in ("ssh_config", "known_hosts"):
+    for name in ("ssh_config", "known_hosts", "wheels"):
         path = getattr(args, name)
         if path:
-            if not os.path.isfile(path):
-                raise ValueError(f"--{name} {path}: no such file")
+            if not (os.path.isdir if name == "wheels" else os.path.isfile)(path):
+                raise ValueError(
+                    f"--{name} {path}: no such " + ("folder" if name == "wheels" else "file")
+                )
             options.append(f"--{name}={os.path.abspath(path)}")
     return options + (["--accept_unknown_host_keys"] if args.accept_unknown_host_keys else [])
 

@@ -12,7 +12,12 @@ environment or the secret file, and is removed from the environment before anyth
 (workers never see it there). With ``--secret-stdin`` (the SSH launcher), the secret is the
 first line of stdin instead, and the end of stdin (the SSH session closed) stops the process as
 SIGTERM does; with ``--advertise=HOST:PORT``, an agent registers that address instead of its
-own (the caller's end of an SSH tunnel to it).
+own (the caller's end of an SSH tunnel to it); with ``--label=NAME``, the master shows it by
+that name (its line in a hosts file). A master with ``--hosts=FILE`` (``xparl start --hosts``)
+also launches a host agent over SSH on every host of that file (:mod:`parl.ssh.launcher`;
+``--ssh_config=FILE``, ``--known_hosts=FILE``, ``--wheels=DIR``,
+``--accept_unknown_host_keys``): it holds their SSH connections, so they end with it. A launch
+that fails is its ``error`` line, with the message ``parl.connect(hosts=...)`` would raise.
 """
 
 from __future__ import annotations
@@ -144,7 +149,9 @@ def _launch_hosts(server: Server, secret: bytes, options: dict[str, str], accept
         ssh = dataclasses.replace(ssh, config=options["ssh_config"])
     if options.get("known_hosts"):
         ssh = dataclasses.replace(ssh, known_hosts=(options["known_hosts"],))
-    return Launch(read_hosts(options["hosts"]), ssh, progress=False, cluster=server, secret=secret)
+    specs = read_hosts(options["hosts"])
+    wheels = options.get("wheels") or None
+    return Launch(specs, ssh, progress=False, cluster=server, secret=secret, wheels=wheels)
 
 
 def _run_agent(

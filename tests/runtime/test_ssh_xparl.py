@@ -149,4 +149,10 @@ def test_a_bad_hosts_file_fails_before_anything_starts(tmp_path, home):
     assert f"{bad}, line 2: cpus must be a positive integer, got 'many'" in done.stderr
     assert not daemons(port)
     done = xparl(env, "start", "--port", str(port), "--known_hosts", str(bad), check=False)
-    assert "--known_hosts and --accept_unknown_host_keys go with --hosts" in done.stderr
+    assert "--wheels and --accept_unknown_host_keys go with --hosts" in done.stderr
+    hosts = tmp_path / "good.txt"
+    hosts.write_text("box cpus=1 install=venv\n")
+    done = xparl(env, "start", "--port", str(port), "--hosts", str(hosts), "--wheels",
+                 str(tmp_path / "none"), check=False)  # fmt: skip
+    assert f"--wheels {tmp_path / 'none'}: no such folder" in done.stderr
+    assert not daemons(port)
