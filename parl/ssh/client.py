@@ -1,7 +1,8 @@
 """SSH connections to the hosts of a hosts file, made with paramiko the way OpenSSH makes them.
 
 ``~/.ssh/config`` (``HostName``, ``User``, ``Port``, ``IdentityFile``, ``ProxyJump`` hops)
-resolves a host; its key must be in known_hosts (read-only; :mod:`parl.ssh.knownhosts`)
+resolves a host (``HostKeyAlias``, ``ServerAliveInterval`` and ``ServerAliveCountMax`` too); its
+key must be in known_hosts (read-only; :mod:`parl.ssh.knownhosts`)
 unless the caller opts in with ``accept_unknown_host_keys``; the agent's keys are offered
 first, then the identity files. Every failure is an :class:`parl.errors.SSHError` subclass
 whose message names the host and what to do.
@@ -53,6 +54,13 @@ class Target:
     jump: str | None = None
     identities_only: bool = False  # IdentitiesOnly: the agent's keys are not offered
     keepalive: tuple[float, int] = (keepalive.DEFAULT_INTERVAL_S, keepalive.DEFAULT_COUNT)
+    host_key_alias: str | None = None  # HostKeyAlias: the name known_hosts lists the key under
+
+    @property
+    def key_name(self) -> str:
+        """The name of the host's key in known_hosts: its HostKeyAlias as written (no port,
+        as OpenSSH), else ``host`` or ``[host]:port``."""
+        return self.host_key_alias or knownhosts.host_key_name(self.hostname, self.port)
 
 
 @dataclass
@@ -88,6 +96,7 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
         jump=jump,
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
         keepalive=keepalive.settings(entry, spec.name),
+        host_key_alias=entry.get("hostkeyalias"),
     )
 
 
@@ -188,7 +197,7 @@ class Connection:
 
     def _handshake(self, sock: socket.socket | paramiko.Channel) -> paramiko.Transport:
         t = self.target
-        name = knownhosts.host_key_name(t.hostname, t.port)
+        name = t.key_name
         files = [os.path.expanduser(p) for p in self.options.known_hosts]
         transport = paramiko.Transport(sock)
         known = {k.key.get_name() for k in knownhosts.known_keys(files, name)}
@@ -212,6 +221,7 @@ class Connection:
                 files,
                 self.options.accept_unknown_host_keys,
                 self.shown,
+                (t.hostname, t.port),
             )
             self._authenticate(transport)
         except BaseException:

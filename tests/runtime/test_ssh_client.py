@@ -231,3 +231,28 @@ def test_keepalive_settings_of_the_ssh_config_reach_the_transport(lab, tmp_path)
         assert conn.transport.packetizer._Packetizer__keepalive_interval == 15
     with pytest.raises(SSHError, match="serveraliveinterval is 'soon': a whole number"):
         Connection(lab.spec(2), options)
+
+
+def test_host_key_alias_names_the_key_in_known_hosts(lab, tmp_path):
+    """HostKeyAlias: the key is looked up under the alias as written (no port), as OpenSSH
+    does; an alias known_hosts lacks is unknown, with a command that adds it under the alias."""
+    first = lab.hosts[0]
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host aliased\n  HostName {first.address}\n  Port {first.port}\n"
+        f"  IdentityFile {lab.client_key}\n  HostKeyAlias lab-box-1\n"
+    )
+    kind_key = open(lab.known_hosts).read().splitlines()[0].split(" ", 1)[1]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"lab-box-1 {kind_key}\n")
+    options = lab.options(config=str(config), known_hosts=(str(known),))
+    with Connection(HostSpec("aliased"), options) as conn:
+        assert conn.target.key_name == "lab-box-1"
+        assert conn.run("echo ok").stdout == b"ok\n"
+    # the address's own entry does not stand for the alias
+    options = lab.options(config=str(config))
+    with pytest.raises(HostKeyError) as caught:
+        Connection(HostSpec("aliased"), options)
+    message = str(caught.value)
+    assert "(lab-box-1, ssh-ed25519" in message and "is unknown" in message
+    assert f"ssh-keyscan -p {first.port} 127.0.0.2 | sed 's/^[^ ]*/lab-box-1/' >> " in message
