@@ -3,8 +3,11 @@ real sshd on loopback), used by callers as any cluster, and ended by ``xparl sto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -156,3 +159,31 @@ def test_a_bad_hosts_file_fails_before_anything_starts(tmp_path, home):
                  str(tmp_path / "none"), check=False)  # fmt: skip
     assert f"--wheels {tmp_path / 'none'}: no such folder" in done.stderr
     assert not daemons(port)
+
+
+def test_a_tunnel_host_of_an_xparl_cluster_serves_a_caller_of_another_process(
+    lab, project, tmp_path, home
+):
+    """tunnel=yes: the daemon holds the tunnel's local end; a caller (a separate process on
+    this machine) reaches the host's actor through it."""
+    folder, env = home
+    host = dataclasses.replace(specs(lab, tmp_path)[1], tunnel=True)
+    port = free_port()
+    ssh = ("--ssh_config", lab.config, "--known_hosts", lab.known_hosts)
+    hosts_file = write_hosts(tmp_path, [host])
+    out = xparl(env, "start", "--port", str(port), "--cpu_num", "0", "--hosts", hosts_file, *ssh)
+    try:
+        assert f"SSH host {host.name}: host agent at 127.0.0.1:" in out.stdout
+        (project / "caller.py").write_text(
+            "import parl\nfrom pkg.helper import Where\n"
+            f"parl.connect('127.0.0.1:{port}')\nprint(Where().where()['lab'], Where().twice(4))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "caller.py"], cwd=project, env=env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [lab.tag, "8"]
+    finally:
+        xparl(env, "stop", "--port", str(port), check=False)
+    assert wait_until(lambda: not lab.remote_processes(), timeout=10)
