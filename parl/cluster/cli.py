@@ -1,7 +1,9 @@
 """``xparl``: start, extend, list and stop this user's clusters.
 
     xparl start --port P [--cpu_num N] [--host ADDR] [--cache_dir D] [--gpu_cluster --gpu 0,1]
+                [--hosts hosts.txt [--ssh_config F] [--known_hosts F]]
                                                           master + a local host agent
+                                                          (+ one per SSH host)
     xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1] [--host ADDR] [--cache_dir D]
                                                           add this machine
     xparl status                                          each cluster: hosts, slots, clients
@@ -35,6 +37,7 @@ _CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
 _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
+_SSH_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--gpu", default="", help=_GPU_HELP)
     start.add_argument(
         "--monitor_port", type=int, default=0, help="serve the cluster's web page on this port"
+    )
+    start.add_argument("--hosts", default="", help="a hosts file: start a host agent on each")
+    start.add_argument("--ssh_config", default="", help="(--hosts) default: ~/.ssh/config")
+    start.add_argument(
+        "--known_hosts", default="", help="(--hosts) default: ~/.ssh/known_hosts and /etc's"
+    )
+    start.add_argument(
+        "--wheels", default="", help="(--hosts) wheel files for hosts with install=venv"
+    )
+    start.add_argument(
+        "--accept_unknown_host_keys",
+        action="store_true",
+        help="(--hosts) trust hosts whose key no known_hosts file has, for this run",
     )
     connect = commands.add_parser("connect", help="add this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master's host:port")
@@ -80,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 if monitor:
                     options.append(f"--monitor_port={monitor}")
+                options += _ssh_options(args)
                 return _start(args.port, cpus, args.host, options, gpus, monitor)
             return _connect(args.address, cpus, args.host, options, gpus)
         if args.command == "status":
@@ -108,6 +125,29 @@ def _daemon_options(cache_dir: str, gpus: list[str]) -> list[str]:
     return options + ([f"--gpus={','.join(gpus)}"] if gpus else [])
 
 
+def _ssh_options(args: argparse.Namespace) -> list[str]:
+    """The daemon's options for ``--hosts``; the hosts file is read here first, so that a bad
+    line fails ``xparl start`` before anything starts."""
+    if not args.hosts:
+        if args.ssh_config or args.known_hosts or args.wheels or args.accept_unknown_host_keys:
+            raise ValueError("--ssh_config, --known_hosts, --wheels and "
+                             "--accept_unknown_host_keys go with --hosts hosts.txt")  # fmt: skip
+        return []
+    from parl.ssh.hosts import read_hosts
+
+    read_hosts(args.hosts)
+    options = [f"--hosts={os.path.abspath(args.hosts)}"]
+    for name in ("ssh_config", "known_hosts", "wheels"):
+        path = getattr(args, name)
+        if path:
+            if not (os.path.isdir if name == "wheels" else os.path.isfile)(path):
+                raise ValueError(
+                    f"--{name} {path}: no such " + ("folder" if name == "wheels" else "file")
+                )
+            options.append(f"--{name}={os.path.abspath(path)}")
+    return options + (["--accept_unknown_host_keys"] if args.accept_unknown_host_keys else [])
+
+
 def _offer(cpus: int, gpus: list[str]) -> str:
     return f"{cpus} CPU slot(s)" + (f" and GPU(s) {','.join(gpus)}" if gpus else "")
 
@@ -129,10 +169,17 @@ def _start(
                 f"a cluster of yours already runs on port {port} ({other.address}); stop it "
                 f"with `xparl stop --port {port}` or choose another port"
             )
-    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log", options or [])
+    options = options or []
+    ssh = any(o.startswith("--hosts=") for o in options)
+    timeout = _SSH_READY_TIMEOUT_S if ssh else _READY_TIMEOUT_S
+    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log", options, timeout)
     host, port_number = control.parse_address(address)
     shown = f"{_hostname()}:{port_number}" if control.is_wildcard(host) else address
     print(f"parl cluster started: master at {shown}, {_offer(cpus, list(gpus))} here")
+    if ssh:
+        for h in _ask_master(address, {"op": "status"})["hosts"]:
+            if h.get("label"):
+                print(f"SSH host {h['label']}: host agent at {h['address']}, {h['slots']} slot(s)")
     print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
     print(f"in your script:  parl.connect({shown!r})")
     if monitor_port:
@@ -161,7 +208,15 @@ def _connect(
     return 0
 
 
-def _spawn(role: str, host: str, where: str, cpus: int, log_name: str, options: list[str]) -> str:
+def _spawn(
+    role: str,
+    host: str,
+    where: str,
+    cpus: int,
+    log_name: str,
+    options: list[str],
+    timeout: float = _READY_TIMEOUT_S,
+) -> str:
     """Start a daemon in its own session; its address once it serves."""
     os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
     log_path = os.path.join(state.parl_dir(), "logs", log_name)
@@ -188,13 +243,14 @@ def _spawn(role: str, host: str, where: str, cpus: int, log_name: str, options: 
             env=env,
         )
     os.close(ready_w)
-    line = _read_line(ready_r, _READY_TIMEOUT_S)
+    line = _read_line(ready_r, timeout)
     if line.startswith("ok "):
         return line[3:]
     if process.poll() is None:
         process.kill()
     process.wait()
-    raise ParlError(f"the {role} did not start: {line[6:] or 'no answer'} (log: {log_path})")
+    said = control.ready_error(line[6:]) if line.startswith("error ") else "no answer"
+    raise ParlError(f"the {role} did not start: {said} (log: {log_path})")
 
 
 def _read_line(fd: int, timeout: float) -> str:
@@ -221,11 +277,7 @@ def _status() -> int:
     secret = load_secret()
     for master in masters:
         try:
-            sock = control.dial(control.parse_address(master.address), secret, master.address)
-            try:
-                info = control.request(sock, {"op": "status"}, master.address, 5.0)
-            finally:
-                sock.close()
+            info = _ask_master(master.address, {"op": "status"}, secret)
         except ParlError as exc:
             print(f"cluster {master.address} (pid {master.pid}): not answering: {exc}")
             continue
@@ -238,8 +290,9 @@ def _status() -> int:
         )
         for h in hosts:
             gpus = f"; GPUs: {h['gpu_used']} of {h['gpus']} used" if h.get("gpus") else ""
+            ssh = f", SSH host {h['label']}" if h.get("label") else ""
             print(
-                f"  {h['address']} ({h['hostname']}): {h['used']} used, "
+                f"  {h['address']} ({h['hostname']}{ssh}): {h['used']} used, "
                 f"{h['slots'] - h['used']} free of {h['slots']}{gpus}"
             )
     return 0
@@ -252,17 +305,24 @@ def _status_json() -> int:
     for master in (s for s in state.read_all() if s.role == "master"):
         entry: dict = {"address": master.address, "pid": master.pid}
         try:
-            sock = control.dial(control.parse_address(master.address), secret, master.address)
-            try:
-                info = control.request(sock, {"op": "status", "full": True}, master.address, 5.0)
-            finally:
-                sock.close()
+            info = _ask_master(master.address, {"op": "status", "full": True}, secret)
+            entry["hosts"] = info.get("hosts")  # each with its slots (and an SSH host's label)
             entry["status"] = info.get("monitor")
         except ParlError as exc:
             entry["error"] = f"not answering: {exc}"
         clusters.append(entry)
     print(json.dumps(clusters, indent=2))
     return 0
+
+
+def _ask_master(address: str, request: control.Message, secret: bytes | None = None) -> dict:
+    """One request to the master at ``address``, and its answer."""
+    secret = secret if secret is not None else load_secret()
+    sock = control.dial(control.parse_address(address), secret, address)
+    try:
+        return control.request(sock, request, address, 5.0)
+    finally:
+        sock.close()
 
 
 def _stop(port: int | None) -> int:

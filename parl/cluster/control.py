@@ -42,6 +42,22 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def error_line(message: str) -> str:
+    """A daemon's ready line for a failure: ``error`` and the message as a JSON string, so
+    that a message of several lines (several SSH hosts failed) arrives whole."""
+    return "error " + json.dumps(message)
+
+
+def ready_error(text: str) -> str:
+    """The message of an ``error`` ready line (after ``error ``), as :func:`error_line`
+    wrote it; the text itself when it is not JSON (an older daemon)."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return text
+    return message if isinstance(message, str) else text
+
+
 def is_wildcard(host: str) -> bool:
     """Whether ``host`` means "every address of this machine" (only ever chosen by the user
     with ``--host``: the default is 127.0.0.1); such a host is advertised by another name."""

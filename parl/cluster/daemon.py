@@ -12,17 +12,24 @@ environment or the secret file, and is removed from the environment before anyth
 (workers never see it there). With ``--secret-stdin`` (the SSH launcher), the secret is the
 first line of stdin instead, and the end of stdin (the SSH session closed) stops the process as
 SIGTERM does; with ``--advertise=HOST:PORT``, an agent registers that address instead of its
-own (the caller's end of an SSH tunnel to it).
+own (the caller's end of an SSH tunnel to it); with ``--label=NAME``, the master shows it by
+that name (its line in a hosts file). A master with ``--hosts=FILE`` (``xparl start --hosts``)
+also launches a host agent over SSH on every host of that file (:mod:`parl.ssh.launcher`;
+``--ssh_config=FILE``, ``--known_hosts=FILE``, ``--wheels=DIR``,
+``--accept_unknown_host_keys``): it holds their SSH connections, so they end with it. A launch
+that fails is its ``error`` line, with the message ``parl.connect(hosts=...)`` would raise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
+from typing import Any
 
 from parl.cluster import control, state
 from parl.cluster.auth import SECRET_ENV, load_secret
@@ -57,19 +64,35 @@ def main(argv: list[str]) -> int:
         os.environ.pop(SECRET_ENV, None)
         if role == "master":
             parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus, monitor_port)
+            if not options.get("hosts"):
+                state.write(parts[2])
         else:
             advertise = options.get("advertise")
-            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus, advertise)
+            label = options.get("label")
+            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus, advertise, label)
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
-        _ready(ready_fd, f"error {exc}")
+        _ready(ready_fd, control.error_line(str(exc)))
         return 1
     server, agent, own = parts
+    launch = None
+    if role == "master" and options.get("hosts"):
+        try:
+            launch = _launch_hosts(server, secret, options, "--accept_unknown_host_keys" in argv)
+        except Exception as exc:  # noqa: BLE001 - the same message parl.connect(hosts=) gives
+            server.close()
+            if agent is not None:
+                agent.close()
+            _ready(ready_fd, control.error_line(str(exc)))
+            return 1
+        state.write(own)
     _ready(ready_fd, f"ok {own.address}")
     log.info("%s serving at %s (cluster %s)", role, own.address, own.cluster)
     try:
         stop.wait()
     finally:
         log.info("stopping")
+        if launch is not None:
+            launch.close()  # the SSH-launched agents end (and stop their workers)
         server.close()
         if agent is not None:
             agent.close()
@@ -111,9 +134,24 @@ def _run_master(
         )
         server.handlers.update(agent.handlers)
     server.start()
-    own = _state("master", server.address, server.address, server.port)
-    state.write(own)
-    return server, agent, own
+    return server, agent, _state("master", server.address, server.address, server.port)
+
+
+def _launch_hosts(server: Server, secret: bytes, options: dict[str, str], accept: bool) -> Any:
+    """Host agents over SSH on the hosts of ``options["hosts"]``, registered with ``server``'s
+    master (imported here: only a master with hosts needs paramiko)."""
+    from parl.ssh.client import SSHOptions
+    from parl.ssh.hosts import read_hosts
+    from parl.ssh.launcher import Launch
+
+    ssh = SSHOptions(accept_unknown_host_keys=accept)
+    if options.get("ssh_config"):
+        ssh = dataclasses.replace(ssh, config=options["ssh_config"])
+    if options.get("known_hosts"):
+        ssh = dataclasses.replace(ssh, known_hosts=(options["known_hosts"],))
+    specs = read_hosts(options["hosts"])
+    wheels = options.get("wheels") or None
+    return Launch(specs, ssh, progress=False, cluster=server, secret=secret, wheels=wheels)
 
 
 def _run_agent(
@@ -125,6 +163,7 @@ def _run_agent(
     cache_dir: str | None = None,
     gpus: list[str] | None = None,
     advertise: str | None = None,
+    label: str | None = None,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = control.dial(where, secret, f"the master at {master_address}")
@@ -145,6 +184,8 @@ def _run_agent(
         "gpus": len(agent.gpus),
         "versions": agent.versions,
     }
+    if label:
+        hello["label"] = label
     master = MasterLink(where, secret, hello, agent, stop)
     master.registered(link)
     agent.report = master.report

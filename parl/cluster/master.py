@@ -38,6 +38,7 @@ class _Host:
     slots: int
     versions: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
+    label: str = ""  # an SSH-launched host's name in its hosts file
     used: int = 0
     gpu_used: int = 0
     # grant token -> (expiry, GPUs): 0 for a CPU slot
@@ -62,6 +63,7 @@ class _Host:
             "gpus": self.gpus,
             "gpu_used": self.gpus - self.free(now, gpu=True),
             "versions": self.versions,
+            **({"label": self.label} if self.label else {}),
         }
 
 
@@ -93,12 +95,13 @@ class Master:
         slots: int,
         versions: object = None,
         gpus: int = 0,
+        label: str = "",
     ) -> tuple[int, Report]:
         """Register a host agent; returns its id and the function its reports go to."""
         known = {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
         with self._changed:
             hid = next(self._ids)
-            record = _Host(hid, host, port, hostname, slots, known, gpus)
+            record = _Host(hid, host, port, hostname, slots, known, gpus, label)
             self._hosts[hid] = record
             self._changed.notify_all()
 
@@ -153,6 +156,7 @@ class Master:
             slots,
             hello.get("versions"),
             gpus,
+            str(hello.get("label") or "")[:200],
         )
         try:
             control.send(sock, {"op": "registered", "id": hid})

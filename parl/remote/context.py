@@ -73,6 +73,8 @@ def connect(
     ssh: Any = None,
     accept_unknown_host_keys: bool = False,
     monitor_port: int = 0,
+    install: str | None = None,
+    wheels: str | os.PathLike[str] | None = None,
 ) -> None:
     """Choose where actors created from now on run.
 
@@ -100,6 +102,10 @@ def connect(
     run (never written there; a changed key is refused all the same). Off by default.
     ``monitor_port`` (``hosts``): the launched cluster's monitor page on this port of
     127.0.0.1 (see README, "Monitor"); 0: none.
+    ``install`` (``hosts``): ``"venv"`` installs what a host's Python lacks (or has in another
+    version) into a virtual environment there, as a host's ``install=venv`` line does; from the
+    folder of wheel files ``wheels`` when given (uploaded, ``pip --no-index``), else from the
+    host's package index (see README, "SSH hosts"). None: as each host's line says.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -163,6 +169,11 @@ def connect(
             raise TypeError(f"monitor_port must be an int (0: no page), got {monitor_port!r}")
         if not 0 <= monitor_port < 65536:
             raise ValueError(f"monitor_port must be between 0 and 65535, got {monitor_port}")
+        if install not in (None, "venv", "no"):
+            raise ValueError(f"install must be 'venv', 'no' or None, got {install!r}")
+        from parl.ssh.install import wheelhouse
+
+        options.update(install=install, wheels=wheelhouse(wheels))
         options.update(
             hosts=specs,
             ssh=ssh,
@@ -173,6 +184,11 @@ def connect(
         raise ValueError(
             "monitor_port is for clusters launched with hosts=...; a local program serves its "
             "page with parl.monitor(), an xparl cluster with `xparl start --monitor_port`"
+        )
+    elif install is not None or wheels is not None:
+        raise ValueError(
+            "install and wheels are for hosts launched with hosts=...; on an xparl cluster, "
+            "install the packages on its machines (or give the hosts file install=venv)"
         )
     # a cluster is reached now: a wrong address or secret shows here, not at the first actor
     remote = options["address"] is not None or specs is not None
@@ -199,6 +215,8 @@ def _carrier(options: dict[str, Any]) -> Carrier:
             options["ssh"],
             distributed_files=options["distributed_files"],
             monitor_port=options.get("monitor_port", 0),
+            install=options.get("install"),
+            wheels=options.get("wheels"),
             forward_output=options["forward_output"],
             slot_timeout=options["slot_timeout"],
             max_frame=options["max_frame"],

@@ -27,9 +27,19 @@ class SSHCarrier:
         distributed_files: Sequence[str] = (),
         progress: bool = True,
         monitor_port: int = 0,
+        install: str | None = None,
+        wheels: str | None = None,
         **cluster_options: Any,
     ) -> None:
-        self.launch = Launch(hosts, ssh, distributed_files, progress, monitor_port=monitor_port)
+        self.launch = Launch(
+            hosts,
+            ssh,
+            distributed_files,
+            progress,
+            monitor_port=monitor_port,
+            install=install,
+            wheels=wheels,
+        )
         try:
             # the same project archive as the launch's: the host agents already hold it
             self._cluster = ClusterCarrier(

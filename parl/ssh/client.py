@@ -1,7 +1,8 @@
 """SSH connections to the hosts of a hosts file, made with paramiko the way OpenSSH makes them.
 
-``~/.ssh/config`` (``HostName``, ``User``, ``Port``, ``IdentityFile``, one ``ProxyJump`` hop)
-resolves a host; its key must be in known_hosts (read-only; :mod:`parl.ssh.knownhosts`)
+``~/.ssh/config`` (``HostName``, ``User``, ``Port``, ``IdentityFile``, ``ProxyJump`` hops)
+resolves a host (``HostKeyAlias``, ``ServerAliveInterval`` and ``ServerAliveCountMax`` too); its
+key must be in known_hosts (read-only; :mod:`parl.ssh.knownhosts`)
 unless the caller opts in with ``accept_unknown_host_keys``; the agent's keys are offered
 first, then the identity files. Every failure is an :class:`parl.errors.SSHError` subclass
 whose message names the host and what to do.
@@ -9,6 +10,7 @@ whose message names the host and what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import shlex
@@ -20,9 +22,10 @@ from dataclasses import dataclass, field
 import paramiko
 
 from parl.errors import HostUnreachableError, SSHAuthenticationError, SSHError
-from parl.ssh import knownhosts
+from parl.ssh import keepalive, knownhosts
 from parl.ssh.hosts import HostSpec
 
+_MAX_HOPS = 8
 _DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 
 
@@ -50,6 +53,14 @@ class Target:
     identities: tuple[str, ...]
     jump: str | None = None
     identities_only: bool = False  # IdentitiesOnly: the agent's keys are not offered
+    keepalive: tuple[float, int] = (keepalive.DEFAULT_INTERVAL_S, keepalive.DEFAULT_COUNT)
+    host_key_alias: str | None = None  # HostKeyAlias: the name known_hosts lists the key under
+
+    @property
+    def key_name(self) -> str:
+        """The name of the host's key in known_hosts: its HostKeyAlias as written (no port,
+        as OpenSSH), else ``host`` or ``[host]:port``."""
+        return self.host_key_alias or knownhosts.host_key_name(self.hostname, self.port)
 
 
 @dataclass
@@ -84,19 +95,36 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
         identities=tuple(os.path.expanduser(p) for p in identities),
         jump=jump,
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
+        keepalive=keepalive.settings(entry, spec.name),
+        host_key_alias=entry.get("hostkeyalias"),
     )
 
 
 class Connection:
-    """An authenticated SSH connection to one host; ``close()`` is idempotent."""
+    """An authenticated SSH connection to one host; ``close()`` is idempotent.
 
-    def __init__(self, spec: HostSpec, options: SSHOptions) -> None:
+    ``jump`` (internal): the hops before this host when it is itself a hop of a ``ProxyJump
+    a,b`` list (instead of its own ProxyJump); ``chain``: the hosts that lead here, to name a
+    loop of ProxyJump settings."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        options: SSHOptions,
+        *,
+        jump: str | None = None,
+        chain: tuple[str, ...] = (),
+    ) -> None:
         self.spec = spec
         self.options = options
         self.target = resolve(spec, options)
+        if jump is not None:
+            self.target = dataclasses.replace(self.target, jump=jump)
         self.shown = spec.name
+        self._chain = (*chain, spec.name)
         self._jump: Connection | None = None
         self._lock = threading.Lock()
+        self.global_lock = threading.Lock()  # one global request at a time (see keepalive)
         self._closed = False
         sock = self._socket()
         try:
@@ -106,6 +134,9 @@ class Connection:
             if self._jump is not None:
                 self._jump.close()
             raise
+        self.keepalive = keepalive.KeepAlive(
+            self.transport, self.shown, *self.target.keepalive, self.global_lock
+        )
         direct = isinstance(sock, socket.socket)
         # this machine's address toward the host (None through a jump host), and the host's
         self.local_address: str | None = sock.getsockname()[0] if direct else None
@@ -124,13 +155,7 @@ class Connection:
                     f"failed ({exc.strerror or exc}); check the name and port in the hosts file "
                     "(and in ~/.ssh/config), and that sshd runs there"
                 ) from None
-        if "," in t.jump:
-            raise SSHError(
-                f"host {self.shown}: ProxyJump {t.jump!r} has several hops; parl follows one"
-            )
-        from parl.ssh.hosts import parse_host
-
-        self._jump = Connection(parse_host(t.jump), self.options)
+        self._jump = self._hop(t.jump)
         try:
             return self._jump.transport.open_channel(
                 "direct-tcpip",
@@ -144,9 +169,35 @@ class Connection:
                 f"{t.hostname} port {t.port} ({exc})"
             ) from None
 
+    def _hop(self, jump: str) -> Connection:
+        """The connection to the last hop of ``jump`` (``a,b``: b, itself reached through a;
+        a single hop through its own ProxyJump, as OpenSSH does), each hop's host key checked
+        as this host's is."""
+        from parl.ssh.hosts import parse_host
+
+        hops = [h.strip() for h in jump.split(",")]
+        if not all(hops):
+            raise SSHError(f"host {self.shown}: ProxyJump {jump!r} has an empty hop")
+        if len(self._chain) > _MAX_HOPS:
+            raise SSHError(
+                f"host {self.shown}: more than {_MAX_HOPS} ProxyJump hops "
+                f"({' -> '.join(reversed(self._chain))}); is there a loop in the ssh config?"
+            )
+        try:
+            spec = parse_host(hops[-1])
+        except ValueError as exc:
+            raise SSHError(f"host {self.shown}: bad ProxyJump hop {hops[-1]!r}: {exc}") from None
+        if spec.name in self._chain:
+            raise SSHError(
+                f"host {self.shown}: the ProxyJump settings make a loop: "
+                f"{' -> '.join(reversed((*self._chain, spec.name)))}; fix ~/.ssh/config"
+            )
+        before = ",".join(hops[:-1]) or None
+        return Connection(spec, self.options, jump=before, chain=self._chain)
+
     def _handshake(self, sock: socket.socket | paramiko.Channel) -> paramiko.Transport:
         t = self.target
-        name = knownhosts.host_key_name(t.hostname, t.port)
+        name = t.key_name
         files = [os.path.expanduser(p) for p in self.options.known_hosts]
         transport = paramiko.Transport(sock)
         known = {k.key.get_name() for k in knownhosts.known_keys(files, name)}
@@ -170,6 +221,7 @@ class Connection:
                 files,
                 self.options.accept_unknown_host_keys,
                 self.shown,
+                (t.hostname, t.port),
             )
             self._authenticate(transport)
         except BaseException:
@@ -280,6 +332,7 @@ class Connection:
             if self._closed:
                 return
             self._closed = True
+        self.keepalive.close()
         self.transport.close()
         if self._jump is not None:
             self._jump.close()
@@ -288,6 +341,7 @@ class Connection:
         """In a forked child: close this process's copy of the connection's socket (sending
         nothing), so that the parent's end is the connection's end."""
         self._closed = True
+        self.keepalive.close()
         if isinstance(self.transport.sock, socket.socket):
             self.transport.sock.close()
         if self._jump is not None:

@@ -10,8 +10,10 @@
 A line is ``[user@]host[:port]`` (an IPv6 address in brackets) followed by ``key=value``
 settings: ``cpus`` (slots; default: the host's CPU count), ``python`` (the interpreter;
 default ``python3``), ``workdir`` (where code is cached and agents run; default
-``~/.parl/cache``), ``identity`` (a private key file) and ``tunnel`` (calls through the SSH
-connection). :func:`parse_hosts` is a pure function; :func:`format_host` writes a line back.
+``~/.parl/cache``), ``identity`` (a private key file), ``tunnel`` (calls through the SSH
+connection) and ``install`` (``venv``: install the packages the host's Python lacks or has in
+another version into a virtual environment there; ``no``: never, whatever ``parl.connect``
+says). :func:`parse_hosts` is a pure function; :func:`format_host` writes a line back.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 
 from parl.errors import HostsFileError
 
-SETTINGS = ("cpus", "python", "workdir", "identity", "tunnel")
+SETTINGS = ("cpus", "python", "workdir", "identity", "tunnel", "install")
+INSTALL = ("venv", "no")
 _TRUE = ("1", "yes", "true", "on")
 _FALSE = ("0", "no", "false", "off")
 _HOST = re.compile(
@@ -48,6 +51,7 @@ class HostSpec:
     workdir: str | None = None
     identity: str | None = None
     tunnel: bool = False
+    install: str | None = None  # "venv", "no", or None: as parl.connect(install=...) says
 
     @property
     def name(self) -> str:
@@ -75,6 +79,8 @@ def format_host(spec: HostSpec) -> str:
         parts.append(f"identity={spec.identity}")
     if spec.tunnel:
         parts.append("tunnel=yes")
+    if spec.install is not None:
+        parts.append(f"install={spec.install}")
     return " ".join(parts)
 
 
@@ -162,4 +168,6 @@ def _setting(key: str, value: str, fail: Fail) -> object:
         if value.lower() not in _TRUE + _FALSE:
             raise fail(f"tunnel must be yes or no, got {value!r}")
         return value.lower() in _TRUE
+    if key == "install" and value not in INSTALL:
+        raise fail(f"install must be venv or no, got {value!r}")
     return value

@@ -78,8 +78,16 @@ def _wildcard(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
-def check(name: str, server_key: PKey, paths: list[str], accept_unknown: bool, shown: str) -> None:
-    """Raise :class:`HostKeyError` unless ``server_key`` is listed for ``name`` in ``paths``.
+def check(
+    name: str,
+    server_key: PKey,
+    paths: list[str],
+    accept_unknown: bool,
+    shown: str,
+    address: tuple[str, int] | None = None,
+) -> None:
+    """Raise :class:`HostKeyError` unless ``server_key`` is listed for ``name`` in ``paths``
+    (``address``: where the host is, when ``name`` is a HostKeyAlias rather than its address).
 
     A listed key of the same type that differs is a *changed* key: always an error, naming
     the file and line to fix. No key of that type: *unknown*, an error unless
@@ -108,13 +116,16 @@ def check(name: str, server_key: PKey, paths: list[str], accept_unknown: bool, s
         )
     if accept_unknown:
         return
-    hostname, port = _split(name)
+    hostname, port = address or _split(name)
     port_flag = f"-p {port} " if port != 22 else ""
     target = paths[0] if paths else os.path.expanduser("~/.ssh/known_hosts")
+    scan = f"ssh-keyscan {port_flag}{hostname}"
+    if name != host_key_name(hostname, port):  # a HostKeyAlias: the line names the alias
+        scan += f" | sed 's/^[^ ]*/{name}/'"
     raise HostKeyError(
         f"the host key of {shown} ({name}, {fingerprint}) is unknown: it is not in "
         f"{', '.join(paths) or 'any known_hosts file'}. Check the fingerprint, then add it with "
-        f"`ssh-keyscan {port_flag}{hostname} >> {target}` (or log in once with "
+        f"`{scan} >> {target}` (or log in once with "
         f"`ssh {port_flag}{hostname}` and accept it), or let parl trust unknown keys for this "
         "run only with parl.connect(..., accept_unknown_host_keys=True)"
     )

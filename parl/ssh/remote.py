@@ -131,6 +131,13 @@ def local_versions() -> dict[str, str | None]:
     return found
 
 
+def same_python(probe: Probe) -> bool:
+    """Whether the host's Python is this one's major.minor (an environment cannot change it)."""
+    import platform
+
+    return probe.python.split(".")[:2] == platform.python_version().split(".")[:2]
+
+
 def check_versions(host: str, probe: Probe, mine: dict[str, str | None], python: str) -> None:
     """Raise naming ``host`` and every missing or mismatched piece: the Python version
     (major.minor), a required package that is missing, a matched one of another version."""
@@ -174,22 +181,27 @@ def agent_command(
     python: str,
     base: str,
     parl_digest: str,
-    project_digest: str,
+    project_digest: str | None,
     bind: str,
     master: str,
     cpus: int,
     advertise: str | None = None,
+    label: str | None = None,
 ) -> str:
-    """Start a host agent in the project's folder, parl and the project first on its path.
-    Its ready line goes to the channel's stdout (fd 3), its log to the channel's stderr; it
-    reads the secret from stdin and ends when stdin closes. ``advertise``: the address the
-    agent registers (a tunnel's end on the caller's side) instead of its own."""
-    project = f"{base}/{project_digest}"
-    path = f"{project}:{base}/{parl_digest}"
+    """Start a host agent in the project's folder, parl and the project first on its path
+    (``project_digest`` None: no project yet, in ``base``, with parl alone on its path; the
+    callers of an ``xparl start --hosts`` cluster ship theirs per caller). Its ready line goes
+    to the channel's stdout (fd 3), its log to the channel's stderr; it reads the secret from
+    stdin and ends when stdin closes. ``advertise``: the address the agent registers (a
+    tunnel's end on the caller's side) instead of its own; ``label``: how the master shows
+    it (the host's name in the hosts file)."""
+    folder = f"{base}/{project_digest}" if project_digest else base
+    path = f"{folder}:{base}/{parl_digest}" if project_digest else f"{base}/{parl_digest}"
     daemon = ["-m", "parl.cluster.daemon", "agent", bind, master, str(cpus), "3"]
     daemon += ["--secret-stdin", f"--cache_dir={base}"]  # the cluster's uploads find ours
     daemon += [f"--advertise={advertise}"] if advertise else []
+    daemon += [f"--label={label}"] if label else []
     return (
-        f"cd {quote([project])} && PYTHONPATH={quote([path])} exec {shell_word(python)} "
+        f"cd {quote([folder])} && PYTHONPATH={quote([path])} exec {shell_word(python)} "
         f"{quote(daemon)} 3>&1 1>&2"
     )

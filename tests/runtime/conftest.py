@@ -133,4 +133,4 @@ def small_cluster(tmp_path, monkeypatch):
 
 
 # -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
-from tests.runtime.sshd import lab, ssh_lab  # noqa: E402, F401
+from tests.runtime.sshd import lab, project, ssh_lab  # noqa: E402, F401

@@ -15,6 +15,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -272,3 +273,44 @@ def _cmdline(process: psutil.Process) -> str:
         return " ".join(process.cmdline())[:200]
     except psutil.Error:
         return "?"
+
+
+HELPER = """
+import os
+import parl
+
+from pkg.util import TWICE
+
+
+@parl.remote_class
+class Where:
+    def where(self):
+        return {"cwd": os.getcwd(), "parl": parl.__file__, "pid": os.getpid(),
+                "lab": os.environ.get("PARL_SSH_LAB")}
+
+    def twice(self, x):
+        return TWICE * x
+
+    def echo(self, a):
+        return a
+
+    def module_file(self, name):
+        import importlib
+
+        return importlib.import_module(name).__file__
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project folder with a module in a sub-folder; the test runs in it (its root)."""
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "util.py").write_text("TWICE = 2\n")
+    (root / "pkg" / "helper.py").write_text(HELPER)
+    monkeypatch.chdir(root)
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for name in ("pkg.helper", "pkg.util", "pkg"):
+        sys.modules.pop(name, None)

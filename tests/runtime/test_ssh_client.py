@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 
+import psutil
 import pytest
 
-from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError
+from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError, SSHError
 from parl.ssh.client import Connection
 from parl.ssh.hosts import HostSpec
 from tests.runtime.conftest import wait_until
@@ -153,3 +154,105 @@ def test_a_revoked_host_key_is_refused(lab, tmp_path):
     known.write_text(lines[0] + "\n" + "@revoked " + lines[0] + "\n")
     with pytest.raises(HostKeyError, match=f"is REVOKED: {known} line 2 marks it @revoked"):
         Connection(lab.spec(0), lab.options(known_hosts=(str(known),)))
+
+
+def chain_config(lab, tmp_path) -> str:
+    """The lab's config plus: ``chain3`` (host 3 through h1 then h2, one ProxyJump list),
+    ``via2`` (h2 through h1) and ``nested3`` (host 3 through via2: a hop's own ProxyJump),
+    and two hosts whose ProxyJumps make a loop."""
+    last = lab.hosts[2]
+    target = [f"  HostName {last.address}", f"  Port {last.port}", f"  User {lab.user}"]
+    target.append(f"  IdentityFile {lab.client_key}")
+    extra = ["Host chain3", *target, "  ProxyJump h1,h2", "Host nested3", *target]
+    extra += ["  ProxyJump via2", "Host via2", f"  HostName {lab.hosts[1].address}"]
+    extra += [f"  Port {lab.hosts[1].port}", f"  IdentityFile {lab.client_key}"]
+    extra += ["  ProxyJump h1", "Host loopa", "  ProxyJump loopb", "Host loopb"]
+    extra += ["  ProxyJump loopa"]
+    path = tmp_path / "config"
+    path.write_text(open(lab.config).read() + "\n".join(extra) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("alias", ["chain3", "nested3"])
+def test_several_proxyjump_hops_each_with_its_host_key_checked(lab, tmp_path, alias):
+    """127.0.0.2 -> 127.0.0.3 -> 127.0.0.4, as one ProxyJump list or as a hop's own ProxyJump;
+    a hop whose key known_hosts lacks is refused as the final host would be."""
+    config = chain_config(lab, tmp_path)
+    with Connection(HostSpec(alias), lab.options(config=config)) as conn:
+        hops = []
+        hop = conn._jump
+        while hop is not None:
+            hops.append((hop.target.hostname, hop.transport.is_authenticated()))
+            hop = hop._jump
+        assert hops == [("127.0.0.3", True), ("127.0.0.2", True)]
+        out = conn.run("echo $SSH_CONNECTION").stdout.decode().split()
+        assert out[2:] == ["127.0.0.4", str(lab.hosts[2].port)]
+    lines = open(lab.known_hosts).read().splitlines()
+    known = tmp_path / "known_hosts"  # the middle hop's key (h2, 127.0.0.3) is missing
+    known.write_text(lines[0] + "\n" + lines[2] + "\n")
+    with pytest.raises(HostKeyError) as caught:
+        Connection(HostSpec(alias), lab.options(config=config, known_hosts=(str(known),)))
+    assert f"[127.0.0.3]:{lab.hosts[1].port}" in str(caught.value)
+    assert "is unknown" in str(caught.value)
+    # every connection of the failed chain is closed: none of ours is left open
+    assert wait_until(
+        lambda: (
+            not [
+                c
+                for c in psutil.Process().net_connections(kind="tcp")
+                if c.raddr and c.raddr.port in {h.port for h in lab.hosts}
+            ]
+        ),
+        timeout=5,
+    )
+
+
+def test_a_loop_of_proxyjumps_is_named(lab, tmp_path):
+    config = chain_config(lab, tmp_path)
+    with pytest.raises(SSHError, match="the ProxyJump settings make a loop: .*loopa"):
+        Connection(HostSpec("loopa"), lab.options(config=config))
+
+
+def test_keepalive_settings_of_the_ssh_config_reach_the_transport(lab, tmp_path):
+    """ServerAliveInterval / ServerAliveCountMax as OpenSSH reads them; 15 s and 3 tries where
+    the config says nothing; a bad value is named."""
+    config = tmp_path / "config"
+    config.write_text(
+        "Host 127.0.0.2\n  ServerAliveInterval 7\n  ServerAliveCountMax 5\n"
+        "Host 127.0.0.4\n  ServerAliveInterval soon\n"
+    )
+    options = lab.options(config=str(config))
+    with Connection(lab.spec(0), options) as conn:
+        assert (conn.keepalive.interval, conn.keepalive.count) == (7, 5)
+        # paramiko's own keepalive packets (what NAT boxes see) use the same interval
+        assert conn.transport.packetizer._Packetizer__keepalive_interval == 7
+    with Connection(lab.spec(1), options) as conn:
+        assert (conn.keepalive.interval, conn.keepalive.count) == (15, 3)
+        assert conn.transport.packetizer._Packetizer__keepalive_interval == 15
+    with pytest.raises(SSHError, match="serveraliveinterval is 'soon': a whole number"):
+        Connection(lab.spec(2), options)
+
+
+def test_host_key_alias_names_the_key_in_known_hosts(lab, tmp_path):
+    """HostKeyAlias: the key is looked up under the alias as written (no port), as OpenSSH
+    does; an alias known_hosts lacks is unknown, with a command that adds it under the alias."""
+    first = lab.hosts[0]
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host aliased\n  HostName {first.address}\n  Port {first.port}\n"
+        f"  IdentityFile {lab.client_key}\n  HostKeyAlias lab-box-1\n"
+    )
+    kind_key = open(lab.known_hosts).read().splitlines()[0].split(" ", 1)[1]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"lab-box-1 {kind_key}\n")
+    options = lab.options(config=str(config), known_hosts=(str(known),))
+    with Connection(HostSpec("aliased"), options) as conn:
+        assert conn.target.key_name == "lab-box-1"
+        assert conn.run("echo ok").stdout == b"ok\n"
+    # the address's own entry does not stand for the alias
+    options = lab.options(config=str(config))
+    with pytest.raises(HostKeyError) as caught:
+        Connection(HostSpec("aliased"), options)
+    message = str(caught.value)
+    assert "(lab-box-1, ssh-ed25519" in message and "is unknown" in message
+    assert f"ssh-keyscan -p {first.port} 127.0.0.2 | sed 's/^[^ ]*/lab-box-1/' >> " in message

@@ -23,6 +23,7 @@ specs = st.builds(
     workdir=st.none() | _path,
     identity=st.none() | _path,
     tunnel=st.booleans(),
+    install=st.sampled_from([None, "venv", "no"]),
 )
 
 
@@ -53,6 +54,7 @@ JUNK = [
     ("box cpus", "'cpus' is not a setting"),
     ("box cpus=2 cpus=3", "setting 'cpus' is given twice"),
     ("box tunnel=maybe", "tunnel must be yes or no"),
+    ("box install=conda", "install must be venv or no, got 'conda'"),
     ("a@b@c", "is not a host"),
     ("box python=", "setting 'python' has no value"),
 ]

@@ -31,41 +31,6 @@ from tests.runtime.sshd import _free_port
 
 pytestmark = pytest.mark.ssh
 
-HELPER = """
-import os
-import parl
-
-from pkg.util import TWICE
-
-
-@parl.remote_class
-class Where:
-    def where(self):
-        return {"cwd": os.getcwd(), "parl": parl.__file__, "pid": os.getpid(),
-                "lab": os.environ.get("PARL_SSH_LAB")}
-
-    def twice(self, x):
-        return TWICE * x
-
-    def echo(self, a):
-        return a
-"""
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A project folder with a module in a sub-folder; the test runs in it (its root)."""
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "util.py").write_text("TWICE = 2\n")
-    (root / "pkg" / "helper.py").write_text(HELPER)
-    monkeypatch.chdir(root)
-    monkeypatch.syspath_prepend(str(root))
-    yield root
-    for name in ("pkg.helper", "pkg.util", "pkg"):
-        sys.modules.pop(name, None)
-
 
 def specs(lab, tmp_path, cpus=1, **settings):
     return [
@@ -413,3 +378,48 @@ def test_a_launched_cluster_serves_its_monitor_page(lab, project, tmp_path):
 def test_monitor_port_needs_hosts():
     with pytest.raises(ValueError, match="parl.monitor()"):
         parl.connect(monitor_port=8080)
+
+
+def test_a_host_that_answers_no_keepalive_is_lost_and_its_tunnelled_calls_fail(
+    lab, project, tmp_path
+):
+    """ServerAliveInterval 1, ServerAliveCountMax 2 for h2: its sshd is frozen (SIGSTOP), its
+    keepalives go unanswered, the host counts as lost: its SSH connection closes, and calls
+    on its actor (through the tunnel) raise ActorDiedError."""
+    from pkg.helper import Where
+
+    config = tmp_path / "config"
+    config.write_text(
+        open(lab.config).read() + "Host 127.0.0.3\n  ServerAliveInterval 1\n"
+        "  ServerAliveCountMax 2\n"
+    )
+    host = dataclasses.replace(specs(lab, tmp_path)[1], tunnel=True)
+    parl.connect(hosts=[host], ssh=lab.options(config=str(config)), linger=0)
+    frozen: list[psutil.Process] = []
+    try:
+        actor = Where()
+        assert actor.twice(1) == 2
+        listener = psutil.Process(lab.hosts[1].process.pid)
+        frozen = [p for p in listener.children(recursive=True) if p.name() == "sshd"]
+        assert frozen  # the session's sshd processes
+        for process in frozen:
+            process.suspend()
+
+        def calls_fail() -> bool:
+            try:
+                actor.twice(1)
+            except parl.ActorDiedError:
+                return True
+            return False
+
+        assert wait_until(calls_fail, timeout=10)
+        (conn,) = [h.conn for h in carrier().launch._hosts]
+        assert conn.keepalive.lost == (
+            f"host {host.name} answered no SSH keepalive for 2 s (ServerAliveInterval 1, "
+            "ServerAliveCountMax 2): the host counts as lost"
+        )
+        assert not conn.transport.is_active()
+    finally:
+        for process in frozen:
+            process.resume()
+        parl.disconnect()

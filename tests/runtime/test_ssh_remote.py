@@ -33,6 +33,18 @@ def test_the_agent_command_quotes_paths_and_carries_no_secret():
     ]  # fmt: skip
 
 
+def test_an_agent_without_a_project_runs_in_the_cache_with_parl_alone_and_its_label():
+    """xparl start --hosts: no project at launch (callers ship theirs); the master shows the
+    host by its hosts-file name."""
+    command = remote.agent_command(
+        "python3", "/c", "p" * 64, None, "10.0.0.7", "10.0.0.1:8010", 2, label="alice@box:22"
+    )
+    words = shlex.split(command)
+    assert words[:2] == ["cd", "/c"]
+    assert f"PYTHONPATH=/c/{'p' * 64}" in words
+    assert "--label=alice@box:22" in words and "--advertise" not in command
+
+
 def test_the_probe_runs_here_and_reports_versions_and_cached_digests(tmp_path):
     (tmp_path / "abc").mkdir()
     # "~/" stays the shell's to expand: this interpreter, named from a HOME above it
