@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -82,10 +83,12 @@ def test_a_cluster_of_ssh_hosts_serves_callers_and_stops_everywhere(lab, project
         places = [a.where() for a in actors]
         assert [a.twice(21) for a in actors] == [42] * 4
         # one actor per host: three in the SSH hosts' caches (their sessions), one here
-        parents = sorted(os.path.basename(os.path.dirname(p["cwd"])) for p in places)
-        assert parents == ["cache", "cache-h1", "cache-h2", "cache-h3"]
+        # (each in this caller's working folder, <cache>/jobs/<caller id>, a copy of the code)
+        caches = sorted(os.path.basename(Path(p["cwd"]).parents[1]) for p in places)
+        assert caches == ["cache", "cache-h1", "cache-h2", "cache-h3"]
+        assert {Path(p["cwd"]).parent.name for p in places} == {"jobs"}
         assert sorted(str(p["lab"]) for p in places) == sorted(["None"] + [lab.tag] * 3)
-        assert len({os.path.basename(p["cwd"]) for p in places}) == 1  # one project digest
+        assert len({os.path.basename(p["cwd"]) for p in places}) == 1  # one caller
         # the project went to each SSH host once, through the cluster carrier's upload
         for address in labelled.values():
             assert agent_status(address, SECRET.encode())["uploads"] == 1
