@@ -81,8 +81,11 @@ def test_a_cluster_of_ssh_hosts_serves_callers_and_stops_everywhere(lab, project
         actors = [Where() for _ in range(4)]
         places = [a.where() for a in actors]
         assert [a.twice(21) for a in actors] == [42] * 4
-        # one actor per host: three in the SSH hosts' caches (their sessions), one here
-        parents = sorted(os.path.basename(os.path.dirname(p["cwd"])) for p in places)
+        # one actor per host: three in the SSH hosts' caches (their sessions), one here; each
+        # in its caller's job folder there (<cache>/jobs/<job>)
+        parents = sorted(
+            os.path.basename(os.path.dirname(os.path.dirname(p["cwd"]))) for p in places
+        )
         assert parents == ["cache", "cache-h1", "cache-h2", "cache-h3"]
         assert sorted(str(p["lab"]) for p in places) == sorted(["None"] + [lab.tag] * 3)
         assert len({os.path.basename(p["cwd"]) for p in places}) == 1  # one project digest
