@@ -242,8 +242,11 @@ class Connection:
                         return
             finally:
                 agent.close()
+        defaults = {os.path.expanduser(p) for p in _DEFAULT_IDENTITIES}
         for path in self.target.identities:
             if not os.path.exists(path):
+                if path not in defaults:  # named by the hosts file or the ssh config: a typo?
+                    tried.append(f"{path} (no such file)")
                 continue
             try:
                 key = paramiko.PKey.from_path(path)

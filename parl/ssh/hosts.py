@@ -10,10 +10,12 @@
 A line is ``[user@]host[:port]`` (an IPv6 address in brackets) followed by ``key=value``
 settings: ``cpus`` (slots; default: the host's CPU count), ``python`` (the interpreter;
 default ``python3``), ``workdir`` (where code is cached and agents run; default
-``~/.parl/cache``), ``identity`` (a private key file), ``tunnel`` (calls through the SSH
+``~/.parl/cache``; it must be the user's and writable by no one else), ``identity`` (a private key file), ``tunnel`` (calls through the SSH
 connection) and ``install`` (``venv``: install the packages the host's Python lacks or has in
 another version into a virtual environment there; ``no``: never, whatever ``parl.connect``
-says). :func:`parse_hosts` is a pure function; :func:`format_host` writes a line back.
+says). A ``#`` at the start of a line or after a space starts a comment (one inside a value,
+``workdir=/scratch/run#1``, is part of it). :func:`parse_hosts` is a pure function;
+:func:`format_host` writes a line back.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ _HOST = re.compile(
     r"(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<name>[^@\s\[\]:]+))"  # [v6] or name
     r"(?::(?P<port>[^:\s]*))?$"  # :port
 )
+_COMMENT = re.compile(r"(?:^|(?<=\s))#")  # a comment: "#" at the start of a line or a word
 Fail = Callable[[str], HostsFileError]
 
 
@@ -89,12 +92,16 @@ def parse_hosts(text: str, filename: str = "hosts.txt") -> list[HostSpec]:
     ``filename``, the line number and what is wrong with the first bad line."""
     specs: list[HostSpec] = []
     seen: dict[tuple[str | None, str, int | None], int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
+    # lines end at "\n" only (str.splitlines would also end them at form feeds, "\x1c" or
+    # U+2028, and the numbers in errors would not be the ones an editor shows)
+    for number, raw in enumerate(text.split("\n"), start=1):
+        fail = _failure(filename, number, raw)
+        line = _COMMENT.split(raw.rstrip("\r"), 1)[0].strip()
         if not line:
             continue
-
-        fail = _failure(filename, number, raw)
+        bad = next((c for c in line if not c.isprintable() and not c.isspace()), None)
+        if bad is not None:
+            raise fail(f"control character {bad!r}: a hosts file is plain text")
 
         spec = _parse_line(line, fail)
         key = (spec.user, spec.host.lower(), spec.port)
@@ -123,10 +130,18 @@ def parse_host(text: str) -> HostSpec:
 def read_hosts(path: str) -> list[HostSpec]:
     """The hosts of the file at ``path`` (an empty file is an error: nothing to launch)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
+        with open(path, "rb") as file:
+            data = file.read()
     except OSError as exc:
         raise HostsFileError(f"cannot read the hosts file {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # (an editor's byte order mark is no part of a host)
+    except UnicodeDecodeError as exc:
+        number = data.count(b"\n", 0, exc.start) + 1
+        raise HostsFileError(
+            f"{path}, line {number}: byte {data[exc.start]:#x} is not UTF-8: save the file as "
+            "UTF-8 text"
+        ) from None
     specs = parse_hosts(text, filename=path)
     if not specs:
         raise HostsFileError(f"{path} lists no host: write one per line, e.g. 'user@box cpus=4'")
@@ -140,7 +155,7 @@ def _parse_line(line: str, fail: Fail) -> HostSpec:
         raise fail(f"{first!r} is not a host: write [user@]host[:port], IPv6 in brackets")
     port: int | None = None
     if match["port"] is not None:
-        if not match["port"].isdigit() or not 0 < int(match["port"]) < 65536:
+        if not _number(match["port"]) or not 0 < int(match["port"]) < 65536:
             raise fail(f"bad port {match['port']!r}: a number from 1 to 65535")
         port = int(match["port"])
     values: dict[str, Any] = {}
@@ -159,9 +174,15 @@ def _parse_line(line: str, fail: Fail) -> HostSpec:
     return dataclasses.replace(spec, **values)  # types checked by _setting
 
 
+def _number(text: str) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits (str.isdigit() also says yes to
+    '²', which int() refuses, and to other scripts' digits)."""
+    return text.isascii() and text.isdigit()
+
+
 def _setting(key: str, value: str, fail: Fail) -> object:
     if key == "cpus":
-        if not value.isdigit() or int(value) < 1:
+        if not _number(value) or int(value) < 1:
             raise fail(f"cpus must be a positive integer, got {value!r}")
         return int(value)
     if key == "tunnel":

@@ -33,7 +33,10 @@ def settings(entry: dict, shown: str) -> tuple[float, int]:
         value = entry.get(key)
         if value is None:
             continue
-        if not str(value).isdigit() or (key == "serveralivecountmax" and int(value) < 1):
+        text = str(value)
+        if not (text.isascii() and text.isdigit()) or (
+            key == "serveralivecountmax" and int(value) < 1
+        ):
             raise SSHError(
                 f"host {shown}: the ssh config's {key} is {value!r}: a whole number of "
                 + ("seconds (0: off)" if key == "serveraliveinterval" else "tries, >= 1")

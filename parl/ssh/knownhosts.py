@@ -58,6 +58,9 @@ def known_keys(paths: list[str], name: str) -> list[KnownKey]:
 
 
 def _matches(patterns: list[str], name: str) -> bool:
+    """Whether ``name`` matches a known_hosts line's host patterns. OpenSSH lower-cases a
+    host's name (and a HostKeyAlias) before it looks it up or hashes it: so does this."""
+    name = name.lower()
     matched = False
     for pattern in patterns:
         negated = pattern.startswith("!")
@@ -65,7 +68,7 @@ def _matches(patterns: list[str], name: str) -> bool:
         if pattern.startswith("|1|"):
             hit = HostKeys.hash_host(name, pattern) == pattern
         else:
-            hit = _wildcard(pattern).fullmatch(name.lower()) is not None
+            hit = _wildcard(pattern).fullmatch(name) is not None
         if hit and negated:
             return False
         matched = matched or hit

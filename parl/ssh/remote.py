@@ -24,8 +24,14 @@ MATCHED = ("numpy", "cloudpickle", "torch")
 PROBE = """\
 import json, os, sys
 from importlib import metadata
-base = os.path.expanduser(sys.argv[1])
-os.makedirs(base, exist_ok=True)
+base = os.path.abspath(os.path.expanduser(sys.argv[1]))
+os.makedirs(base, mode=0o700, exist_ok=True)  # (mode: a umask of 002 makes no group cache)
+mode, owner = os.stat(base).st_mode, os.stat(base).st_uid
+unsafe = None
+if owner != os.getuid():
+    unsafe = "belongs to another user (uid %d)" % owner
+elif mode & 0o022:
+    unsafe = "can be written by other users (mode %o)" % (mode & 0o7777)
 packages = {}
 for name in sys.argv[3:]:
     try:
@@ -34,7 +40,8 @@ for name in sys.argv[3:]:
         packages[name] = None
 have = [d for d in sys.argv[2].split(",") if d and os.path.isdir(os.path.join(base, d))]
 print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
-                  "base": base, "packages": packages, "have": have, "cpus": os.cpu_count()}))
+                  "base": base, "packages": packages, "have": have, "cpus": os.cpu_count(),
+                  "unsafe": unsafe}))
 """
 
 UNPACK = """\
@@ -104,7 +111,7 @@ def parse_probe(host: str, python: str, status: int, stdout: bytes, stderr: byte
         )
     try:
         answer = json.loads(stdout.decode().strip().splitlines()[-1])
-        return Probe(
+        probe = Probe(
             python=str(answer["python"]),
             executable=str(answer["executable"]),
             base=str(answer["base"]),
@@ -112,11 +119,20 @@ def parse_probe(host: str, python: str, status: int, stdout: bytes, stderr: byte
             have=tuple(answer["have"]),
             cpus=int(answer["cpus"] or 1),
         )
+        unsafe = answer.get("unsafe")
     except (ValueError, KeyError, IndexError, TypeError):
         raise RemoteEnvironmentError(
             f"host {host}: {python!r} could not run parl's check (exit status {status}): "
             f"{said or stdout.decode(errors='replace')[-500:]}; parl needs Python 3.10 or newer"
         ) from None
+    if unsafe:  # anyone who can write there could plant code that would run as this user
+        raise RemoteEnvironmentError(
+            f"host {host}: the cache folder {probe.base} {unsafe}: code found there would run "
+            "as you, whoever put it there. Set workdir=... on its hosts-file line to a folder "
+            "of your own that only you can write (e.g. the default ~/.parl/cache, or "
+            f"`chmod go-w {probe.base}` if it is yours)"
+        )
+    return probe
 
 
 def local_versions() -> dict[str, str | None]:

@@ -79,6 +79,9 @@ class HostSession:
         probe = remote.parse_probe(
             self.spec.name, self.python, done.status, done.stdout, done.stderr
         )
+        if "/" in self.python and not self.python.startswith(("/", "~/")):
+            # relative to the login folder: the agent starts elsewhere (after a cd)
+            self.python = probe.executable
         if (
             self.spec.install == "venv"
             and remote.same_python(probe)

@@ -258,8 +258,10 @@ def test_every_remote_process_ends_with_the_caller(lab, project, tmp_path, end):
         line = caller.stdout.readline()
         assert line, caller.stderr.read()
         workers = json.loads(line)
-        assert len(workers) == 3 and all(psutil.pid_exists(p) for p in workers)
-        assert lab.remote_processes()
+        assert len(workers) == 3
+        if end in ("sigkill", "fork"):  # (a caller that exits may be gone, and its workers)
+            assert all(psutil.pid_exists(p) for p in workers)
+            assert lab.remote_processes()
         if end == "fork":
             child = int(caller.stdout.readline())
         if end in ("sigkill", "fork"):
