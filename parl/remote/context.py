@@ -100,6 +100,10 @@ def connect(
     run (never written there; a changed key is refused all the same). Off by default.
     ``monitor_port`` (``hosts``): the launched cluster's monitor page on this port of
     127.0.0.1 (see README, "Monitor"); 0: none.
+    ``"ray"``: actors are Ray actors, on the Ray this process initialised, else on the one
+    ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see README,
+    "Ray"; needs ``pip install 'parl-torch[ray]'``). ``forward_output``, ``slot_timeout``
+    and ``distributed_files`` apply there too.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -107,7 +111,8 @@ def connect(
             f"address must be a str such as 'localhost:8010' or 'local', got "
             f"{type(address).__name__}"
         )
-    if address not in _LOCAL_NAMES and ":" not in str(address):
+    ray = _is_ray(address)
+    if address not in _LOCAL_NAMES and ":" not in str(address) and not ray:
         address, hosts = None, address  # a hosts file
     specs = _host_specs(hosts) if hosts is not None else None
     if (
@@ -151,6 +156,7 @@ def connect(
         slot_timeout=float(slot_timeout),
         max_frame=max_frame,
         distributed_files=tuple(distributed_files),
+        ray=ray,
     )
     if specs is not None:
         from parl.ssh.client import SSHOptions
@@ -189,8 +195,14 @@ def connect(
             _at_exit_once()
 
 
+def _is_ray(address: object) -> bool:
+    return isinstance(address, str) and (address == "ray" or address.startswith("ray://"))
+
+
 def _carrier(options: dict[str, Any]) -> Carrier:
     """The carrier ``options`` (of ``connect``) ask for."""
+    if options.get("ray"):
+        return _ray_carrier(options)
     if options.get("hosts"):
         from parl.ssh.carrier import SSHCarrier  # imported only by SSH users
 
@@ -220,6 +232,25 @@ def _carrier(options: dict[str, Any]) -> Carrier:
         slot_timeout=options["slot_timeout"],
         max_frame=options["max_frame"],
         stop_timeout=options["stop_timeout"],
+        distributed_files=options["distributed_files"],
+    )
+
+
+def _ray_carrier(options: dict[str, Any]) -> Carrier:
+    """Ray is imported here only: ``import parl`` never imports it."""
+    try:
+        from parl.ray.carrier import RayCarrier
+    except ImportError as exc:
+        from parl.ray import INSTALL_HINT
+
+        raise ImportError(
+            f"parl.connect({options['address']!r}) needs Ray, which is not importable here "
+            f"({exc}); install it: {INSTALL_HINT}"
+        ) from exc
+    return RayCarrier(
+        options["address"],
+        forward_output=options["forward_output"],
+        slot_timeout=options["slot_timeout"],
         distributed_files=options["distributed_files"],
     )
 
