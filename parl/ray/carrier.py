@@ -60,7 +60,7 @@ class RayCarrier:
         except BaseException:
             self.close()
             raise
-        self._actor_class = ray.remote(ParlActor)
+        self._actor_class: Any = ray.remote(ParlActor)
         self._lock = threading.Lock()
         self._live = 0
         self._closed = False

@@ -48,7 +48,7 @@ class CodeShipper:
         from ray._private.runtime_env.packaging import package_exists, upload_package_to_gcs
 
         with self._lock:
-            for pack, uri in zip(self._packs, self._uris):
+            for pack, uri in zip(self._packs, self._uris, strict=True):
                 if package_exists(uri):
                     continue
                 log.debug("storing %r in Ray as %s", pack, uri)

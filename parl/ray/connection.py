@@ -103,9 +103,7 @@ class RayConnection:
             if self._failure is not None:
                 raise self._failure from None
             cause = exc.cause if exc.cause is not None else exc
-            raise SerializationError(
-                f"{what} cannot be sent back to the caller: {cause}"
-            ) from None
+            raise SerializationError(f"{what} cannot be sent back to the caller: {cause}") from None
         self._forget(call_id)
         if type(value) is Failed:
             raise rebuild_exception(value.failure, self.label)

@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.wire.caller import Connection
@@ -247,12 +247,14 @@ def _ray_carrier(options: dict[str, Any]) -> Carrier:
             f"parl.connect({options['address']!r}) needs Ray, which is not importable here "
             f"({exc}); install it: {INSTALL_HINT}"
         ) from exc
-    return RayCarrier(
+    carrier = RayCarrier(
         options["address"],
         forward_output=options["forward_output"],
         slot_timeout=options["slot_timeout"],
         distributed_files=options["distributed_files"],
     )
+    # its connections offer what proxies and futures use of Connection, without its socket
+    return cast(Carrier, carrier)
 
 
 def _host_specs(hosts: object) -> list[Any]:
