@@ -24,6 +24,7 @@ from parl.errors import (
     ActorDiedError,
     ActorForkedError,
     ParlError,
+    RemoteError,
     SerializationError,
 )
 from parl.ray.host import Failed
@@ -47,7 +48,6 @@ class RayConnection:
         self._failure: ParlError | None = None
         self._closed = False
         self._pid = os.getpid()
-        self.names: dict[int, str] = {}  # monitors read it; calls are not recorded on Ray
         self._finalizer = weakref.finalize(self, _kill, handle, on_close)
 
     # -- requests -----------------------------------------------------------------------------
@@ -104,6 +104,11 @@ class RayConnection:
                 raise self._failure from None
             cause = exc.cause if exc.cause is not None else exc
             raise SerializationError(f"{what} cannot be sent back to the caller: {cause}") from None
+        except ray_errors.RayError as exc:  # e.g. the result was lost with its node
+            self._forget(call_id)
+            raise RemoteError(
+                f"a call on actor {self.label} failed in Ray: {type(exc).__name__}: {exc}"
+            ) from exc
         self._forget(call_id)
         if type(value) is Failed:
             raise rebuild_exception(value.failure, self.label)

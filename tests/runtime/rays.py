@@ -38,8 +38,9 @@ def ray_local():
     ray = require_ray()
     if ray.is_initialized():
         pytest.fail("a Ray from an earlier test is still initialised in this process")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. the SSH lab's
     ray.init(num_cpus=NUM_CPUS, include_dashboard=False, logging_level="warning")
-    started = psutil.Process().children(recursive=True)
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     try:
         yield ray
     finally:
