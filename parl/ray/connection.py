@@ -41,6 +41,7 @@ class RayConnection:
     def __init__(self, handle: Any, label: str, on_close: Callable[[], None]) -> None:
         self.label = label
         self._handle = handle
+        self._call = handle.call  # the method of every CALL, looked up once
         self._lock = threading.Lock()
         self._last_id = 0
         self._refs: dict[int, tuple[Any, str]] = {}  # call id -> (ObjectRef, what it returns)
@@ -60,7 +61,7 @@ class RayConnection:
         try:
             if kind == CALL:
                 name, args, kwargs = payload
-                ref = handle.call.remote(name, *args, **kwargs)
+                ref = self._call.remote(name, *args, **kwargs)
                 what = f"the return value of {name}()"
             elif kind == GETATTR:
                 ref, what = handle.get_attr.remote(payload), f"attribute {payload!r}"
