@@ -336,7 +336,7 @@ def _stop(port: int | None) -> int:
     for target in targets:
         try:
             process = psutil.Process(target.pid)
-            if abs(process.create_time() - target.started) < 0.01:
+            if state.same_process(process, target.started):  # not a reused pid
                 process.send_signal(signal.SIGTERM)
                 processes.append((target, process))
         except psutil.Error:

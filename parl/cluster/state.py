@@ -33,10 +33,25 @@ class ProcessState:
         try:
             process = psutil.Process(self.pid)
             # a zombie is dead (killed, not yet reaped by a parent that may never do so)
-            same = abs(process.create_time() - self.started) < 0.01
-            return same and process.status() != psutil.STATUS_ZOMBIE
+            return same_process(process, self.started) and process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+
+SAME_START_S = 2.0
+
+
+def same_process(process: psutil.Process, started: float) -> bool:
+    """Whether ``process`` is the daemon a state file recorded, not another process that got
+    its pid: it started when the file says and runs ``parl.cluster.daemon``. psutil derives
+    the start from the boot time, which moves when the clock is stepped (NTP on a VM): allow
+    ``SAME_START_S`` (a pid is not reused that fast)."""
+    try:
+        if abs(process.create_time() - started) >= SAME_START_S:
+            return False
+        return any("parl.cluster.daemon" in part for part in process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def parl_dir() -> str:

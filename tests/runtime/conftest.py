@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import time
 
 import psutil
 import pytest
+
+# A test run started in the background by a non-interactive shell (`cmd &`) inherits SIGINT
+# ignored, and Python then leaves it ignored: the Ctrl-C tests would wait forever for a
+# KeyboardInterrupt. They test what an interactive program gets, so give it back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01):
