@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.wire.caller import Connection
@@ -106,6 +106,10 @@ def connect(
     version) into a virtual environment there, as a host's ``install=venv`` line does; from the
     folder of wheel files ``wheels`` when given (uploaded, ``pip --no-index``), else from the
     host's package index (see README, "SSH hosts"). None: as each host's line says.
+    ``"ray"``: actors are Ray actors, on the Ray this process initialised, else on the one
+    ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see README,
+    "Ray"; needs ``pip install 'parl-torch[ray]'``). ``forward_output``, ``slot_timeout``
+    and ``distributed_files`` apply there too.
     Existing actors keep running where they are.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
@@ -113,7 +117,8 @@ def connect(
             f"address must be a str such as 'localhost:8010' or 'local', got "
             f"{type(address).__name__}"
         )
-    if address not in _LOCAL_NAMES and ":" not in str(address):
+    ray = _is_ray(address)
+    if address not in _LOCAL_NAMES and ":" not in str(address) and not ray:
         address, hosts = None, address  # a hosts file
     specs = _host_specs(hosts) if hosts is not None else None
     if (
@@ -157,6 +162,7 @@ def connect(
         slot_timeout=float(slot_timeout),
         max_frame=max_frame,
         distributed_files=tuple(distributed_files),
+        ray=ray,
     )
     if specs is not None:
         from parl.ssh.client import SSHOptions
@@ -205,8 +211,14 @@ def connect(
             _at_exit_once()
 
 
+def _is_ray(address: object) -> bool:
+    return isinstance(address, str) and (address == "ray" or address.startswith("ray://"))
+
+
 def _carrier(options: dict[str, Any]) -> Carrier:
     """The carrier ``options`` (of ``connect``) ask for."""
+    if options.get("ray"):
+        return _ray_carrier(options)
     if options.get("hosts"):
         from parl.ssh.carrier import SSHCarrier  # imported only by SSH users
 
@@ -240,6 +252,27 @@ def _carrier(options: dict[str, Any]) -> Carrier:
         stop_timeout=options["stop_timeout"],
         distributed_files=options["distributed_files"],
     )
+
+
+def _ray_carrier(options: dict[str, Any]) -> Carrier:
+    """Ray is imported here only: ``import parl`` never imports it."""
+    try:
+        from parl.ray.carrier import RayCarrier
+    except ImportError as exc:
+        from parl.ray import INSTALL_HINT
+
+        raise ImportError(
+            f"parl.connect({options['address']!r}) needs Ray, which is not importable here "
+            f"({exc}); install it: {INSTALL_HINT}"
+        ) from exc
+    carrier = RayCarrier(
+        options["address"],
+        forward_output=options["forward_output"],
+        slot_timeout=options["slot_timeout"],
+        distributed_files=options["distributed_files"],
+    )
+    # its connections offer what proxies and futures use of Connection, without its socket
+    return cast(Carrier, carrier)
 
 
 def _host_specs(hosts: object) -> list[Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from parl.remote.proxy import RemoteOptions, RemoteProxy, build_proxy_class
 
-_VALID_KEYWORDS = ("max_memory", "num_threads", "wait", "n_gpu")
+_VALID_KEYWORDS = ("max_memory", "num_threads", "wait", "n_gpu", "num_cpus", "num_gpus")
 
 
 def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
@@ -30,6 +30,12 @@ def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
     (``xparl start --gpu_cluster --gpu 0,1``, ``xparl connect --gpu 0``) and sees only them in
     ``CUDA_VISIBLE_DEVICES``; an actor without it takes a CPU slot and sees no GPU. Local
     workers ignore it.
+
+    ``num_cpus`` (default 1) and ``num_gpus`` (default ``n_gpu``): on Ray
+    (``parl.connect("ray")``), the resources Ray reserves for the actor (fractions allowed);
+    ``max_memory`` is reserved there as Ray's ``memory`` resource. Local workers and cluster
+    slots ignore ``num_cpus`` and ``num_gpus`` (a cluster actor takes one slot; GPUs there are
+    ``n_gpu``'s), so one class runs unchanged on every carrier.
 
     The decorated name is a proxy class; ``._original`` is the undecorated class. A subclass
     of a remote class is a remote class too (with its base's options, or those given here).

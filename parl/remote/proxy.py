@@ -32,6 +32,8 @@ class RemoteOptions:
     max_memory: float | None = None  # MB
     num_threads: int | None = None  # None: 1, or the caller's OMP_NUM_THREADS when set
     n_gpu: int = 0  # GPUs of a cluster host (ignored by local workers)
+    num_cpus: float | None = None  # Ray's CPUs for the actor (None: 1); others ignore it
+    num_gpus: float | None = None  # Ray's GPUs for the actor (None: n_gpu); others ignore it
 
     def __post_init__(self) -> None:
         if not isinstance(self.wait, bool):
@@ -40,6 +42,13 @@ class RemoteOptions:
             raise ValueError(
                 f"n_gpu must be an int >= 0 (GPUs the actor takes on a cluster host), got "
                 f"{self.n_gpu!r}"
+            )
+        for name in ("num_cpus", "num_gpus"):
+            _check_resource(name, getattr(self, name))
+        if self.num_gpus is not None and self.n_gpu and self.num_gpus != self.n_gpu:
+            raise ValueError(
+                f"n_gpu={self.n_gpu} and num_gpus={self.num_gpus} disagree: give one (n_gpu "
+                "places the actor on a cluster, num_gpus on Ray, where n_gpu counts too)"
             )
         threads = self.num_threads
         if threads is not None:
@@ -64,6 +73,18 @@ class RemoteOptions:
                 raise ValueError(
                     f"max_memory must be a positive number of megabytes, got {memory!r}"
                 )
+
+
+def _check_resource(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a number (Ray's resource for the actor, e.g. {name}=0.5), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 class ProxyType(type):
@@ -108,6 +129,8 @@ class RemoteProxy(metaclass=ProxyType):
             "max_memory": cls._parl_options.max_memory,
             "num_threads": cls._parl_options.num_threads,
             "n_gpu": cls._parl_options.n_gpu,
+            "num_cpus": cls._parl_options.num_cpus,
+            "num_gpus": cls._parl_options.num_gpus,
         }
         conn = context.carrier.create(original.__name__, options)
         object.__setattr__(self, "_parl_conn", conn)

@@ -16,6 +16,7 @@ from parl.remote.future import Future
 from parl.wire.framing import wait_readable
 
 _POLL_S = 0.25  # re-check at least this often (a reply read by another thread wakes nobody)
+_MIXED_POLL_S = 0.005  # futures of Ray and of our carriers in one wait: poll each this often
 
 
 class GetTimeoutError(ParlError, TimeoutError):
@@ -49,10 +50,24 @@ def wait(
         if remaining is not None and remaining <= 0:
             break
         finished = {id(f) for f in done}
-        fds = {fd for f in futures if id(f) not in finished for fd in f._conn.wait_fds}
-        wait_readable(sorted(fds), _POLL_S if remaining is None else min(remaining, _POLL_S))
+        _block([f for f in futures if id(f) not in finished], remaining)
     chosen = {id(f) for f in done[:num_returns]}
     return [f for f in futures if id(f) in chosen], [f for f in futures if id(f) not in chosen]
+
+
+def _block(pending: list[Future], remaining: float | None) -> None:
+    """Wait (at most ``_POLL_S``) until a pending future may be done. Connections with
+    descriptors are polled together; connections without (Ray's) offer ``wait_any``, which
+    blocks on all their calls at once. Both kinds at once: short polls of each."""
+    wait_s = _POLL_S if remaining is None else min(remaining, _POLL_S)
+    fds = {fd for f in pending for fd in f._conn.wait_fds}
+    others = [f for f in pending if not f._conn.wait_fds and hasattr(f._conn, "wait_any")]
+    if others:
+        if fds:
+            wait_s = min(wait_s, _MIXED_POLL_S)
+        calls = [(f._conn, f._call_id) for f in others]
+        others[0]._conn.wait_any(calls, 0 if fds else wait_s)  # type: ignore[attr-defined]
+    wait_readable(sorted(fds), 0 if others and not fds else wait_s)
 
 
 def get(futures: Future | Sequence[Future], timeout: float | None = None) -> Any:

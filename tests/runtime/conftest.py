@@ -28,7 +28,30 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01):
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p)}
+    """Our descendants, less the processes of a Ray that a test module started (its daemons
+    and idle workers come and go by themselves); a Ray actor's worker counts."""
+    return {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if _alive(p) and not _ray_daemon(p)
+    }
+
+
+_RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def _ray_daemon(process: psutil.Process) -> bool:
+    """A process of Ray's own (gcs_server, raylet, agents, log monitor, idle or starting
+    workers), not the worker of an actor (titled ``ray::<Class>``)."""
+    try:
+        cmdline = process.cmdline()
+    except psutil.Error:
+        return False
+    if not cmdline:
+        return False
+    if cmdline[0].startswith("ray::"):
+        return cmdline[0].split(" ")[0] in _RAY_DAEMON_TITLES
+    return any("/site-packages/ray/" in part for part in cmdline)
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -69,12 +92,16 @@ def no_leaks():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_only: run only on the local carrier")
+    config.addinivalue_line(
+        "markers", "not_on_ray(reason): a difference of the Ray carrier, listed in the README"
+    )
 
 
 def pytest_generate_tests(metafunc):
     if "carrier" in metafunc.fixturenames:
         local_only = metafunc.definition.get_closest_marker("local_only") is not None
-        params = ["local"] if local_only else ["local", "tcp"]
+        not_on_ray = metafunc.definition.get_closest_marker("not_on_ray") is not None
+        params = ["local"] if local_only else ["local", "tcp"] + ([] if not_on_ray else ["ray"])
         metafunc.parametrize("carrier", params, indirect=True)
 
 
@@ -97,9 +124,12 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def carrier(request):
-    """``"local"``, or ``"tcp"``: actors of the test go to the loopback cluster."""
+    """``"local"``, ``"tcp"`` (actors of the test go to the loopback cluster) or ``"ray"``
+    (they are actors of a local Ray started for the test module)."""
     if request.param == "tcp":
         request.getfixturevalue("on_cluster")
+    elif request.param == "ray":
+        request.getfixturevalue("on_ray")
     return request.param
 
 
@@ -138,6 +168,9 @@ def small_cluster(tmp_path, monkeypatch):
         parl.connect(linger=0)
         clusters.stop(cluster)
 
+
+# -- Ray (tests/runtime/rays.py) ---------------------------------------------------------------
+from tests.runtime.rays import on_ray, ray_local  # noqa: E402, F401
 
 # -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
 from tests.runtime.sshd import lab, project, ssh_lab  # noqa: E402, F401

@@ -21,6 +21,7 @@ def sampler():
     parl.close_actor(actor)
 
 
+@pytest.mark.not_on_ray("arrays arrive read-only on Ray: rollout() writes into buf")
 def test_issue_example(sampler):
     assert sampler.add(1, 2) == 3
     np.testing.assert_array_equal(sampler.buf, np.zeros(8, np.float32))

@@ -1,0 +1,218 @@
+"""The caller's end of one actor on Ray: the proxy's requests as Ray actor-method calls.
+
+It offers what proxies and futures use of :class:`parl.wire.caller.Connection` (``submit``
+returns a call id, ``wait`` its result, ``ready``, ``discard``, ``close``...), so the user face
+is the same on every carrier. A call id maps to the ``ObjectRef`` of the call; waiting is
+``ray.get``, readiness ``ray.wait``. Ray's errors become this project's: a dead actor is
+:class:`parl.ActorDiedError`, a value Ray cannot pickle a :class:`SerializationError` (a
+``TypeError``), a failure in user code the exception it raised (see :mod:`parl.ray.host`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray import exceptions as ray_errors
+
+from parl.errors import (
+    ActorClosedError,
+    ActorDiedError,
+    ActorForkedError,
+    ParlError,
+    RemoteError,
+    SerializationError,
+)
+from parl.ray.host import Failed
+from parl.wire.caller import CallTimeout
+from parl.wire.failure import rebuild_exception
+from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR
+
+_DIED = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
+
+
+class RayConnection:
+    """One actor's calls. ``label`` names the actor in errors (``Sampler pid=123``)."""
+
+    def __init__(self, handle: Any, label: str, on_close: Callable[[], None]) -> None:
+        self.label = label
+        self._handle = handle
+        self._call = handle.call  # the method of every CALL, looked up once
+        self._lock = threading.Lock()
+        self._last_id = 0
+        self._refs: dict[int, tuple[Any, str]] = {}  # call id -> (ObjectRef, what it returns)
+        self._done: set[int] = set()  # call ids whose reply is known to be in
+        self._failure: ParlError | None = None
+        self._closed = False
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _kill, handle, on_close)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def submit(self, kind: int, payload: Any) -> int:
+        """Send a request; returns its call id. Raises SerializationError when Ray cannot
+        pickle an argument (the actor stays usable)."""
+        self._check_usable()
+        handle = self._handle
+        try:
+            if kind == CALL:
+                name, args, kwargs = payload
+                ref = self._call.remote(name, *args, **kwargs)
+                what = f"the return value of {name}()"
+            elif kind == GETATTR:
+                ref, what = handle.get_attr.remote(payload), f"attribute {payload!r}"
+            elif kind == SETATTR:
+                ref, what = handle.set_attr.remote(*payload), "None"
+            elif kind == INIT:
+                ref, what = handle.init.remote(*payload), "None"
+            else:
+                raise ValueError(f"unknown request kind {kind}")
+        except TypeError as exc:  # Ray: "Could not serialize the argument ..."
+            raise SerializationError(str(exc).split("\n", 1)[0]) from None
+        with self._lock:
+            self._last_id = call_id = self._last_id + 1
+            self._refs[call_id] = (ref, what)
+        return call_id
+
+    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
+        return self.wait(self.submit(kind, payload), timeout)
+
+    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
+        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout
+        (the call stays pending). ``keep`` is the wire connection's (futures): here a reply
+        stays collectable until it is taken or discarded either way."""
+        if self._failure is not None:
+            self._forget(call_id)
+            raise self._failure
+        try:
+            ref, what = self._refs[call_id]
+        except KeyError:
+            raise ValueError(f"call {call_id} on {self.label} was already collected") from None
+        try:
+            value = ray.get(ref, timeout=timeout)
+        except ray_errors.GetTimeoutError:
+            raise CallTimeout(f"no reply from {self.label} within {timeout} s") from None
+        except _DIED as exc:
+            self._forget(call_id)
+            raise self._died(exc) from None
+        except ray_errors.RayTaskError as exc:  # Ray could not send the result back
+            self._forget(call_id)
+            if self._failure is not None:
+                raise self._failure from None
+            cause = exc.cause if exc.cause is not None else exc
+            raise SerializationError(f"{what} cannot be sent back to the caller: {cause}") from None
+        except ray_errors.RayError as exc:  # e.g. the result was lost with its node
+            self._forget(call_id)
+            raise RemoteError(
+                f"a call on actor {self.label} failed in Ray: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._forget(call_id)
+        if type(value) is Failed:
+            raise rebuild_exception(value.failure, self.label)
+        return value
+
+    def ready(self, call_id: int) -> bool:
+        """True when the reply for ``call_id`` (or the connection's failure) is in."""
+        if call_id in self._done or self._failure is not None:
+            return True
+        entry = self._refs.get(call_id)
+        if entry is None:
+            return True
+        done, _ = ray.wait([entry[0]], timeout=0, fetch_local=False)
+        if done:
+            self._done.add(call_id)
+        return bool(done)
+
+    @staticmethod
+    def wait_any(calls: Sequence[tuple[RayConnection, int]], timeout: float | None) -> None:
+        """Block until one of ``calls`` (connection, call id) is answered, or ``timeout``;
+        notes every call answered by then, so that ``ready`` tells at once (``parl.wait``)."""
+        by_ref = {}
+        for conn, call_id in calls:
+            entry = conn._refs.get(call_id)
+            if entry is None or conn._failure is not None:
+                return
+            by_ref[entry[0]] = (conn, call_id)
+        refs = list(by_ref)
+        done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+        if done:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        for ref in done:
+            conn, call_id = by_ref[ref]
+            conn._done.add(call_id)
+
+    @property
+    def wait_fds(self) -> list[int]:
+        """No descriptor tells of a Ray reply: ``parl.wait`` uses :meth:`wait_any`."""
+        return []
+
+    def outstanding(self) -> int:
+        return len(self._refs)
+
+    def discard(self, call_id: int) -> None:
+        """Forget a call whose result nobody will collect (Ray frees it with its ref)."""
+        self._forget(call_id)
+
+    def _forget(self, call_id: int) -> None:
+        self._refs.pop(call_id, None)
+        self._done.discard(call_id)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def failure(self) -> ParlError | None:
+        return self._failure
+
+    def close(self) -> None:
+        """End the actor (``ray.kill``: its process ends at once). Idempotent."""
+        if self._closed:
+            return
+        if self._failure is None:
+            self._failure = ActorClosedError(f"actor {self.label} was closed")
+        self._closed = True
+        self._refs.clear()
+        self._finalizer()
+
+    def poll_death(self) -> ParlError | None:
+        return self._failure
+
+    def _check_usable(self) -> None:
+        if self._pid != os.getpid():
+            raise ActorForkedError(
+                f"actor {self.label} belongs to process {self._pid}, and this process "
+                f"(pid {os.getpid()}) is a fork of it: an actor can only be used by the "
+                "process that created it; create the actors this process needs after the fork"
+            )
+        if self._failure is not None:
+            raise self._failure
+
+    def _died(self, exc: BaseException) -> ParlError:
+        """The error of this and every later call once Ray reports the actor dead."""
+        if self._failure is None:
+            why = getattr(exc, "error_msg", None) or str(exc)
+            detail = why.split("Worker exit detail:", 1)[-1].strip().split(". ", 1)[0]
+            self._failure = ActorDiedError(
+                f"actor {self.label} died (Ray: {detail}); the actor is gone, create a new one"
+            )
+            self._failure.__cause__ = exc
+            self._finalizer()
+        return self._failure
+
+
+def _kill(handle: Any, on_close: Callable[[], None]) -> None:
+    """End the Ray actor and tell the carrier (from ``close`` or when the proxy is dropped)."""
+    try:
+        if ray.is_initialized():
+            ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone, or Ray shut down meanwhile
+        pass
+    finally:
+        on_close()

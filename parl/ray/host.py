@@ -1,0 +1,101 @@
+"""The actor's end on Ray: one Ray actor holds one instance of the user's class.
+
+The carrier wraps :class:`ParlActor` with ``ray.remote`` (this module never imports Ray at
+import time, so the carrier's process imports it once, with the rest of ``parl.ray``). Each proxy
+call becomes one Ray actor-method call: arguments and results travel as Ray's own objects
+(large arrays through its object store, read zero-copy on the same node), and Ray runs the
+calls of one caller in the order they were made, one at a time.
+
+An exception raised by user code never becomes Ray's ``RayTaskError``: it is caught here and
+returned as :class:`Failed`, holding the same :class:`~parl.wire.protocol.RemoteFailure` the
+other carriers send, so the caller re-raises it exactly as they do (original type, remote
+traceback as a note, chain included).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import types
+from typing import Any, NamedTuple
+
+from parl.shm.afterfork import limit_threads
+from parl.wire.dispatch import ClassRef
+from parl.wire.failure import failure_of
+from parl.wire.protocol import MethodRef, RemoteFailure
+
+READ_ONLY_HINT = (
+    "arrays that arrive through Ray are read-only (Ray reads them zero-copy from its object "
+    "store): copy one (a = a.copy()) before writing into it; see README, section Ray"
+)
+
+
+class Failed(NamedTuple):
+    """What a call returns when user code raised: the failure to re-raise at the call site."""
+
+    failure: RemoteFailure
+
+
+class ParlActor:
+    """The Ray actor class behind every proxy. ``label`` (the user's class name) is its
+    ``repr``, which Ray prints before each line of the actor's output: ``(Sampler pid=12)``."""
+
+    def __init__(self, label: str, num_threads: int | None = None) -> None:
+        self._label = label
+        self._instance: Any = None
+        limit_threads(num_threads)
+
+    def __repr__(self) -> str:
+        return self._label
+
+    def where(self) -> tuple[int, str, str]:
+        """(pid, host name, Ray node id): names the actor in errors once it is placed."""
+        import ray
+
+        return os.getpid(), socket.gethostname(), ray.get_runtime_context().get_node_id()
+
+    def init(self, spec: Any, args: tuple, kwargs: dict) -> Failed | None:
+        try:
+            cls = spec.resolve() if isinstance(spec, ClassRef) else spec
+            self._instance = cls(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised at the call site
+            return _failed(exc)
+        return None
+
+    def call(self, _parl_method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = getattr(self._instance, _parl_method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised at the call site
+            return _failed(exc)
+        if isinstance(result, types.GeneratorType):  # Ray would stream its items instead
+            return Failed(
+                failure_of(
+                    TypeError(
+                        f"the return value of {_parl_method}() cannot be sent back to the "
+                        "caller: cannot pickle 'generator' object"
+                    )
+                )
+            )
+        return result
+
+    def get_attr(self, name: str) -> Any:
+        try:
+            value = getattr(self._instance, name)
+        except Exception as exc:  # noqa: BLE001
+            return _failed(exc)
+        if getattr(value, "__self__", None) is self._instance and callable(value):
+            return MethodRef(name)
+        return value
+
+    def set_attr(self, name: str, value: Any) -> Failed | None:
+        try:
+            setattr(self._instance, name, value)
+        except Exception as exc:  # noqa: BLE001
+            return _failed(exc)
+        return None
+
+
+def _failed(exc: Exception) -> Failed:
+    if isinstance(exc, ValueError) and "read-only" in str(exc):
+        exc.add_note(READ_ONLY_HINT)
+    return Failed(failure_of(exc))
