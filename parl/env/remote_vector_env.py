@@ -26,6 +26,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
+from parl.remote.context import actors_share_memory
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -49,6 +50,9 @@ class _EnvWorker:
     def attach(self, buffers: dict[str, np.ndarray], start: int) -> None:
         stop = start + len(self.envs)
         self.bufs = {name: buffers[name][start:stop] for name in _BUFFERS}
+        for name, buf in self.bufs.items():
+            if not buf.flags.writeable:  # a read-only copy (Ray's object store): own one
+                self.bufs[name] = buf.copy()
 
     def reset(
         self, seeds: Sequence[int | None], options: Any, values: bool
@@ -139,7 +143,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         infos: return the envs' info dicts; ``False`` keeps only what auto-reset needs
             (``final_obs``, and ``final_info["episode"]`` of ``RecordEpisodeStatistics``).
         transport: ``"shm"`` (shared arrays, local actors) or ``"values"`` (results returned
-            by value, for carriers without shared memory).
+            by value, for carriers without shared memory); ``None`` (default) picks ``"shm"``
+            for local workers and ``"values"`` after ``parl.connect`` to a cluster, SSH hosts
+            or Ray, where a shared array crosses as a copy.
     """
 
     def __init__(
@@ -148,12 +154,14 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         num_workers: int = 2,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         infos: bool = True,
-        transport: str = "shm",
+        transport: str | None = None,
     ) -> None:
         if not env_fns or not all(callable(fn) for fn in env_fns):
             raise TypeError("RemoteVectorEnv needs a non-empty list of functions that build envs")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+        if transport is None:
+            transport = "shm" if actors_share_memory() else "values"
         if transport not in ("shm", "values"):
             raise ValueError(f"transport must be 'shm' or 'values', got {transport!r}")
         self.autoreset_mode = AutoresetMode(autoreset_mode)

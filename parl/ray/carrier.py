@@ -47,13 +47,16 @@ class RayCarrier:
     ) -> None:
         self.address = address
         self.slot_timeout = slot_timeout
-        self._owned = not ray.is_initialized()
-        if self._owned:
+        self._owned = self._take_over(address)
+        if not ray.is_initialized():
             target = None if address == "ray" else address
             try:
                 ray.init(address=target, log_to_driver=forward_output)
             except Exception as exc:  # noqa: BLE001 - Ray raises several kinds
                 raise ClusterError(f"cannot start or reach Ray at {address!r}: {exc}") from exc
+            self._owned = True
+        if self._owned:
+            RayCarrier._owner = self
         self._node_id = ray.get_runtime_context().get_node_id()
         try:
             self._code = CodeShipper(distributed_files)
@@ -64,6 +67,30 @@ class RayCarrier:
         self._lock = threading.Lock()
         self._live = 0
         self._closed = False
+
+    _owner: RayCarrier | None = None  # the carrier whose ray.init is the live one
+
+    def _take_over(self, address: str) -> bool:
+        """Whether this carrier now owns (will shut down) the Ray of this process.
+
+        ``parl.connect("ray")`` again replaces the previous carrier but must not lose its Ray:
+        the new carrier takes the ownership over, so that retiring the old one (once its
+        actors are gone) leaves Ray running. Another address needs a fresh ``ray.init``: the
+        old Ray is shut down first, which is refused while actors of it are alive."""
+        previous = RayCarrier._owner
+        if previous is None or previous._closed or not ray.is_initialized():
+            return False  # a Ray the user initialised is joined, never owned
+        if previous.address == address:
+            previous._owned = False
+            return True
+        if previous.live_actors:
+            raise ClusterError(
+                f"this process has {previous.live_actors} actors on the Ray at "
+                f"{previous.address!r}; close them (parl.close_actor) or call "
+                f"parl.disconnect() before connecting to {address!r}"
+            )
+        previous.close()
+        return False
 
     def create(self, class_name: str, options: dict[str, Any]) -> RayConnection:
         """Start a Ray actor for ``class_name`` and wait until Ray has placed and started it;
@@ -115,6 +142,8 @@ class RayCarrier:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if RayCarrier._owner is self:
+            RayCarrier._owner = None
         if self._owned and ray.is_initialized():
             ray.shutdown()
 

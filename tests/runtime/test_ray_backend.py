@@ -212,3 +212,37 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
     address = on_ray.get_runtime_context().gcs_address
     out = _run(str(project / "main.py"), str(project), {"RAY_ADDRESS": address})
     assert "('shipped data', False) 42" in out
+
+
+RECONNECT = """
+import parl, ray
+
+@parl.remote_class
+class One:
+    def get(self):
+        return 1
+
+parl.connect("ray")
+first = One()
+assert first.get() == 1
+parl.close_actor(first)
+parl.connect("ray")  # the Ray the first connect started must survive the first's retirement
+assert ray.is_initialized()
+second = One()
+assert second.get() == 1
+try:
+    parl.connect("ray://127.0.0.1:1")
+except parl.ClusterError as exc:
+    print("REFUSED", exc)
+assert second.get() == 1  # the refused connect changed nothing
+parl.disconnect()
+print("AFTER DISCONNECT", ray.is_initialized())
+"""
+
+
+def test_connecting_to_ray_again_keeps_the_ray_it_started(tmp_path):
+    (tmp_path / "reconnect.py").write_text(RECONNECT)
+    out = _run("reconnect.py", str(tmp_path))
+    assert "REFUSED this process has 1 actors on the Ray at 'ray'" in out
+    assert "parl.disconnect()" in out
+    assert "AFTER DISCONNECT False" in out
