@@ -270,6 +270,7 @@ def _ray_carrier(options: dict[str, Any]) -> Carrier:
         forward_output=options["forward_output"],
         slot_timeout=options["slot_timeout"],
         distributed_files=options["distributed_files"],
+        stop_timeout=options["stop_timeout"],
     )
     # its connections offer what proxies and futures use of Connection, without its socket
     return cast(Carrier, carrier)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import parl
-from tests.runtime.actors import AsyncSampler, Sampler
+from tests.runtime.actors import AsyncSampler, AsyncWriter, Sampler, Writer
 from tests.runtime.conftest import wait_until
 from tests.runtime.rays import actor_workers
 
@@ -133,6 +133,33 @@ def test_close_and_del_end_the_actor():
         closed.add(1, 1)
     del dropped
     assert wait_until(lambda: not actor_workers(), timeout=10)
+
+
+def test_closing_ends_the_actor_as_a_local_worker_ends(tmp_path):
+    """The instance is dropped (``__del__``; its buffered file flushed and closed) and the
+    worker's atexit handlers run, after the calls already made."""
+    writer = AsyncWriter(str(tmp_path))
+    writer.write(5000)  # queued: it runs before the stop
+    parl.close_actor(writer)
+    markers = [tmp_path / "del", tmp_path / "atexit"]
+    assert wait_until(lambda: all(m.exists() for m in markers), timeout=30), os.listdir(tmp_path)
+    assert (tmp_path / "lines.txt").read_text().count("\n") == 5000
+    assert wait_until(lambda: not actor_workers(), timeout=15)
+
+
+def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path):
+    parl.connect("ray", stop_timeout=1)
+    (tmp_path / "stuck").mkdir()
+    writer, stuck = Writer(str(tmp_path)), AsyncWriter(str(tmp_path / "stuck"))
+    stuck.busy()  # never returns: the stop queued behind it cannot run
+    assert wait_until(lambda: (tmp_path / "stuck" / "busy").exists(), timeout=30)
+    start = time.monotonic()
+    parl.close_actor(stuck)
+    parl.close_actor(writer)
+    assert wait_until(lambda: not actor_workers(), timeout=30)
+    assert time.monotonic() - start < 15
+    assert (tmp_path / "del").exists()  # the other one still ended gracefully
+    assert not (tmp_path / "stuck" / "del").exists()  # killed: nothing of it ran
 
 
 def test_disconnect_ends_every_actor():
