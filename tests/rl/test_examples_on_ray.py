@@ -1,18 +1,20 @@
-"""The distributed examples run unchanged on Ray: ``--xparl_addr ray`` makes each script start a
-local Ray (``parl.connect("ray")``), ship its folder there with the cluster's packer, and run its
-actors as Ray actors. Each script runs as ``python examples/X/train.py`` in a fresh interpreter,
-as a user runs it; every Ray process it started must be gone when it exits."""
+"""The distributed examples run unchanged on Ray: ``--xparl_addr ray`` makes each script join the
+Ray cluster that ``RAY_ADDRESS`` names (``parl.connect("ray")``: a head started once for the
+test run), ship its folder there with the cluster's packer, and run its actors as Ray actors.
+Each script runs as ``python examples/X/train.py`` in a fresh interpreter, as a user runs it;
+no actor of it is left on the cluster when it exits."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from tests.runtime.conftest import wait_until
-from tests.runtime.rays import require_ray
+from tests.runtime.rays import ray_head  # noqa: F401 - the fixture
 
 from .conftest import REPO_ROOT, RunPython
 
@@ -61,20 +63,25 @@ EVIDENCE = {  # a line each script logs once it trained and evaluated
 
 @pytest.mark.parametrize("example", sorted(CASES))
 def test_a_distributed_example_runs_unchanged_on_ray(
-    run_python: RunPython, tmp_path: Path, example: str
+    run_python: RunPython,
+    tmp_path: Path,
+    example: str,
+    ray_head: Any,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    require_ray()
+    for name, value in ray_head.env.items():
+        monkeypatch.setenv(name, value)
     before = _ray_processes()
     script = REPO_ROOT / "examples" / example / "train.py"
     args = [str(script), "--xparl_addr", "ray", *CASES[example], "--logdir", str(tmp_path / "log")]
     proc = run_python(args=args, timeout=240, cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    assert "Started a local Ray instance" in log, log[-2000:]  # it ran on Ray, not local workers
+    assert "Connected to Ray cluster" in log, log[-2000:]  # it ran on Ray, not local workers
     assert re.search(EVIDENCE[example], log), log[-3000:]
     assert "Traceback" not in log and "UserWarning" not in log, log[-4000:]
-    started = _ray_processes() - before
-    assert _wait_gone(started), f"Ray processes left behind by {example}: {sorted(started)}"
+    started = _ray_processes() - before  # its actors' workers (the head's daemons stay)
+    assert _wait_gone(started), f"Ray workers left behind by {example}: {sorted(started)}"
 
 
 def _wait_gone(pids: set[int], timeout: float = 20.0) -> bool:

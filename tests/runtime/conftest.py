@@ -51,7 +51,14 @@ def _ray_daemon(process: psutil.Process) -> bool:
         return False
     if cmdline[0].startswith("ray::"):
         return cmdline[0].split(" ")[0] in _RAY_DAEMON_TITLES
-    return any("/site-packages/ray/" in part for part in cmdline)
+    if any("/site-packages/ray/" in part for part in cmdline):
+        return True
+    from tests.runtime import rays  # the ray_head fixture's head and what it starts
+
+    try:
+        return os.getpgid(process.pid) in rays.HEAD_GROUPS
+    except OSError:
+        return False
 
 
 def _alive(process: psutil.Process) -> bool:

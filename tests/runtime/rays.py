@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -78,6 +85,85 @@ def actor_workers() -> list[psutil.Process]:
 
 
 def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+HEAD_GROUPS: set[int] = set()  # process groups of ray_head's heads: not leaks of a test
+
+
+class RayHead(NamedTuple):
+    gcs: str  # host:port, what RAY_ADDRESS takes
+    client: str  # ray://host:port (Ray Client)
+    env: dict[str, str]  # environment for its clients: RAY_ADDRESS, no token auth
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A Ray head of its own (``ray start --head --block`` on loopback, 2 CPUs, its own temp
+    folder), shared by the tests that drive Ray from user scripts; ended through its process
+    group at the end of the run, never with ``ray stop`` (which stops every Ray of this user)."""
+    require_ray()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's sockets live under it
+    gcs, client = _free_port(), _free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    client_env = dict(env, RAY_ADDRESS=f"127.0.0.1:{gcs}")
+    command = [
+        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
+        "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+        "--ray-client-server-port", str(client), "--num-cpus", "2",
+        "--include-dashboard", "false", "--disable-usage-stats",
+        "--temp-dir", temp,
+    ]  # fmt: skip
+    log_path = os.path.join(temp, "head.log")  # a file: a pipe nobody reads would fill up
+    with open(log_path, "w") as log:
+        head = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+        )
+    HEAD_GROUPS.add(head.pid)  # its own process group (start_new_session)
+    try:
+        assert wait_until(lambda: _listening(client) or head.poll() is not None, timeout=90)
+        assert head.poll() is None, open(log_path).read()
+        yield RayHead(f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}", client_env)
+    finally:
+        members = [p for p in psutil.process_iter() if _in_group(p, head.pid)]
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        gone = wait_until(lambda: not [p for p in members if _alive(p)], timeout=30)
+        if not gone:
+            for process in members:
+                if _alive(process):
+                    process.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+        assert gone, f"Ray head processes left behind: {[p for p in members if _alive(p)]}"
+
+
+def _in_group(process: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == pgid
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _alive(process: psutil.Process) -> bool:
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
