@@ -75,7 +75,7 @@ class CartPoleBatch:
             [self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
             dtype=np.float32,
         )
-        self.single_observation_space: gymnasium.Space = spaces.Box(-high, high, np.float32)
+        self.single_observation_space: gymnasium.Space = spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space: gymnasium.Space = spaces.Discrete(2)
         self.state: np.ndarray | None = None
         self.elapsed = np.zeros(num_envs, dtype=np.int64)

@@ -19,6 +19,7 @@ Semantics follow ``gymnasium.vector.SyncVectorEnv``: ``reset(seed=s)`` seeds env
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -226,6 +227,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self._ranges = ranges
         self._bells: list[CallerBell] = []
         self._serving: list[Any] = []  # per actor: the future of its serve_bell() call, or None
+        self._rung: list[bool] = []  # per actor: the last ring reached it
         self._futures: list[Any] | None = None  # step_async without the doorbell
         self._pending = False
         self._workers = [
@@ -263,6 +265,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         for bell in bells:
             bell.connect()
         self._serving = [None] * len(bells)
+        self._rung = [False] * len(bells)
 
     def _allocate(self) -> dict[str, np.ndarray]:
         def shared(space: gymnasium.Space, name: str) -> np.ndarray:
@@ -338,11 +341,15 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         bufs = self._bufs
         bufs["actions"][...] = actions
         if self._bells:
-            serving = self._serving
+            serving, rung = self._serving, self._rung
             for i, bell in enumerate(self._bells):
                 if serving[i] is None:
                     serving[i] = self._workers[i].serve_bell()
-                bell.ring()
+                try:
+                    bell.ring()
+                    rung[i] = True
+                except OSError:  # the actor is gone: step_wait raises its error
+                    rung[i] = False
         elif self._values:
             self._futures = [
                 w.step(bufs["actions"][r.start : r.stop])
@@ -383,7 +390,10 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
     def _answers(self) -> list[Infos | None]:
         """Every actor's answer to the ring; a failed actor's serve() call raises its error
         (the step's exception with its remote traceback, or the actor's death)."""
-        answers = [bell.answer() for bell in self._bells]
+        answers = [
+            bell.answer() if rung else (b"", None)
+            for bell, rung in zip(self._bells, self._rung, strict=True)
+        ]
         for i, (kind, _) in enumerate(answers):
             if kind not in (DONE, INFOS):
                 failed, self._serving[i] = self._serving[i], None
@@ -427,13 +437,24 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self.close()
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close the envs, then end the actors (idempotent)."""
-        if self._finalizer.alive:
-            try:
+        """Close the envs, then end the actors (idempotent). An actor that died already was
+        reported by the call that met its death; closing the others goes on."""
+        if not self._finalizer.alive:
+            return
+        try:
+            with contextlib.suppress(parl.ParlError):
                 if self._pending:
                     self.step_wait()
+            self._pending = False
+            with contextlib.suppress(parl.ParlError):
                 self._idle("close()")
-                parl.get([w.close() for w in self._workers], timeout=10)
-            finally:
-                self._pending = False
-                self._finalizer()
+            futures = []
+            for worker in self._workers:
+                with contextlib.suppress(parl.ParlError):
+                    futures.append(worker.close())
+            for future in futures:
+                with contextlib.suppress(parl.ParlError):
+                    future.get(timeout=10)
+        finally:
+            self._pending = False
+            self._finalizer()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import glob
+import os
+import tempfile
 import time
 
 import gymnasium
@@ -10,7 +13,9 @@ import numpy as np
 import psutil
 import pytest
 
+import parl
 from parl.env import CompatWrapper, RemoteVectorEnv, VectorEnv
+from parl.env.fast_envs import fast_builder
 
 CARTPOLE = functools.partial(gymnasium.make, "CartPole-v1")
 
@@ -79,6 +84,161 @@ def test_closing_leaves_no_process_behind() -> None:
     assert not (_children() - before)
 
 
+def _compare_with_sync(
+    remote: RemoteVectorEnv, serial: gymnasium.vector.VectorEnv, steps: int, seed: int
+) -> int:
+    """Step both with the same random actions; returns how many episodes ended."""
+    ours, theirs = remote.reset(seed=seed), serial.reset(seed=seed)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert set(ours[1]) == set(theirs[1])
+    serial.action_space.seed(seed)
+    dones = 0
+    for t in range(steps):
+        actions = serial.action_space.sample()
+        if t % 2:  # half the steps through step_async/step_wait
+            remote.step_async(actions)
+            ours = remote.step_wait()
+        else:
+            ours = remote.step(actions)
+        theirs = serial.step(actions)
+        _assert_same_step(ours, theirs, t)
+        for key in theirs[4]:
+            if not key.startswith("_") and key not in ("final_obs", "final_info"):
+                np.testing.assert_array_equal(ours[4][key], theirs[4][key], err_msg=key)
+        dones += int(np.sum(theirs[2] | theirs[3]))
+    return dones
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_make_cartpole_numpy_batch_matches_gymnasium_per_env_seeding(mode: str) -> None:
+    """The vectorized CartPole of make(): same trajectories as SyncVectorEnv of gymnasium's
+    CartPoleEnv seeded seed + i (terminations, truncations at max_episode_steps, auto-reset)."""
+    assert fast_builder("CartPole-v1", 3, {"max_episode_steps": 40}) is not None
+    serial = gymnasium.vector.SyncVectorEnv(
+        [functools.partial(gymnasium.make, "CartPole-v1", max_episode_steps=40)] * 5,
+        autoreset_mode=mode,
+    )
+    with RemoteVectorEnv.make(
+        "CartPole-v1", 5, num_workers=2, autoreset_mode=mode, max_episode_steps=40
+    ) as remote:
+        with pytest.raises(TypeError, match="vectorize=False"):
+            remote.get_attr("spec")  # a numpy batch: no env objects in the actors
+        assert remote.single_observation_space == serial.single_observation_space
+        dones = _compare_with_sync(remote, serial, 300, seed=3)
+        assert dones >= 20
+        # a second reset with new seeds (and reset bounds) restarts every env the same way
+        ours = remote.reset(seed=[7, 8, 9, 10, 11], options={"low": -0.2, "high": 0.2})
+        theirs = serial.reset(seed=[7, 8, 9, 10, 11], options={"low": -0.2, "high": 0.2})
+        np.testing.assert_array_equal(ours[0], theirs[0])
+    serial.close()
+
+
+def test_make_cartpole_sutton_barto_reward_and_unknown_kwargs() -> None:
+    """Keyword arguments the numpy batch knows are honoured; others fall back to gymnasium."""
+    assert fast_builder("CartPole-v1", 2, {"render_mode": "rgb_array"}) is None
+    assert fast_builder("Pendulum-v1", 2, {}) is None
+    serial = gymnasium.vector.SyncVectorEnv(
+        [functools.partial(gymnasium.make, "CartPole-v1", sutton_barto_reward=True)] * 2
+    )
+    with RemoteVectorEnv.make("CartPole-v1", 2, num_workers=1, sutton_barto_reward=True) as ours:
+        assert _compare_with_sync(ours, serial, 80, seed=0) >= 2
+    serial.close()
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_make_halfcheetah_matches_gymnasium(mode: str) -> None:
+    """HalfCheetah-v5 through make() (3 + 2 envs): same observations, rewards, infos and
+    time-limit resets as SyncVectorEnv of gymnasium.make."""
+    make = functools.partial(gymnasium.make, "HalfCheetah-v5", max_episode_steps=25)
+    serial = gymnasium.vector.SyncVectorEnv([make] * 5, autoreset_mode=mode)
+    with RemoteVectorEnv.make(
+        "HalfCheetah-v5", 5, num_workers=2, autoreset_mode=mode, max_episode_steps=25
+    ) as remote:
+        assert _compare_with_sync(remote, serial, 60, seed=5) == 10
+    serial.close()
+
+
+def test_step_async_and_errors_of_the_doorbell_path() -> None:
+    with RemoteVectorEnv.make("CartPole-v1", 4, num_workers=2, vectorize=False) as remote:
+        remote.reset(seed=0)
+        remote.step_async(np.zeros(4, np.int64))
+        with pytest.raises(gymnasium.error.AlreadyPendingCallError):
+            remote.step_async(np.zeros(4, np.int64))
+        with pytest.raises(gymnasium.error.AlreadyPendingCallError):
+            remote.reset()
+        remote.step_wait()
+        with pytest.raises(gymnasium.error.NoAsyncCallError):
+            remote.step_wait()
+        assert remote.get_attr("_max_episode_steps") == (500,) * 4  # stops the doorbell loop
+        remote.step(np.ones(4, np.int64))  # and the next step starts it again
+        remote.step_async(np.ones(4, np.int64))  # close() collects a pending step
+
+
+class _FailsOnThirdStep(gymnasium.Wrapper):
+    def __init__(self) -> None:
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action: object) -> tuple:
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("env broke on step 3")
+        return self.env.step(action)
+
+
+def test_an_env_error_in_a_step_reaches_the_caller_and_the_env_stays_usable() -> None:
+    with RemoteVectorEnv([CARTPOLE, _FailsOnThirdStep], num_workers=2) as remote:
+        remote.reset(seed=0)
+        remote.step(np.zeros(2, np.int64))
+        remote.step(np.zeros(2, np.int64))
+        with pytest.raises(RuntimeError, match="env broke on step 3"):
+            remote.step(np.zeros(2, np.int64))
+        obs, _ = remote.reset(seed=1)  # the other actor's loop is stopped cleanly
+        assert remote.step(np.zeros(2, np.int64))[0].shape == obs.shape
+
+
+def test_a_dead_actor_turns_the_step_into_an_error() -> None:
+    before = _children()
+    with RemoteVectorEnv.make("CartPole-v1", 2, num_workers=2) as remote:
+        remote.reset(seed=0)
+        remote.step(np.zeros(2, np.int64))
+        victim = psutil.Process(max(_children() - before))
+        victim.kill()
+        victim.wait(10)
+        with pytest.raises(parl.ParlError):
+            remote.step(np.zeros(2, np.int64))
+
+
+def _fds() -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the descriptor listdir itself used
+            pass
+    return found
+
+
+def test_closing_leaves_no_shared_memory_pipe_or_descriptor_behind() -> None:
+    bells = os.path.join(tempfile.gettempdir(), "parl-bell-*")
+    bells_before = set(glob.glob(bells))
+    shm_before = set(os.listdir("/dev/shm"))
+    fds_before = None
+    for _ in range(2):  # the first round may start the runtime's own (lasting) descriptors
+        remote = RemoteVectorEnv.make("CartPole-v1", 6, num_workers=3)
+        remote.reset(seed=0)
+        remote.step(np.zeros(6, np.int64))
+        assert any("parl-bell-" in fd for fd in _fds())  # the FIFOs are open...
+        assert set(glob.glob(bells)) == bells_before  # ...and already unlinked
+        remote.close()
+        del remote
+        assert not any("parl-bell-" in fd for fd in _fds())
+        if fds_before is not None:
+            assert len(_fds()) <= fds_before
+        fds_before = len(_fds())
+    assert set(os.listdir("/dev/shm")) <= shm_before
+
+
 def test_remote_vector_env_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError, match="functions"):
         RemoteVectorEnv([])
@@ -86,6 +246,12 @@ def test_remote_vector_env_rejects_bad_arguments() -> None:
         RemoteVectorEnv([CARTPOLE], num_workers=0)
     with pytest.raises(ValueError, match="transport"):
         RemoteVectorEnv([CARTPOLE], transport="pipe")
+    with pytest.raises(ValueError, match="num_envs"):
+        RemoteVectorEnv.make("CartPole-v1", 0)
+    with pytest.raises(TypeError, match="env_id"):
+        RemoteVectorEnv.make(CARTPOLE, 2)  # type: ignore[arg-type]
+    with pytest.raises(gymnasium.error.Error, match="NoSuchEnv"):
+        RemoteVectorEnv.make("NoSuchEnv-v0", 2)
 
 
 def test_parl_vector_env_resets_finished_envs() -> None:
