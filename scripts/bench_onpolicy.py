@@ -13,8 +13,11 @@ evaluate 10 deterministic episodes every 1024 steps (at the same points: after t
 of updates) and the clock, which excludes evaluations, stops at the first mean >= 475.
 ``halfcheetah``: PPO training throughput with rl-zoo's HalfCheetah configuration (1 env,
 normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``.
-``vector``: random-action steps per second of 8 (CartPole) and 8 (HalfCheetah) envs, and the
-round trip of a 2-env CartPole step.
+``vector``: random-action steps per second of ``RemoteVectorEnv.make`` (fast path) and of
+``RemoteVectorEnv(env_fns)`` (generic path), 2 actors x 64 CartPole / x 16 HalfCheetah envs,
+against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs as in the issue, and as many envs as
+ours; 2 threads), and the round trip of a 2-env CartPole step; each of our rows also gives the
+Python-level calls the caller makes per step (machine-independent).
 """
 
 from __future__ import annotations
@@ -219,16 +222,62 @@ def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
     return count * n / (time.perf_counter() - tic)
 
 
+def _calls_per_step(envs: Any, steps: int = 100) -> float:
+    """Python-level calls (functions and builtins) the caller makes per step: a count that does
+    not depend on the machine or its load."""
+    actions = envs.action_space.sample()
+    envs.step(actions)
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    sys.setprofile(profile)
+    for _ in range(steps):
+        envs.step(actions)
+    sys.setprofile(None)
+    return count / steps
+
+
+def _print_rows(title: str, rows: dict[str, float], unit: str, calls: dict[str, float]) -> None:
+    print(f"\n{title}")
+    ours = next(iter(rows.values()))
+    for name, value in rows.items():
+        extra = f"   caller calls/step {calls[name]:.0f}" if name in calls else ""
+        number = f"{value:>10,.0f}  " if unit == "/s" else f"{value:>8.1f} us"
+        print(f"  {name:46s} {number}   first / this = {ours / value:5.2f}x{extra}")
+
+
+def _envpool(env_id: str, n: int) -> Any:
+    import envpool
+
+    return envpool.make_gymnasium(env_id, num_envs=n, num_threads=2)
+
+
 def bench_vector(seconds: float) -> None:
+    """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
+    (8 envs as in the issue, and as many envs as ours); then the 2-env round trip."""
     from parl.env import RemoteVectorEnv
 
     have_envpool = importlib.util.find_spec("envpool") is not None
-    for env_id, n, per in (("CartPole-v1", 16, 8), ("HalfCheetah-v5", 8, 4)):
+    for env_id, per in (("CartPole-v1", 64), ("HalfCheetah-v5", 16)):
+        n = 2 * per
         fns = [functools.partial(gym.make, env_id)] * n
-        rows = {}
-        with RemoteVectorEnv(fns, num_workers=2, infos=False) as remote:
-            rows[f"RemoteVectorEnv, 2 actors x {per} envs"] = _steps_per_second(remote, n, seconds)
-        fns8 = [functools.partial(gym.make, env_id)] * 8
+        rows, calls = {}, {}
+        makers = {
+            f"make(), 2 actors x {per} envs": functools.partial(
+                RemoteVectorEnv.make, env_id, n, 2, infos=False
+            ),
+            f"env_fns, 2 actors x {per} envs": functools.partial(
+                RemoteVectorEnv, fns, 2, infos=False
+            ),
+        }
+        for label, make in makers.items():
+            with make() as remote:
+                rows[label] = _steps_per_second(remote, n, seconds)
+                calls[label] = _calls_per_step(remote)
+        fns8 = fns[:8]
         rows["gymnasium SyncVectorEnv, 8 envs"] = _steps_per_second(
             gym.vector.SyncVectorEnv(fns8), 8, seconds
         )
@@ -236,31 +285,33 @@ def bench_vector(seconds: float) -> None:
         rows["gymnasium AsyncVectorEnv, 8 envs"] = _steps_per_second(asyncenv, 8, seconds)
         asyncenv.close()
         if have_envpool:
-            import envpool
-
-            pool = envpool.make_gymnasium(env_id, num_envs=8, num_threads=2)
-            rows["EnvPool, 8 envs, 2 threads"] = _steps_per_second(pool, 8, seconds)
-        ours = next(iter(rows.values()))
-        print(f"\n{env_id}: random-action steps per second")
-        for name, value in rows.items():
-            print(f"  {name:42s} {value:>10,.0f}   ours / this = {ours / value:5.2f}x")
-    print("\n2-env CartPole step round trip")
+            rows["EnvPool, 8 envs, 2 threads"] = _steps_per_second(_envpool(env_id, 8), 8, seconds)
+            rows[f"EnvPool, {n} envs, 2 threads"] = _steps_per_second(
+                _envpool(env_id, n), n, seconds
+            )
+        _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls)
     fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
-    latency = {}
-    with RemoteVectorEnv(fns2, num_workers=2, infos=False) as remote:
-        latency["RemoteVectorEnv, 2 actors"] = 2e6 / _steps_per_second(remote, 2, seconds)
+    latency, calls = {}, {}
+    for label, make in (
+        (
+            "make(), 2 actors x 1 env",
+            lambda: RemoteVectorEnv.make("CartPole-v1", 2, 2, infos=False),
+        ),
+        ("env_fns, 2 actors x 1 env", lambda: RemoteVectorEnv(fns2, 2, infos=False)),
+    ):
+        with make() as remote:
+            latency[label] = 2e6 / _steps_per_second(remote, 2, seconds)
+            calls[label] = _calls_per_step(remote)
     asyncenv = gym.vector.AsyncVectorEnv(fns2)
-    latency["AsyncVectorEnv, 2 envs"] = 2e6 / _steps_per_second(asyncenv, 2, seconds)
+    latency["gymnasium AsyncVectorEnv, 2 envs"] = 2e6 / _steps_per_second(asyncenv, 2, seconds)
     asyncenv.close()
     if have_envpool:
-        import envpool
-
-        latency["EnvPool, 2 envs"] = 2e6 / _steps_per_second(
-            envpool.make_gymnasium("CartPole-v1", num_envs=2, num_threads=2), 2, seconds
+        latency["EnvPool, 2 envs, 2 threads"] = 2e6 / _steps_per_second(
+            _envpool("CartPole-v1", 2), 2, seconds
         )
-    ours = latency["RemoteVectorEnv, 2 actors"]
-    for name, value in latency.items():
-        print(f"  {name:42s} {value:>8.1f} us   ours / this = {ours / value:5.2f}x")
+    _print_rows(
+        "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls
+    )
 
 
 def main() -> None:

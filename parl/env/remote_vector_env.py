@@ -4,7 +4,7 @@ actors, several per actor, exchanging data through shared arrays.
 The caller allocates one shared array (``parl.shm``) each for the observations, actions,
 rewards, terminations and truncations of all envs and hands them to the actors once. A step is
 then: write the actions, ring every actor's doorbell (one byte down a pipe, see
-:mod:`parl.env.doorbell`), and each actor steps its envs, writes its slice of the results in
+:mod:`parl.shm.doorbell`), and each actor steps its envs, writes its slice of the results in
 place and answers with one byte. Nothing is pickled per step except the info dicts of envs that
 returned a non-empty one (``infos=False`` drops those that are not needed for auto-reset).
 ``step_async``/``step_wait`` split a step so that the caller's own work (its policy) overlaps
@@ -31,9 +31,9 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
-from parl.env.doorbell import DONE, INFOS, ActorBell, CallerBell
 from parl.env.env_batch import EnvBatch, EnvList, Infos
 from parl.env.fast_envs import fast_builder
+from parl.shm.doorbell import DONE, INFOS, ActorBell, CallerBell, answers
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -66,7 +66,7 @@ class _EnvWorker:
         return True
 
     def serve_bell(self) -> None:
-        """Step at each ring until the caller stops this call (see parl.env.doorbell)."""
+        """Step at each ring until the caller stops this call (see parl.shm.doorbell)."""
         assert self.bell is not None
         self.bell.serve(self._step_shared)
 
@@ -390,16 +390,15 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
     def _answers(self) -> list[Infos | None]:
         """Every actor's answer to the ring; a failed actor's serve() call raises its error
         (the step's exception with its remote traceback, or the actor's death)."""
-        answers = [
-            bell.answer() if rung else (b"", None)
-            for bell, rung in zip(self._bells, self._rung, strict=True)
-        ]
-        for i, (kind, _) in enumerate(answers):
+        got = answers(
+            [b if rung else None for b, rung in zip(self._bells, self._rung, strict=True)]
+        )
+        for i, (kind, _) in enumerate(got):
             if kind not in (DONE, INFOS):
                 failed, self._serving[i] = self._serving[i], None
                 failed.get()  # raises
                 raise RuntimeError(f"actor {i} of RemoteVectorEnv stopped stepping")
-        return [infos for _, infos in answers]
+        return [infos for _, infos in got]
 
     def step(
         self, actions: Any

@@ -1,12 +1,16 @@
 """A doorbell between a caller and one local actor: two named pipes (FIFOs), one byte each way
-per step, for the hot loop of ``RemoteVectorEnv``.
+per round, for hot loops whose data already sits in shared arrays (``parl.env.RemoteVectorEnv``).
 
 A remote call costs a pickled request, a frame, a dispatch and a pickled reply on each side
-(about 150 Python-level calls in the caller per 2-actor step); a step whose data already sits in
-shared arrays needs none of that, only "go" and "done". The actor runs one long call
-(:meth:`ActorBell.serve`) that reads a byte, steps, and writes a byte back (followed by pickled
-info dicts when there are any); any other request first stops that call (:meth:`CallerBell.stop`)
-and goes through the ordinary remote API.
+(about 75 Python-level calls in the caller per call); a round whose data is in shared arrays
+needs none of that, only "go" and "done". The actor runs one long call (:meth:`ActorBell.serve`)
+that reads a byte, runs a function, and writes a byte back (followed by a pickle of what the
+function returned, when that is not empty); any other request first stops that call
+(:meth:`CallerBell.stop`) and goes through the ordinary remote API.
+
+Waiting follows the call path's policy (:class:`parl.wire.framing.Spin`): spin briefly for the
+other side when the machine is not crowded (a sleep and a wake-up cost more than the round on a
+virtual machine), else block.
 
 The FIFOs are made in a private temporary folder (mode 0700) and unlinked as soon as both ends
 are open, so nothing is left in the file system. End of stream on either side means the other
@@ -19,11 +23,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import shutil
 import struct
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
+
+from parl.wire.framing import SPIN_S, Spin, crowded
 
 GO = b"g"  # caller -> actor: step now
 STOP = b"s"  # caller -> actor: return from serve()
@@ -46,6 +54,30 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return data
 
 
+def _wait_readable(poller: select.poll, spin: Spin, may_spin: bool) -> None:
+    """Until the descriptor registered in ``poller`` is readable: spin first when allowed."""
+    if not SPIN_S:
+        poller.poll()
+        return
+    now = time.perf_counter()
+    if may_spin and spin.seconds:
+        deadline = now + spin.seconds
+        while now < deadline:
+            if poller.poll(0):
+                return
+            now = time.perf_counter()
+    if poller.poll(0):
+        return
+    poller.poll()
+    spin.missed(spin.seconds + time.perf_counter() - now)
+
+
+def _poller(fd: int) -> select.poll:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return poller
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -53,7 +85,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class CallerBell:
-    """The caller's ends: ``request`` (write) and ``reply`` (read) descriptors."""
+    """The caller's ends: ``request`` (write) and ``reply`` (read) descriptors. Not thread-safe."""
 
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="parl-bell-")  # mode 0700
@@ -63,6 +95,8 @@ class CallerBell:
             os.mkfifo(path, 0o600)
         # opened without blocking (no writer yet); the actor's open for writing then succeeds
         self.reply = os.open(self.paths[1], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poller = _poller(self.reply)
+        self._spin = Spin(SPIN_S)
 
     def connect(self) -> None:
         """After the actor opened its ends (see :meth:`ActorBell.open`)."""
@@ -79,9 +113,11 @@ class CallerBell:
     def ring(self) -> None:
         os.write(self.request, GO)
 
-    def answer(self) -> tuple[bytes, Any]:
-        """Wait for the actor's answer: (DONE, None), (INFOS, infos), (FAILED, None), or
-        (b"", None) when the actor is gone."""
+    def answer(self, may_spin: bool = False) -> tuple[bytes, Any]:
+        """Wait for the actor's answer: (DONE, None), (INFOS, value), (FAILED, None), or
+        (b"", None) when the actor is gone. ``may_spin``: the caller found the machine not
+        crowded (see :func:`parl.wire.framing.crowded`; one look serves several bells)."""
+        _wait_readable(self._poller, self._spin, may_spin)
         kind = os.read(self.reply, 1)
         if kind != INFOS:
             return kind, None
@@ -106,6 +142,13 @@ class CallerBell:
         self.request = self.reply = -1
 
 
+def answers(bells: list[CallerBell | None]) -> list[tuple[bytes, Any]]:
+    """Every bell's answer in order (see :meth:`CallerBell.answer`); None, a bell that was not
+    rung, answers (b"", None). The machine is looked at once for all of them."""
+    may_spin = not crowded()
+    return [(b"", None) if bell is None else bell.answer(may_spin) for bell in bells]
+
+
 class ActorBell:
     """The actor's ends, opened from the paths the caller made."""
 
@@ -118,11 +161,15 @@ class ActorBell:
             raise
         os.set_blocking(self.request, True)
 
-    def serve(self, step: Callable[[], list]) -> None:
-        """Run ``step()`` for each ring until the caller says stop or goes away. ``step``
-        returns the info pairs to send back (an empty list for none)."""
+    def serve(self, step: Callable[[], Any]) -> None:
+        """Run ``step()`` for each ring until the caller says stop or goes away; what ``step``
+        returns goes back when it is not empty."""
         read, write, request, reply = os.read, os.write, self.request, self.reply
-        while read(request, 1) == GO:
+        poller, spin = _poller(request), Spin(SPIN_S)
+        while True:
+            _wait_readable(poller, spin, not crowded())
+            if read(request, 1) != GO:
+                return
             try:
                 infos = step()
             except BaseException:
