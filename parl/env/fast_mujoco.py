@@ -69,6 +69,11 @@ class HalfCheetahBatch(EnvList):
             for env in self.raw
         )
         self.lean = self.lean and same
+        # MjData's arrays are views made anew at each attribute read: made once here instead
+        self._views = [
+            (env.model, env.data, env.data.qpos, env.data.qvel, env.data.ctrl, env.frame_skip)
+            for env in self.raw
+        ]
 
     def reset(self, seeds: Sequence[int | None], options: Any, obs: np.ndarray) -> Infos:
         infos = super().reset(seeds, options, obs)
@@ -118,19 +123,17 @@ class HalfCheetahBatch(EnvList):
         step, post = mujoco.mj_step, mujoco.mj_rnePostConstraint
         x_before, x_after, skip = self._x_before, self._x_after, self.skip
         split = obs.shape[1] - self.raw[0].model.nv
-        for k, env in enumerate(self.raw):
+        for k, (model, data, qpos, qvel, ctrl, frames) in enumerate(self._views):
             if not moving[k]:
                 continue
-            data = env.data
-            qpos = data.qpos
             x_before[k] = qpos[0]
-            data.ctrl[:] = actions[k]
-            step(env.model, data, nstep=env.frame_skip)
-            post(env.model, data)
+            ctrl[:] = actions[k]
+            step(model, data, frames)
+            post(model, data)
             x_after[k] = qpos[0]
             row = obs[k]
             row[:split] = qpos[skip:]
-            row[split:] = data.qvel
+            row[split:] = qvel
 
     def _autoreset(
         self,
