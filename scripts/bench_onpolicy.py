@@ -255,7 +255,31 @@ def _envpool(env_id: str, n: int) -> Any:
     return envpool.make_gymnasium(env_id, num_envs=n, num_threads=2)
 
 
-def bench_vector(seconds: float) -> None:
+def _rounds(
+    makers: dict[str, tuple[Any, int]], seconds: float, rounds: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Steps per second of every row: the median of ``rounds`` passes that take the rows in
+    turn (so that a change in the machine's load falls on all of them), and the caller's
+    Python calls per step of our rows."""
+    envs = {name: (make(), n) for name, (make, n) in makers.items()}
+    try:
+        rates: dict[str, list[float]] = {name: [] for name in envs}
+        for _ in range(rounds):
+            for name, (env, n) in envs.items():
+                rates[name].append(_steps_per_second(env, n, seconds / rounds))
+        calls = {
+            name: _calls_per_step(env)
+            for name, (env, _) in envs.items()
+            if name.startswith(("make", "env_fns"))
+        }
+    finally:
+        for env, _ in envs.values():
+            if hasattr(env, "close"):
+                env.close()
+    return {name: statistics.median(r) for name, r in rates.items()}, calls
+
+
+def bench_vector(seconds: float, rounds: int = 3) -> None:
     """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
     (8 envs as in the issue, and as many envs as ours); then the 2-env round trip."""
     from parl.env import RemoteVectorEnv
@@ -264,51 +288,42 @@ def bench_vector(seconds: float) -> None:
     for env_id, per in (("CartPole-v1", 64), ("HalfCheetah-v5", 16)):
         n = 2 * per
         fns = [functools.partial(gym.make, env_id)] * n
-        rows, calls = {}, {}
-        makers = {
-            f"make(), 2 actors x {per} envs": functools.partial(
-                RemoteVectorEnv.make, env_id, n, 2, infos=False
+        makers: dict[str, tuple[Any, int]] = {
+            f"make(), 2 actors x {per} envs": (
+                functools.partial(RemoteVectorEnv.make, env_id, n, 2, infos=False),
+                n,
             ),
-            f"env_fns, 2 actors x {per} envs": functools.partial(
-                RemoteVectorEnv, fns, 2, infos=False
+            f"env_fns, 2 actors x {per} envs": (
+                functools.partial(RemoteVectorEnv, fns, 2, infos=False),
+                n,
+            ),
+            "gymnasium SyncVectorEnv, 8 envs": (
+                functools.partial(gym.vector.SyncVectorEnv, fns[:8]),
+                8,
+            ),
+            "gymnasium AsyncVectorEnv, 8 envs": (
+                functools.partial(gym.vector.AsyncVectorEnv, fns[:8]),
+                8,
             ),
         }
-        for label, make in makers.items():
-            with make() as remote:
-                rows[label] = _steps_per_second(remote, n, seconds)
-                calls[label] = _calls_per_step(remote)
-        fns8 = fns[:8]
-        rows["gymnasium SyncVectorEnv, 8 envs"] = _steps_per_second(
-            gym.vector.SyncVectorEnv(fns8), 8, seconds
-        )
-        asyncenv = gym.vector.AsyncVectorEnv(fns8)
-        rows["gymnasium AsyncVectorEnv, 8 envs"] = _steps_per_second(asyncenv, 8, seconds)
-        asyncenv.close()
         if have_envpool:
-            rows["EnvPool, 8 envs, 2 threads"] = _steps_per_second(_envpool(env_id, 8), 8, seconds)
-            rows[f"EnvPool, {n} envs, 2 threads"] = _steps_per_second(
-                _envpool(env_id, n), n, seconds
-            )
+            makers["EnvPool, 8 envs, 2 threads"] = (functools.partial(_envpool, env_id, 8), 8)
+            makers[f"EnvPool, {n} envs, 2 threads"] = (functools.partial(_envpool, env_id, n), n)
+        rows, calls = _rounds(makers, seconds * rounds, rounds)
         _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls)
     fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
-    latency, calls = {}, {}
-    for label, make in (
-        (
-            "make(), 2 actors x 1 env",
-            lambda: RemoteVectorEnv.make("CartPole-v1", 2, 2, infos=False),
+    makers = {
+        "make(), 2 actors x 1 env": (
+            functools.partial(RemoteVectorEnv.make, "CartPole-v1", 2, 2, infos=False),
+            2,
         ),
-        ("env_fns, 2 actors x 1 env", lambda: RemoteVectorEnv(fns2, 2, infos=False)),
-    ):
-        with make() as remote:
-            latency[label] = 2e6 / _steps_per_second(remote, 2, seconds)
-            calls[label] = _calls_per_step(remote)
-    asyncenv = gym.vector.AsyncVectorEnv(fns2)
-    latency["gymnasium AsyncVectorEnv, 2 envs"] = 2e6 / _steps_per_second(asyncenv, 2, seconds)
-    asyncenv.close()
+        "env_fns, 2 actors x 1 env": (functools.partial(RemoteVectorEnv, fns2, 2, infos=False), 2),
+        "gymnasium AsyncVectorEnv, 2 envs": (functools.partial(gym.vector.AsyncVectorEnv, fns2), 2),
+    }
     if have_envpool:
-        latency["EnvPool, 2 envs, 2 threads"] = 2e6 / _steps_per_second(
-            _envpool("CartPole-v1", 2), 2, seconds
-        )
+        makers["EnvPool, 2 envs, 2 threads"] = (functools.partial(_envpool, "CartPole-v1", 2), 2)
+    rates, calls = _rounds(makers, seconds * rounds, rounds)
+    latency = {name: 2e6 / rate for name, rate in rates.items()}
     _print_rows(
         "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls
     )
@@ -319,11 +334,12 @@ def main() -> None:
     parser.add_argument("--only", choices=("cartpole", "halfcheetah", "vector"), default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cheetah_steps", type=int, default=2048)
-    parser.add_argument("--vector_seconds", type=float, default=3.0)
+    parser.add_argument("--vector_seconds", type=float, default=1.0, help="per row and pass")
+    parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.only in (None, "vector"):
-        bench_vector(args.vector_seconds)
+        bench_vector(args.vector_seconds, args.vector_rounds)
     if args.only in (None, "cartpole"):
         ours, theirs = [], []
         print(

@@ -70,10 +70,13 @@ class HalfCheetahBatch(EnvList):
         )
         self.lean = self.lean and same
         # MjData's arrays are views made anew at each attribute read: made once here instead
-        self._views = [
-            (env.model, env.data, env.data.qpos, env.data.qvel, env.data.ctrl, env.frame_skip)
-            for env in self.raw
+        datas = [env.data for env in self.raw]
+        self._sims = [
+            (env.model, d, d.ctrl, env.frame_skip) for env, d in zip(self.raw, datas, strict=True)
         ]
+        self._x_views = [d.qpos[:1] for d in datas]
+        self._qpos_views = [d.qpos[self.skip :] for d in datas]
+        self._qvel_views = [d.qvel for d in datas]
 
     def reset(self, seeds: Sequence[int | None], options: Any, obs: np.ndarray) -> Infos:
         infos = super().reset(seeds, options, obs)
@@ -119,21 +122,20 @@ class HalfCheetahBatch(EnvList):
         return self._autoreset(moving, obs, rewards, terminations, truncations, infos)
 
     def _simulate(self, actions: np.ndarray, obs: np.ndarray, moving: np.ndarray) -> None:
-        """``MujocoEnv._step_mujoco_simulation`` and ``_get_obs`` for the moving envs."""
+        """``MujocoEnv._step_mujoco_simulation`` for the moving envs, and ``_get_obs`` of
+        every env gathered in one copy per part (rows of envs about to reset are overwritten
+        by their reset)."""
         step, post = mujoco.mj_step, mujoco.mj_rnePostConstraint
-        x_before, x_after, skip = self._x_before, self._x_after, self.skip
         split = obs.shape[1] - self.raw[0].model.nv
-        for k, (model, data, qpos, qvel, ctrl, frames) in enumerate(self._views):
-            if not moving[k]:
-                continue
-            x_before[k] = qpos[0]
-            ctrl[:] = actions[k]
-            step(model, data, frames)
-            post(model, data)
-            x_after[k] = qpos[0]
-            row = obs[k]
-            row[:split] = qpos[skip:]
-            row[split:] = qvel
+        np.concatenate(self._x_views, out=self._x_before)
+        for k, (model, data, ctrl, frames) in enumerate(self._sims):
+            if moving[k]:
+                ctrl[:] = actions[k]
+                step(model, data, frames)
+                post(model, data)
+        np.concatenate(self._x_views, out=self._x_after)
+        np.stack(self._qpos_views, out=obs[:, :split])
+        np.stack(self._qvel_views, out=obs[:, split:])
 
     def _autoreset(
         self,
