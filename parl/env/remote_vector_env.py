@@ -390,15 +390,32 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
     def _answers(self) -> list[Infos | None]:
         """Every actor's answer to the ring; a failed actor's serve() call raises its error
         (the step's exception with its remote traceback, or the actor's death)."""
-        got = answers(
-            [b if rung else None for b, rung in zip(self._bells, self._rung, strict=True)]
-        )
+        try:
+            got = answers(
+                [b if rung else None for b, rung in zip(self._bells, self._rung, strict=True)]
+            )
+        except BaseException:  # e.g. Ctrl-C: an answer left unread would answer the next ring
+            self._drop_bells()
+            raise
         for i, (kind, _) in enumerate(got):
             if kind not in (DONE, INFOS):
                 failed, self._serving[i] = self._serving[i], None
                 failed.get()  # raises
                 raise RuntimeError(f"actor {i} of RemoteVectorEnv stopped stepping")
         return [infos for _, infos in got]
+
+    def _drop_bells(self) -> None:
+        """Go on with ordinary calls. Closing our ends ends the actors' serve() calls (after
+        the step in flight, whose answer finds no reader: their errors are not news); they
+        are waited for, as that step still reads the shared actions."""
+        for bell in self._bells:
+            bell.close()
+        self._bells.clear()
+        for future in self._serving:
+            if future is not None:
+                with contextlib.suppress(Exception):
+                    future.get(timeout=10)
+        self._serving, self._rung = [], []
 
     def step(
         self, actions: Any

@@ -192,6 +192,35 @@ def test_step_async_and_errors_of_the_doorbell_path() -> None:
         remote.step_async(np.ones(4, np.int64))  # close() collects a pending step
 
 
+def test_an_interrupted_step_wait_falls_back_to_calls_in_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while reading the actors' answers: the doorbells are dropped (an unread answer
+    would answer the next step) and later steps, by ordinary calls, stay in step with
+    gymnasium."""
+    from parl.shm import doorbell
+
+    serial = gymnasium.vector.SyncVectorEnv([CARTPOLE] * 4)
+    with RemoteVectorEnv([CARTPOLE] * 4, num_workers=2) as remote:
+        remote.reset(seed=2), serial.reset(seed=2)
+        actions = np.array([0, 1, 1, 0])
+        with monkeypatch.context() as patch:
+            patch.setattr(doorbell.CallerBell, "answer", _interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                remote.step(actions)
+        serial.step(actions)  # the actors did step
+        assert not remote._bells
+        rng = np.random.default_rng(1)
+        for t in range(40):
+            actions = rng.integers(0, 2, 4)
+            _assert_same_step(remote.step(actions), serial.step(actions), t)
+    serial.close()
+
+
+def _interrupt(*args: object) -> None:
+    raise KeyboardInterrupt
+
+
 class _FailsOnThirdStep(gymnasium.Wrapper):
     def __init__(self) -> None:
         super().__init__(gymnasium.make("CartPole-v1"))
