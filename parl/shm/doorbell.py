@@ -99,7 +99,7 @@ class CallerBell:
         self._spin = Spin(SPIN_S)
 
     def connect(self) -> None:
-        """After the actor opened its ends (see :meth:`ActorBell.open`)."""
+        """After the actor opened its ends (made its :class:`ActorBell` from ``paths``)."""
         try:
             self.request = os.open(self.paths[0], os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             os.set_blocking(self.request, True)
