@@ -200,7 +200,21 @@ def sb3_cheetah(steps: int) -> float:
 
 
 # -- vector envs ------------------------------------------------------------------------------------
-def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
+def _cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children (actors, workers)."""
+    import psutil
+
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def _steps_per_second(envs: Any, n: int, seconds: float, cpu: list[float] | None = None) -> float:
+    """Random-action steps per second; appends the CPU µs per env step to ``cpu``."""
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     space = envs.action_space
@@ -215,11 +229,14 @@ def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
         ]
     for a in actions[:8]:
         envs.step(a)
-    count, tic = 0, time.perf_counter()
+    count, tic, cpu_tic = 0, time.perf_counter(), _cpu_seconds() if cpu is not None else 0.0
     while time.perf_counter() - tic < seconds:
         envs.step(actions[int(rng.integers(64))])
         count += 1
-    return count * n / (time.perf_counter() - tic)
+    elapsed = time.perf_counter() - tic
+    if cpu is not None:
+        cpu.append((_cpu_seconds() - cpu_tic) / (count * n) * 1e6)
+    return count * n / elapsed
 
 
 def _calls_per_step(envs: Any, steps: int = 100) -> float:
@@ -240,13 +257,18 @@ def _calls_per_step(envs: Any, steps: int = 100) -> float:
     return count / steps
 
 
-def _print_rows(title: str, rows: dict[str, float], unit: str, calls: dict[str, float]) -> None:
+def _print_rows(
+    title: str, rows: dict[str, float], unit: str, calls: dict[str, float], cpu: dict[str, float]
+) -> None:
     print(f"\n{title}")
     ours = next(iter(rows.values()))
     for name, value in rows.items():
         extra = f"   caller calls/step {calls[name]:.0f}" if name in calls else ""
         number = f"{value:>10,.0f}  " if unit == "/s" else f"{value:>8.1f} us"
-        print(f"  {name:46s} {number}   first / this = {ours / value:5.2f}x{extra}")
+        print(
+            f"  {name:46s} {number}   first / this = {ours / value:5.2f}x"
+            f"   CPU {cpu[name]:6.1f} us/env-step{extra}"
+        )
 
 
 def _envpool(env_id: str, n: int) -> Any:
@@ -257,16 +279,18 @@ def _envpool(env_id: str, n: int) -> Any:
 
 def _rounds(
     makers: dict[str, tuple[Any, int]], seconds: float, rounds: int
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Steps per second of every row: the median of ``rounds`` passes that take the rows in
-    turn (so that a change in the machine's load falls on all of them), and the caller's
-    Python calls per step of our rows."""
+    turn (so that a change in the machine's load falls on all of them); the caller's Python
+    calls per step of our rows; the median CPU time (all processes and threads) per env step,
+    which depends less on the load than the rate does."""
     envs = {name: (make(), n) for name, (make, n) in makers.items()}
     try:
         rates: dict[str, list[float]] = {name: [] for name in envs}
+        cpu: dict[str, list[float]] = {name: [] for name in envs}
         for _ in range(rounds):
             for name, (env, n) in envs.items():
-                rates[name].append(_steps_per_second(env, n, seconds / rounds))
+                rates[name].append(_steps_per_second(env, n, seconds / rounds, cpu[name]))
         calls = {
             name: _calls_per_step(env)
             for name, (env, _) in envs.items()
@@ -276,7 +300,12 @@ def _rounds(
         for env, _ in envs.values():
             if hasattr(env, "close"):
                 env.close()
-    return {name: statistics.median(r) for name, r in rates.items()}, calls
+    median = statistics.median
+    return (
+        {name: median(r) for name, r in rates.items()},
+        calls,
+        {name: median(c) for name, c in cpu.items()},
+    )
 
 
 def bench_vector(seconds: float, rounds: int = 3) -> None:
@@ -309,8 +338,8 @@ def bench_vector(seconds: float, rounds: int = 3) -> None:
         if have_envpool:
             makers["EnvPool, 8 envs, 2 threads"] = (functools.partial(_envpool, env_id, 8), 8)
             makers[f"EnvPool, {n} envs, 2 threads"] = (functools.partial(_envpool, env_id, n), n)
-        rows, calls = _rounds(makers, seconds * rounds, rounds)
-        _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls)
+        rows, calls, cpu = _rounds(makers, seconds * rounds, rounds)
+        _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls, cpu)
     fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
     makers = {
         "make(), 2 actors x 1 env": (
@@ -322,10 +351,10 @@ def bench_vector(seconds: float, rounds: int = 3) -> None:
     }
     if have_envpool:
         makers["EnvPool, 2 envs, 2 threads"] = (functools.partial(_envpool, "CartPole-v1", 2), 2)
-    rates, calls = _rounds(makers, seconds * rounds, rounds)
+    rates, calls, cpu = _rounds(makers, seconds * rounds, rounds)
     latency = {name: 2e6 / rate for name, rate in rates.items()}
     _print_rows(
-        "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls
+        "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls, cpu
     )
 
 
