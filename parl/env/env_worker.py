@@ -35,6 +35,9 @@ class EnvWorker:
     def attach(self, buffers: dict[str, np.ndarray], start: int) -> None:
         stop = start + self.batch.num_envs
         self.bufs = {name: buffers[name][start:stop] for name in BUFFERS}
+        for name, buf in self.bufs.items():
+            if not buf.flags.writeable:  # a read-only copy (Ray's object store): own one
+                self.bufs[name] = buf.copy()
 
     def open_bell(self, paths: tuple[str, str]) -> bool:
         """Open the doorbell's pipes; False where they are not here (another host)."""

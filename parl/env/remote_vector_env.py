@@ -34,6 +34,7 @@ import parl
 from parl.env.env_batch import EnvList, Infos
 from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
+from parl.remote.context import actors_share_memory
 from parl.shm.doorbell import DONE, INFOS, CallerBell, answers
 
 __all__ = ["RemoteVectorEnv"]
@@ -60,11 +61,15 @@ def _close_workers(workers: list[Any], bells: list[CallerBell]) -> None:
             pass
 
 
-def _check_common(num_workers: int, transport: str) -> None:
+def _check_common(num_workers: int, transport: str | None) -> str:
+    """Checks the arguments ``__init__`` and ``make`` share; returns the transport to use."""
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+    if transport is None:
+        transport = "shm" if actors_share_memory() else "values"
     if transport not in ("shm", "values"):
         raise ValueError(f"transport must be 'shm' or 'values', got {transport!r}")
+    return transport
 
 
 class RemoteVectorEnv(gymnasium.vector.VectorEnv):
@@ -78,7 +83,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         infos: return the envs' info dicts; ``False`` keeps only what auto-reset needs
             (``final_obs``, and ``final_info["episode"]`` of ``RecordEpisodeStatistics``).
         transport: ``"shm"`` (shared arrays, local actors) or ``"values"`` (results returned
-            by value, for carriers without shared memory).
+            by value, for carriers without shared memory); ``None`` (default) picks ``"shm"``
+            for local workers and ``"values"`` after ``parl.connect`` to a cluster, SSH hosts
+            or Ray, where a shared array crosses as a copy.
 
     ``RemoteVectorEnv.make(env_id, num_envs)`` builds the envs from a registered id and picks
     the fastest form that gives the same trajectories (see :meth:`make`).
@@ -90,11 +97,11 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         num_workers: int = 2,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         infos: bool = True,
-        transport: str = "shm",
+        transport: str | None = None,
     ) -> None:
         if not env_fns or not all(callable(fn) for fn in env_fns):
             raise TypeError("RemoteVectorEnv needs a non-empty list of functions that build envs")
-        _check_common(num_workers, transport)
+        transport = _check_common(num_workers, transport)
         ranges = _split(len(env_fns), min(num_workers, len(env_fns)))
         builders: list[Builder] = [
             functools.partial(EnvList, [env_fns[i] for i in r]) for r in ranges
@@ -110,7 +117,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         infos: bool = True,
-        transport: str = "shm",
+        transport: str | None = None,
         vectorize: bool = True,
         **kwargs: Any,
     ) -> RemoteVectorEnv:
@@ -128,7 +135,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             raise TypeError(f"env_id must be a registered gymnasium id (str), got {env_id!r}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        _check_common(num_workers, transport)
+        transport = _check_common(num_workers, transport)
         gymnasium.spec(env_id)  # raises gymnasium's error for an unknown id, here
         ranges = _split(num_envs, min(num_workers, num_envs))
         builders: list[Builder] = []

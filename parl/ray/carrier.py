@@ -15,11 +15,14 @@ for large arrays on the same node, so each proxy call is one Ray actor-method ca
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+import psutil
 import ray
 from ray import exceptions as ray_errors
 
@@ -27,6 +30,7 @@ from parl.errors import ActorDiedError, ClusterError, DeploymentError
 from parl.ray.code import CodeShipper
 from parl.ray.connection import RayConnection
 from parl.ray.host import ParlActor
+from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 log = logging.getLogger("parl.ray")
@@ -44,16 +48,26 @@ class RayCarrier:
         forward_output: bool = True,
         slot_timeout: float = DEFAULT_SLOT_TIMEOUT_S,
         distributed_files: Sequence[str] = (),
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
         self.address = address
         self.slot_timeout = slot_timeout
-        self._owned = not ray.is_initialized()
-        if self._owned:
+        self.stop_timeout = stop_timeout
+        self._stopping: list[_Stopping] = []
+        self._reaper: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._live = 0
+        self._closed = False
+        self._owned = self._take_over(address)
+        if not ray.is_initialized():
             target = None if address == "ray" else address
             try:
                 ray.init(address=target, log_to_driver=forward_output)
             except Exception as exc:  # noqa: BLE001 - Ray raises several kinds
                 raise ClusterError(f"cannot start or reach Ray at {address!r}: {exc}") from exc
+            self._owned = True
+        if self._owned:
+            RayCarrier._owner = self
         self._node_id = ray.get_runtime_context().get_node_id()
         try:
             self._code = CodeShipper(distributed_files)
@@ -61,9 +75,30 @@ class RayCarrier:
             self.close()
             raise
         self._actor_class: Any = ray.remote(ParlActor)
-        self._lock = threading.Lock()
-        self._live = 0
-        self._closed = False
+
+    _owner: RayCarrier | None = None  # the carrier whose ray.init is the live one
+
+    def _take_over(self, address: str) -> bool:
+        """Whether this carrier now owns (will shut down) the Ray of this process.
+
+        ``parl.connect("ray")`` again replaces the previous carrier but must not lose its Ray:
+        the new carrier takes the ownership over, so that retiring the old one (once its
+        actors are gone) leaves Ray running. Another address needs a fresh ``ray.init``: the
+        old Ray is shut down first, which is refused while actors of it are alive."""
+        previous = RayCarrier._owner
+        if previous is None or previous._closed or not ray.is_initialized():
+            return False  # a Ray the user initialised is joined, never owned
+        if previous.address == address:
+            previous._owned = False
+            return True
+        if previous.live_actors:
+            raise ClusterError(
+                f"this process has {previous.live_actors} actors on the Ray at "
+                f"{previous.address!r}; close them (parl.close_actor) or call "
+                f"parl.disconnect() before connecting to {address!r}"
+            )
+        previous.close()
+        return False
 
     def create(self, class_name: str, options: dict[str, Any]) -> RayConnection:
         """Start a Ray actor for ``class_name`` and wait until Ray has placed and started it;
@@ -91,7 +126,8 @@ class RayCarrier:
         label = f"{class_name} pid={pid}" + ("" if node == self._node_id else f" on {host}")
         with self._lock:
             self._live += 1
-        return RayConnection(handle, label, self._actor_gone)
+        local_pid = pid if node == self._node_id else None
+        return RayConnection(handle, label, functools.partial(self._end, local_pid))
 
     def _not_placed(self, class_name: str, resources: dict[str, Any]) -> str:
         asked = ", ".join(f"{k}={v:g}" for k, v in resources.items() if v) or "nothing"
@@ -106,15 +142,71 @@ class RayCarrier:
             "parl.connect(..., slot_timeout=...)"
         )
 
-    def _actor_gone(self) -> None:
+    def _end(self, pid: int | None, handle: Any, graceful: bool) -> None:
+        """End one actor: ``stop`` queued behind its calls (graceful), else ``ray.kill``.
+        A stopping actor is killed once ``stop_timeout`` has passed (:meth:`_reap`)."""
         with self._lock:
             self._live -= 1
+        if not ray.is_initialized():
+            return
+        if graceful:
+            try:
+                ref = handle.stop.remote()
+            except Exception:  # noqa: BLE001 - Ray is shutting down: kill instead
+                pass
+            else:
+                deadline = time.monotonic() + self.stop_timeout
+                with self._lock:
+                    self._stopping.append(_Stopping(ref, handle, pid, deadline))
+                    if self._reaper is None:
+                        self._reaper = threading.Thread(
+                            target=self._reap_all, name="parl-ray-reaper", daemon=True
+                        )
+                        self._reaper.start()
+                return
+        _kill(handle)
+
+    def _reap_all(self) -> None:
+        while self._reap(0.2):
+            pass
+
+    def _reap(self, timeout: float) -> bool:
+        """Forget the stopping actors whose worker has ended, kill those past their
+        deadline; whether some are still stopping (the reaper thread ends when none is)."""
+        with self._lock:
+            stopping = list(self._stopping)
+        if stopping and ray.is_initialized():
+            refs = [item.ref for item in stopping]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            if len(ready) < len(refs):
+                ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+            else:  # every stop ran: their workers are exiting (a poll, not a spin)
+                time.sleep(min(timeout, 0.02))
+        now = time.monotonic()
+        ended = []
+        for item in stopping:
+            if item.done():
+                ended.append(item)
+            elif now >= item.deadline:
+                log.warning("actor pid=%s did not end within stop_timeout: killed", item.pid)
+                _kill(item.handle)
+                ended.append(item)
+        with self._lock:
+            self._stopping = [item for item in self._stopping if item not in ended]
+            if not self._stopping:
+                self._reaper = None
+                return False
+            return True
 
     def close(self) -> None:
         """Shut Ray down if this carrier started it (its actors end with it). Idempotent."""
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        while self._reap(0.2):  # the actors being stopped end first (bounded: stop_timeout)
+            pass
+        if RayCarrier._owner is self:
+            RayCarrier._owner = None
         if self._owned and ray.is_initialized():
             ray.shutdown()
 
@@ -125,6 +217,36 @@ class RayCarrier:
     @property
     def server_pid(self) -> int | None:
         return None  # Ray's processes are Ray's
+
+
+class _Stopping(NamedTuple):
+    """An actor asked to stop: ``ref`` of its ``stop`` call, its worker's pid on this node."""
+
+    ref: Any
+    handle: Any
+    pid: int | None
+    deadline: float
+
+    def done(self) -> bool:
+        ready, _ = ray.wait([self.ref], timeout=0, fetch_local=False)
+        if not ready:
+            return False
+        return self.pid is None or not _running(self.pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill(handle: Any) -> None:
+    try:
+        if ray.is_initialized():
+            ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone, or Ray shut down meanwhile
+        pass
 
 
 def _resources(options: dict[str, Any]) -> dict[str, Any]:

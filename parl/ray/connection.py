@@ -38,7 +38,7 @@ _DIED = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 class RayConnection:
     """One actor's calls. ``label`` names the actor in errors (``Sampler pid=123``)."""
 
-    def __init__(self, handle: Any, label: str, on_close: Callable[[], None]) -> None:
+    def __init__(self, handle: Any, label: str, end: Callable[[Any, bool], None]) -> None:
         self.label = label
         self._handle = handle
         self._call = handle.call  # the method of every CALL, looked up once
@@ -49,7 +49,8 @@ class RayConnection:
         self._failure: ParlError | None = None
         self._closed = False
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _kill, handle, on_close)
+        self._graceful = [True]  # False once Ray reported the actor dead: nothing to stop
+        self._finalizer = weakref.finalize(self, _end, handle, end, self._graceful)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -172,7 +173,8 @@ class RayConnection:
         return self._failure
 
     def close(self) -> None:
-        """End the actor (``ray.kill``: its process ends at once). Idempotent."""
+        """End the actor as a local worker ends (see :meth:`parl.ray.host.ParlActor.stop`;
+        killed if it has not ended ``stop_timeout`` seconds later). Idempotent."""
         if self._closed:
             return
         if self._failure is None:
@@ -203,16 +205,12 @@ class RayConnection:
                 f"actor {self.label} died (Ray: {detail}); the actor is gone, create a new one"
             )
             self._failure.__cause__ = exc
+            self._graceful[0] = False
             self._finalizer()
         return self._failure
 
 
-def _kill(handle: Any, on_close: Callable[[], None]) -> None:
-    """End the Ray actor and tell the carrier (from ``close`` or when the proxy is dropped)."""
-    try:
-        if ray.is_initialized():
-            ray.kill(handle, no_restart=True)
-    except Exception:  # noqa: BLE001 - already gone, or Ray shut down meanwhile
-        pass
-    finally:
-        on_close()
+def _end(handle: Any, end: Callable[[Any, bool], None], graceful: list[bool]) -> None:
+    """Hand the actor to the carrier to end (from ``close``, when the proxy is dropped, or
+    once Ray reported it dead)."""
+    end(handle, graceful[0])

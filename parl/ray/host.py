@@ -87,6 +87,19 @@ class ParlActor:
             return MethodRef(name)
         return value
 
+    def stop(self) -> None:
+        """End the actor as a local worker ends (``close_actor``, dropping the proxy): the
+        instance is dropped (its ``__del__`` runs), then the worker exits through Ray, which
+        runs the ``atexit`` handlers registered in it (``parl.utils.summary`` flushes its
+        events). Queued after the calls already made, so those finish first."""
+        import gc
+
+        import ray
+
+        self._instance = None
+        gc.collect()
+        ray.actor.exit_actor()
+
     def set_attr(self, name: str, value: Any) -> Failed | None:
         try:
             setattr(self._instance, name, value)

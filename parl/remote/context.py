@@ -270,6 +270,7 @@ def _ray_carrier(options: dict[str, Any]) -> Carrier:
         forward_output=options["forward_output"],
         slot_timeout=options["slot_timeout"],
         distributed_files=options["distributed_files"],
+        stop_timeout=options["stop_timeout"],
     )
     # its connections offer what proxies and futures use of Connection, without its socket
     return cast(Carrier, carrier)
@@ -310,6 +311,14 @@ def disconnect() -> None:
         context, _context = _context, None
     if context is not None:
         context.shutdown()
+
+
+def actors_share_memory() -> bool:
+    """Whether actors created now run in local workers, which share ``parl.shm`` handles with
+    this process (what an actor writes into one, this process sees). On a cluster, SSH hosts
+    or Ray a handle crosses as a copy, so results must come back as return values."""
+    options = _options
+    return options.get("address") is None and not options.get("hosts") and not options.get("ray")
 
 
 def current() -> _Context:

@@ -16,6 +16,7 @@ when the version moved under it, so an actor never loads half-written weights.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -53,9 +54,16 @@ def load_flat_parameters(model: nn.Module, flat: np.ndarray) -> None:
             f"{type(model).__name__} has {expected} parameters; were the weights made by "
             f"another model?"
         )
-    first = next(model.parameters())
-    vector = torch.as_tensor(np.asarray(flat, np.float32)).to(first.device, first.dtype)
-    torch.nn.utils.vector_to_parameters(vector, list(model.parameters()))
+    with warnings.catch_warnings():
+        # a read-only array (Ray's object store, a received view) is only read here: the
+        # parameters get copies, so the model never aliases ``flat`` (torch would warn)
+        warnings.simplefilter("ignore", UserWarning)
+        source = torch.as_tensor(np.asarray(flat, np.float32))
+    offset = 0
+    for param in model.parameters():
+        count = param.numel()
+        param.copy_(source[offset : offset + count].view_as(param))
+        offset += count
 
 
 class SharedWeights:

@@ -3,6 +3,8 @@ flat parameter vectors; TimeBreakdown's arithmetic."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -35,6 +37,24 @@ def test_flat_parameters_round_trip_and_mismatch() -> None:
         torch.testing.assert_close(pa, pb)
     with pytest.raises(ValueError, match="has 8 parameters"):
         load_flat_parameters(a, np.zeros(5, np.float32))
+
+
+def test_loading_a_read_only_vector_copies_it_without_a_warning() -> None:
+    """Ray hands actors read-only arrays: loading one neither warns nor leaves the model
+    aliasing it (a later write into the vector's memory must not change the model)."""
+    torch.manual_seed(0)
+    a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    flat = flat_parameters(a)
+    flat.flags.writeable = False
+    params_before = [p for p in b.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_flat_parameters(b, flat)
+    assert [p for p in b.parameters()] == params_before  # the same Parameter objects
+    flat.flags.writeable = True
+    flat[:] = 7.0
+    assert not any(torch.any(p == 7.0) for p in b.parameters())
+    np.testing.assert_array_equal(flat_parameters(b), flat_parameters(a))
 
 
 def test_shared_weights_reach_an_actor_by_handle_once_per_version() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import parl
-from tests.runtime.actors import AsyncSampler, Sampler
+from tests.runtime.actors import AsyncSampler, AsyncWriter, Sampler, Writer
 from tests.runtime.conftest import wait_until
 from tests.runtime.rays import actor_workers
 
@@ -135,6 +135,33 @@ def test_close_and_del_end_the_actor():
     assert wait_until(lambda: not actor_workers(), timeout=10)
 
 
+def test_closing_ends_the_actor_as_a_local_worker_ends(tmp_path):
+    """The instance is dropped (``__del__``; its buffered file flushed and closed) and the
+    worker's atexit handlers run, after the calls already made."""
+    writer = AsyncWriter(str(tmp_path))
+    writer.write(5000)  # queued: it runs before the stop
+    parl.close_actor(writer)
+    markers = [tmp_path / "del", tmp_path / "atexit"]
+    assert wait_until(lambda: all(m.exists() for m in markers), timeout=30), os.listdir(tmp_path)
+    assert (tmp_path / "lines.txt").read_text().count("\n") == 5000
+    assert wait_until(lambda: not actor_workers(), timeout=15)
+
+
+def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path):
+    parl.connect("ray", stop_timeout=1)
+    (tmp_path / "stuck").mkdir()
+    writer, stuck = Writer(str(tmp_path)), AsyncWriter(str(tmp_path / "stuck"))
+    stuck.busy()  # never returns: the stop queued behind it cannot run
+    assert wait_until(lambda: (tmp_path / "stuck" / "busy").exists(), timeout=30)
+    start = time.monotonic()
+    parl.close_actor(stuck)
+    parl.close_actor(writer)
+    assert wait_until(lambda: not actor_workers(), timeout=30)
+    assert time.monotonic() - start < 15
+    assert (tmp_path / "del").exists()  # the other one still ended gracefully
+    assert not (tmp_path / "stuck" / "del").exists()  # killed: nothing of it ran
+
+
 def test_disconnect_ends_every_actor():
     actors = [Sampler(), AsyncSampler()]
     assert len(actor_workers()) == 2
@@ -212,3 +239,37 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
     address = on_ray.get_runtime_context().gcs_address
     out = _run(str(project / "main.py"), str(project), {"RAY_ADDRESS": address})
     assert "('shipped data', False) 42" in out
+
+
+RECONNECT = """
+import parl, ray
+
+@parl.remote_class
+class One:
+    def get(self):
+        return 1
+
+parl.connect("ray")
+first = One()
+assert first.get() == 1
+parl.close_actor(first)
+parl.connect("ray")  # the Ray the first connect started must survive the first's retirement
+assert ray.is_initialized()
+second = One()
+assert second.get() == 1
+try:
+    parl.connect("ray://127.0.0.1:1")
+except parl.ClusterError as exc:
+    print("REFUSED", exc)
+assert second.get() == 1  # the refused connect changed nothing
+parl.disconnect()
+print("AFTER DISCONNECT", ray.is_initialized())
+"""
+
+
+def test_connecting_to_ray_again_keeps_the_ray_it_started(tmp_path):
+    (tmp_path / "reconnect.py").write_text(RECONNECT)
+    out = _run("reconnect.py", str(tmp_path))
+    assert "REFUSED this process has 1 actors on the Ray at 'ray'" in out
+    assert "parl.disconnect()" in out
+    assert "AFTER DISCONNECT False" in out

@@ -17,6 +17,8 @@ import parl
 import parl.shm
 from tests.runtime.actors import Keeper
 
+pytestmark = pytest.mark.usefixtures("carrier")  # local workers, a TCP cluster and Ray
+
 SMALL, LARGE, HUGE = 1000, 40_000, 700_000  # 8 KB inline; 320 KB in a slab; 5.6 MB alone
 
 
@@ -31,6 +33,7 @@ def keepers():
 # -- the reproductions -----------------------------------------------------------------
 
 
+@pytest.mark.not_on_ray("the actor writes into an array it received: read-only on Ray")
 @pytest.mark.parametrize("n", [SMALL, 1 << 18])
 def test_result_of_a_closed_actor_is_not_reused(n):
     obs = np.arange(n, dtype=np.float64)
@@ -42,6 +45,7 @@ def test_result_of_a_closed_actor_is_not_reused(n):
     np.testing.assert_array_equal(obs, np.arange(n))  # the caller's argument is untouched
 
 
+@pytest.mark.not_on_ray("the actor writes into an array it received: read-only on Ray")
 @pytest.mark.parametrize("n", [SMALL, LARGE, 1 << 20])
 def test_snapshot_does_not_follow_the_actor(n, keepers):
     ps = keepers[0]
@@ -56,6 +60,7 @@ def test_snapshot_does_not_follow_the_actor(n, keepers):
     assert ps.digest()["w"] == (-1.0, -1.0)
 
 
+@pytest.mark.not_on_ray("the actor writes into an array it received: read-only on Ray")
 def test_actor_editing_its_argument_changes_nobody_else(keepers):
     a, b = keepers
     x = np.full(LARGE, 3.0)
@@ -91,6 +96,7 @@ def test_view_kept_through_a_closed_actor_is_not_overwritten(keepers):
     assert kept.min() == kept.max() == 7.0
 
 
+@pytest.mark.local_only  # shared handles are copies off local workers (README)
 def test_shm_arrays_are_shared_handles(keepers):
     a, b = keepers
     h = parl.shm.full(LARGE, 1.0, np.float64)
@@ -103,6 +109,7 @@ def test_shm_arrays_are_shared_handles(keepers):
     assert parl.shm.is_shared(a.get("h"))
 
 
+@pytest.mark.not_on_ray("the actor writes into an array it received: read-only on Ray")
 def test_received_tensor_is_a_value(keepers):
     a, _ = keepers
     t = torch.ones(LARGE, dtype=torch.float64)
@@ -113,6 +120,7 @@ def test_received_tensor_is_a_value(keepers):
     assert float(back.min()) == 2.0 and float(t.max()) == 1.0
 
 
+@pytest.mark.local_only  # local shared memory
 def test_non_contiguous_and_subclass_arrays_go_through_shared_memory(keepers):
     a, _ = keepers
     big = np.arange(4 * LARGE, dtype=np.float64).reshape(2 * LARGE, 2)
@@ -225,6 +233,7 @@ class _World:
                 parl.close_actor(actor)
 
 
+@pytest.mark.local_only  # local shared-memory reuse, hundreds of calls
 @settings(
     max_examples=25,
     deadline=None,
@@ -257,6 +266,7 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.local_only  # local descriptors
 def test_thousands_of_held_200kb_arrays_share_a_few_descriptors():
     from tests.runtime.actors import Sampler
 
@@ -272,6 +282,7 @@ def test_thousands_of_held_200kb_arrays_share_a_few_descriptors():
         parl.close_actor(actor)
 
 
+@pytest.mark.local_only  # local shared memory
 def test_a_hundred_thousand_held_arrays():
     from tests.runtime.actors import Sampler
 
