@@ -13,8 +13,11 @@ evaluate 10 deterministic episodes every 1024 steps (at the same points: after t
 of updates) and the clock, which excludes evaluations, stops at the first mean >= 475.
 ``halfcheetah``: PPO training throughput with rl-zoo's HalfCheetah configuration (1 env,
 normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``.
-``vector``: random-action steps per second of 8 (CartPole) and 8 (HalfCheetah) envs, and the
-round trip of a 2-env CartPole step.
+``vector``: random-action steps per second of ``RemoteVectorEnv.make`` (fast path) and of
+``RemoteVectorEnv(env_fns)`` (generic path), 2 actors x 64 CartPole / x 16 HalfCheetah envs,
+against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs as in the issue, and as many envs as
+ours; 2 threads), and the round trip of a 2-env CartPole step; each of our rows also gives the
+Python-level calls the caller makes per step (machine-independent).
 """
 
 from __future__ import annotations
@@ -197,7 +200,21 @@ def sb3_cheetah(steps: int) -> float:
 
 
 # -- vector envs ------------------------------------------------------------------------------------
-def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
+def _cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children (actors, workers)."""
+    import psutil
+
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def _steps_per_second(envs: Any, n: int, seconds: float, cpu: list[float] | None = None) -> float:
+    """Random-action steps per second; appends the CPU µs per env step to ``cpu``."""
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     space = envs.action_space
@@ -212,55 +229,133 @@ def _steps_per_second(envs: Any, n: int, seconds: float) -> float:
         ]
     for a in actions[:8]:
         envs.step(a)
-    count, tic = 0, time.perf_counter()
+    count, tic, cpu_tic = 0, time.perf_counter(), _cpu_seconds() if cpu is not None else 0.0
     while time.perf_counter() - tic < seconds:
         envs.step(actions[int(rng.integers(64))])
         count += 1
-    return count * n / (time.perf_counter() - tic)
+    elapsed = time.perf_counter() - tic
+    if cpu is not None:
+        cpu.append((_cpu_seconds() - cpu_tic) / (count * n) * 1e6)
+    return count * n / elapsed
 
 
-def bench_vector(seconds: float) -> None:
+def _calls_per_step(envs: Any, steps: int = 100) -> float:
+    """Python-level calls (functions and builtins) the caller makes per step: a count that does
+    not depend on the machine or its load."""
+    actions = envs.action_space.sample()
+    envs.step(actions)
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    sys.setprofile(profile)
+    for _ in range(steps):
+        envs.step(actions)
+    sys.setprofile(None)
+    return count / steps
+
+
+def _print_rows(
+    title: str, rows: dict[str, float], unit: str, calls: dict[str, float], cpu: dict[str, float]
+) -> None:
+    print(f"\n{title}")
+    ours = next(iter(rows.values()))
+    for name, value in rows.items():
+        extra = f"   caller calls/step {calls[name]:.0f}" if name in calls else ""
+        number = f"{value:>10,.0f}  " if unit == "/s" else f"{value:>8.1f} us"
+        print(
+            f"  {name:46s} {number}   first / this = {ours / value:5.2f}x"
+            f"   CPU {cpu[name]:6.1f} us/env-step{extra}"
+        )
+
+
+def _envpool(env_id: str, n: int) -> Any:
+    import envpool
+
+    return envpool.make_gymnasium(env_id, num_envs=n, num_threads=2)
+
+
+def _rounds(
+    makers: dict[str, tuple[Any, int]], seconds: float, rounds: int
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Steps per second of every row: the median of ``rounds`` passes that take the rows in
+    turn (so that a change in the machine's load falls on all of them); the caller's Python
+    calls per step of our rows; the median CPU time (all processes and threads) per env step,
+    which depends less on the load than the rate does."""
+    envs = {name: (make(), n) for name, (make, n) in makers.items()}
+    try:
+        rates: dict[str, list[float]] = {name: [] for name in envs}
+        cpu: dict[str, list[float]] = {name: [] for name in envs}
+        for _ in range(rounds):
+            for name, (env, n) in envs.items():
+                rates[name].append(_steps_per_second(env, n, seconds / rounds, cpu[name]))
+        calls = {
+            name: _calls_per_step(env)
+            for name, (env, _) in envs.items()
+            if name.startswith(("make", "env_fns"))
+        }
+    finally:
+        for env, _ in envs.values():
+            if hasattr(env, "close"):
+                env.close()
+    median = statistics.median
+    return (
+        {name: median(r) for name, r in rates.items()},
+        calls,
+        {name: median(c) for name, c in cpu.items()},
+    )
+
+
+def bench_vector(seconds: float, rounds: int = 3) -> None:
+    """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
+    (8 envs as in the issue, and as many envs as ours); then the 2-env round trip."""
     from parl.env import RemoteVectorEnv
 
     have_envpool = importlib.util.find_spec("envpool") is not None
-    for env_id, n, per in (("CartPole-v1", 16, 8), ("HalfCheetah-v5", 8, 4)):
+    for env_id, per in (("CartPole-v1", 64), ("HalfCheetah-v5", 16)):
+        n = 2 * per
         fns = [functools.partial(gym.make, env_id)] * n
-        rows = {}
-        with RemoteVectorEnv(fns, num_workers=2, infos=False) as remote:
-            rows[f"RemoteVectorEnv, 2 actors x {per} envs"] = _steps_per_second(remote, n, seconds)
-        fns8 = [functools.partial(gym.make, env_id)] * 8
-        rows["gymnasium SyncVectorEnv, 8 envs"] = _steps_per_second(
-            gym.vector.SyncVectorEnv(fns8), 8, seconds
-        )
-        asyncenv = gym.vector.AsyncVectorEnv(fns8)
-        rows["gymnasium AsyncVectorEnv, 8 envs"] = _steps_per_second(asyncenv, 8, seconds)
-        asyncenv.close()
+        makers: dict[str, tuple[Any, int]] = {
+            f"make(), 2 actors x {per} envs": (
+                functools.partial(RemoteVectorEnv.make, env_id, n, 2, infos=False),
+                n,
+            ),
+            f"env_fns, 2 actors x {per} envs": (
+                functools.partial(RemoteVectorEnv, fns, 2, infos=False),
+                n,
+            ),
+            "gymnasium SyncVectorEnv, 8 envs": (
+                functools.partial(gym.vector.SyncVectorEnv, fns[:8]),
+                8,
+            ),
+            "gymnasium AsyncVectorEnv, 8 envs": (
+                functools.partial(gym.vector.AsyncVectorEnv, fns[:8]),
+                8,
+            ),
+        }
         if have_envpool:
-            import envpool
-
-            pool = envpool.make_gymnasium(env_id, num_envs=8, num_threads=2)
-            rows["EnvPool, 8 envs, 2 threads"] = _steps_per_second(pool, 8, seconds)
-        ours = next(iter(rows.values()))
-        print(f"\n{env_id}: random-action steps per second")
-        for name, value in rows.items():
-            print(f"  {name:42s} {value:>10,.0f}   ours / this = {ours / value:5.2f}x")
-    print("\n2-env CartPole step round trip")
+            makers["EnvPool, 8 envs, 2 threads"] = (functools.partial(_envpool, env_id, 8), 8)
+            makers[f"EnvPool, {n} envs, 2 threads"] = (functools.partial(_envpool, env_id, n), n)
+        rows, calls, cpu = _rounds(makers, seconds * rounds, rounds)
+        _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls, cpu)
     fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
-    latency = {}
-    with RemoteVectorEnv(fns2, num_workers=2, infos=False) as remote:
-        latency["RemoteVectorEnv, 2 actors"] = 2e6 / _steps_per_second(remote, 2, seconds)
-    asyncenv = gym.vector.AsyncVectorEnv(fns2)
-    latency["AsyncVectorEnv, 2 envs"] = 2e6 / _steps_per_second(asyncenv, 2, seconds)
-    asyncenv.close()
+    makers = {
+        "make(), 2 actors x 1 env": (
+            functools.partial(RemoteVectorEnv.make, "CartPole-v1", 2, 2, infos=False),
+            2,
+        ),
+        "env_fns, 2 actors x 1 env": (functools.partial(RemoteVectorEnv, fns2, 2, infos=False), 2),
+        "gymnasium AsyncVectorEnv, 2 envs": (functools.partial(gym.vector.AsyncVectorEnv, fns2), 2),
+    }
     if have_envpool:
-        import envpool
-
-        latency["EnvPool, 2 envs"] = 2e6 / _steps_per_second(
-            envpool.make_gymnasium("CartPole-v1", num_envs=2, num_threads=2), 2, seconds
-        )
-    ours = latency["RemoteVectorEnv, 2 actors"]
-    for name, value in latency.items():
-        print(f"  {name:42s} {value:>8.1f} us   ours / this = {ours / value:5.2f}x")
+        makers["EnvPool, 2 envs, 2 threads"] = (functools.partial(_envpool, "CartPole-v1", 2), 2)
+    rates, calls, cpu = _rounds(makers, seconds * rounds, rounds)
+    latency = {name: 2e6 / rate for name, rate in rates.items()}
+    _print_rows(
+        "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls, cpu
+    )
 
 
 def main() -> None:
@@ -268,11 +363,12 @@ def main() -> None:
     parser.add_argument("--only", choices=("cartpole", "halfcheetah", "vector"), default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cheetah_steps", type=int, default=2048)
-    parser.add_argument("--vector_seconds", type=float, default=3.0)
+    parser.add_argument("--vector_seconds", type=float, default=1.0, help="per row and pass")
+    parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.only in (None, "vector"):
-        bench_vector(args.vector_seconds)
+        bench_vector(args.vector_seconds, args.vector_rounds)
     if args.only in (None, "cartpole"):
         ours, theirs = [], []
         print(

@@ -3,11 +3,14 @@ actors, several per actor, exchanging data through shared arrays.
 
 The caller allocates one shared array (``parl.shm``) each for the observations, actions,
 rewards, terminations and truncations of all envs and hands them to the actors once. A step is
-then: write the actions, call ``step()`` on every actor (a call with no arguments), and each actor
-steps its envs and writes its slice of the results in place. Nothing is pickled per step except
-the info dicts of envs that returned a non-empty one (``infos=False`` drops those that are not
-needed for auto-reset). With ``transport="values"`` the actors return their slices instead (for
-carriers without shared memory, e.g. other hosts).
+then: write the actions, ring every actor's doorbell (one byte down a pipe, see
+:mod:`parl.shm.doorbell`), and each actor steps its envs, writes its slice of the results in
+place and answers with one byte. Nothing is pickled per step except the info dicts of envs that
+returned a non-empty one (``infos=False`` drops those that are not needed for auto-reset).
+``step_async``/``step_wait`` split a step so that the caller's own work (its policy) overlaps
+the actors' env work. Actors that cannot open the doorbell (another host) are stepped with
+ordinary remote calls; with ``transport="values"`` the actors return their slices instead (for
+carriers without shared memory).
 
 Semantics follow ``gymnasium.vector.SyncVectorEnv``: ``reset(seed=s)`` seeds env ``i`` with
 ``s + i``; ``autoreset_mode`` is gymnasium's (``NEXT_STEP``, the default, or ``SAME_STEP`` with
@@ -16,6 +19,8 @@ Semantics follow ``gymnasium.vector.SyncVectorEnv``: ``reset(seed=s)`` seeds env
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,91 +31,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
+from parl.env.env_batch import EnvList, Infos
+from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
+from parl.env.fast_envs import fast_builder
 from parl.remote.context import actors_share_memory
+from parl.shm.doorbell import DONE, INFOS, CallerBell, answers
 
 __all__ = ["RemoteVectorEnv"]
-
-_BUFFERS = ("obs", "actions", "rewards", "terminations", "truncations")
-_RESULTS = ("obs", "rewards", "terminations", "truncations")
-_KEPT = ("episode",)  # final-info keys kept with infos=False (episode statistics)
-
-
-class _EnvWorker:
-    """The envs of one actor: ``env_fns[k]`` is env ``start + k`` of the vector."""
-
-    def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]], mode: str) -> None:
-        self.envs = [fn() for fn in env_fns]
-        self.mode = AutoresetMode(mode)
-        self.autoreset = np.zeros(len(self.envs), dtype=bool)
-        self.bufs: dict[str, np.ndarray] = {}
-
-    def spaces(self) -> tuple[gymnasium.Space, gymnasium.Space]:
-        return self.envs[0].observation_space, self.envs[0].action_space
-
-    def attach(self, buffers: dict[str, np.ndarray], start: int) -> None:
-        stop = start + len(self.envs)
-        self.bufs = {name: buffers[name][start:stop] for name in _BUFFERS}
-        for name, buf in self.bufs.items():
-            if not buf.flags.writeable:  # a read-only copy (Ray's object store): own one
-                self.bufs[name] = buf.copy()
-
-    def reset(
-        self, seeds: Sequence[int | None], options: Any, values: bool
-    ) -> tuple[list[tuple[int, dict]], Any]:
-        infos = []
-        for k, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
-            obs, info = env.reset(seed=seed, options=options)
-            self.bufs["obs"][k] = obs
-            if info:
-                infos.append((k, info))
-        self.bufs["terminations"][:] = False
-        self.bufs["truncations"][:] = False
-        self.autoreset[:] = False
-        return infos, (self.bufs["obs"].copy() if values else None)
-
-    def step(self, keep_info: bool, actions: Any = None) -> Any:
-        bufs = self.bufs
-        if actions is not None:
-            bufs["actions"][:] = actions
-        obs, acts, rew, term, trunc = (bufs[name] for name in _BUFFERS)
-        infos = []
-        same_step = self.mode is AutoresetMode.SAME_STEP
-        for k, env in enumerate(self.envs):
-            if self.autoreset[k]:
-                obs[k], info = env.reset()
-                rew[k], term[k], trunc[k] = 0.0, False, False
-            else:
-                obs[k], rew[k], term[k], trunc[k], info = env.step(acts[k])
-                if same_step and (term[k] or trunc[k]):
-                    kept = info if keep_info else {n: info[n] for n in _KEPT if n in info}
-                    final = {"final_obs": obs[k].copy(), "final_info": kept}
-                    infos.append((k, final))
-                    obs[k], info = env.reset()
-            if keep_info and info:
-                infos.append((k, info))
-        if not same_step:
-            np.logical_or(term, trunc, out=self.autoreset)
-        if actions is None:
-            return infos
-        return infos, obs.copy(), rew.copy(), term.copy(), trunc.copy()
-
-    def call(self, name: str, args: tuple, kwargs: dict) -> list[Any]:
-        results = []
-        for env in self.envs:
-            attr = env.get_wrapper_attr(name)
-            results.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return results
-
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        for env, value in zip(self.envs, values, strict=True):
-            env.set_wrapper_attr(name, value)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-
-_RemoteEnvWorker = parl.remote_class(wait=False)(_EnvWorker)
 
 
 def _split(num_envs: int, num_workers: int) -> list[range]:
@@ -124,12 +51,25 @@ def _split(num_envs: int, num_workers: int) -> list[range]:
     return ranges
 
 
-def _close_workers(workers: list[Any]) -> None:
+def _close_workers(workers: list[Any], bells: list[CallerBell]) -> None:
+    for bell in bells:
+        bell.close()
     for worker in workers:
         try:
             parl.close_actor(worker)
         except Exception:  # noqa: BLE001 - closing is best effort at interpreter exit
             pass
+
+
+def _check_common(num_workers: int, transport: str | None) -> str:
+    """Checks the arguments ``__init__`` and ``make`` share; returns the transport to use."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+    if transport is None:
+        transport = "shm" if actors_share_memory() else "values"
+    if transport not in ("shm", "values"):
+        raise ValueError(f"transport must be 'shm' or 'values', got {transport!r}")
+    return transport
 
 
 class RemoteVectorEnv(gymnasium.vector.VectorEnv):
@@ -146,6 +86,9 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             by value, for carriers without shared memory); ``None`` (default) picks ``"shm"``
             for local workers and ``"values"`` after ``parl.connect`` to a cluster, SSH hosts
             or Ray, where a shared array crosses as a copy.
+
+    ``RemoteVectorEnv.make(env_id, num_envs)`` builds the envs from a registered id and picks
+    the fastest form that gives the same trajectories (see :meth:`make`).
     """
 
     def __init__(
@@ -158,24 +101,77 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
     ) -> None:
         if not env_fns or not all(callable(fn) for fn in env_fns):
             raise TypeError("RemoteVectorEnv needs a non-empty list of functions that build envs")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
-        if transport is None:
-            transport = "shm" if actors_share_memory() else "values"
-        if transport not in ("shm", "values"):
-            raise ValueError(f"transport must be 'shm' or 'values', got {transport!r}")
+        transport = _check_common(num_workers, transport)
+        ranges = _split(len(env_fns), min(num_workers, len(env_fns)))
+        builders: list[Builder] = [
+            functools.partial(EnvList, [env_fns[i] for i in r]) for r in ranges
+        ]
+        self._start(builders, ranges, autoreset_mode, infos, transport)
+
+    @classmethod
+    def make(
+        cls,
+        env_id: str,
+        num_envs: int,
+        num_workers: int = 2,
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        infos: bool = True,
+        transport: str | None = None,
+        vectorize: bool = True,
+        **kwargs: Any,
+    ) -> RemoteVectorEnv:
+        """``num_envs`` envs ``gymnasium.make(env_id, **kwargs)`` in ``num_workers`` actors.
+
+        Each actor builds its own envs (nothing but the id travels) without gymnasium's passive
+        env checker (it only warns about a malformed env on the first reset and step). With
+        ``vectorize`` (the default), an env that :mod:`parl.env.fast_envs` knows is stepped in
+        a faster form with the same trajectories as gymnasium's own envs for the same seeds
+        (env ``i`` seeded ``seed + i``, same auto-reset): CartPole as one numpy batch per actor
+        (from 4 envs per actor), HalfCheetah-v5 without its Python wrappers. Other ids, and
+        ``vectorize=False``, step one gymnasium env at a time.
+        """
+        if not isinstance(env_id, str):
+            raise TypeError(f"env_id must be a registered gymnasium id (str), got {env_id!r}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        transport = _check_common(num_workers, transport)
+        gymnasium.spec(env_id)  # raises gymnasium's error for an unknown id, here
+        ranges = _split(num_envs, min(num_workers, num_envs))
+        builders: list[Builder] = []
+        for r in ranges:
+            fast = fast_builder(env_id, len(r), kwargs) if vectorize else None
+            if fast is None:
+                fn = functools.partial(gymnasium.make, env_id, disable_env_checker=True, **kwargs)
+                fast = functools.partial(EnvList, [fn] * len(r))
+            builders.append(fast)
+        self = cls.__new__(cls)
+        self._start(builders, ranges, autoreset_mode, infos, transport)
+        return self
+
+    def _start(
+        self,
+        builders: list[Builder],
+        ranges: list[range],
+        autoreset_mode: str | AutoresetMode,
+        infos: bool,
+        transport: str,
+    ) -> None:
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("RemoteVectorEnv supports NEXT_STEP and SAME_STEP auto-reset")
-        self.num_envs = len(env_fns)
-        self._keep_info = bool(infos)
+        self.num_envs = ranges[-1].stop
         self._values = transport == "values"
-        self._ranges = _split(self.num_envs, min(num_workers, self.num_envs))
+        self._ranges = ranges
+        self._bells: list[CallerBell] = []
+        self._serving: list[Any] = []  # per actor: the future of its serve_bell() call, or None
+        self._rung: list[bool] = []  # per actor: the last ring reached it
+        self._futures: list[Any] | None = None  # step_async without the doorbell
+        self._pending = False
         self._workers = [
-            _RemoteEnvWorker([env_fns[i] for i in r], self.autoreset_mode.value)
-            for r in self._ranges
+            RemoteEnvWorker(build, self.autoreset_mode.value, bool(infos)) for build in builders
         ]
-        self._finalizer = weakref.finalize(self, _close_workers, list(self._workers))
+        self._finalizer = weakref.finalize(self, _close_workers, list(self._workers), self._bells)
         obs_space, act_space = self._workers[0].spaces().get()
         self.single_observation_space, self.single_action_space = obs_space, act_space
         self.observation_space = batch_space(obs_space, self.num_envs)
@@ -183,11 +179,31 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self.metadata = {"autoreset_mode": self.autoreset_mode}
         self._bufs = self._allocate()
         parl.get(
-            [
-                w.attach(self._bufs, r.start)
-                for w, r in zip(self._workers, self._ranges, strict=True)
-            ]
+            [w.attach(self._bufs, r.start) for w, r in zip(self._workers, ranges, strict=True)]
         )
+        if not self._values:
+            self._open_bells()
+
+    def _open_bells(self) -> None:
+        bells = [CallerBell() for _ in self._workers]
+        self._bells.extend(bells)
+        try:
+            opened = parl.get(
+                [w.open_bell(b.paths) for w, b in zip(self._workers, bells, strict=True)]
+            )
+        except BaseException:
+            for bell in bells:
+                bell.unlink()
+            raise
+        if not all(opened):  # some actor is elsewhere: ordinary calls for all
+            for bell in bells:
+                bell.close()
+            self._bells.clear()
+            return
+        for bell in bells:
+            bell.connect()
+        self._serving = [None] * len(bells)
+        self._rung = [False] * len(bells)
 
     def _allocate(self) -> dict[str, np.ndarray]:
         def shared(space: gymnasium.Space, name: str) -> np.ndarray:
@@ -207,12 +223,28 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             "truncations": parl.shm.zeros(n, np.bool_),
         }
 
-    def _merge(self, per_worker: list[list[tuple[int, dict]]]) -> dict[str, Any]:
+    def _merge(self, per_worker: list[Infos | None]) -> dict[str, Any]:
         infos: dict[str, Any] = {}
         for r, worker_infos in zip(self._ranges, per_worker, strict=True):
-            for k, info in worker_infos:
+            for k, info in worker_infos or ():
                 infos = self._add_info(infos, info, r.start + k)
         return infos
+
+    # -- the doorbell's serve() calls: running while steps come, stopped for anything else ---
+
+    def _idle(self, what: str) -> None:
+        """Make the actors ready for an ordinary call: no step pending, serve() stopped."""
+        if self._pending:
+            raise gymnasium.error.AlreadyPendingCallError(
+                f"{what} while a step_async() is pending: call step_wait() first", "step"
+            )
+        running = [
+            (bell, f) for bell, f in zip(self._bells, self._serving, strict=True) if f is not None
+        ]
+        for bell, _ in running:
+            bell.stop()
+        self._serving = [None] * len(self._bells)
+        parl.get([f for _, f in running])
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
@@ -226,6 +258,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             seeds = list(seed)
             if len(seeds) != self.num_envs:
                 raise ValueError(f"reset needs {self.num_envs} seeds, got {len(seeds)}")
+        self._idle("reset()")
         futures = [
             w.reset(seeds[r.start : r.stop], options, self._values)
             for w, r in zip(self._workers, self._ranges, strict=True)
@@ -236,34 +269,102 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
                 self._bufs["obs"][r.start : r.stop] = obs
         return self._bufs["obs"].copy(), self._merge([infos for infos, _ in results])
 
-    def step(
-        self, actions: Any
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every env with ``actions`` (batched); envs that ended auto-reset."""
+    def step_async(self, actions: Any) -> None:
+        """Start a step with ``actions`` (batched) and return at once; see :meth:`step_wait`."""
+        if self._pending:
+            raise gymnasium.error.AlreadyPendingCallError(
+                "step_async() called twice: call step_wait() for the step already started",
+                "step",
+            )
         bufs = self._bufs
         bufs["actions"][...] = actions
-        if not self._values:
-            results = parl.get([w.step(self._keep_info) for w in self._workers])
-        else:
-            futures = [
-                w.step(self._keep_info, bufs["actions"][r.start : r.stop])
+        if self._bells:
+            serving, rung = self._serving, self._rung
+            for i, bell in enumerate(self._bells):
+                if serving[i] is None:
+                    serving[i] = self._workers[i].serve_bell()
+                try:
+                    bell.ring()
+                    rung[i] = True
+                except OSError:  # the actor is gone: step_wait raises its error
+                    rung[i] = False
+        elif self._values:
+            self._futures = [
+                w.step(bufs["actions"][r.start : r.stop])
                 for w, r in zip(self._workers, self._ranges, strict=True)
             ]
-            results = []
-            for (infos, *arrays), r in zip(parl.get(futures), self._ranges, strict=True):
-                for name, array in zip(_RESULTS, arrays, strict=True):
-                    bufs[name][r.start : r.stop] = array
-                results.append(infos)
+        else:
+            self._futures = [w.step() for w in self._workers]
+        self._pending = True
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of the step started by :meth:`step_async` (copies: the next step
+        overwrites the shared arrays)."""
+        if not self._pending:
+            raise gymnasium.error.NoAsyncCallError("step_wait() without step_async()", "step")
+        self._pending = False
+        bufs = self._bufs
+        if self._bells:
+            per_worker = self._answers()
+        else:
+            futures, self._futures = self._futures or [], None
+            results = parl.get(futures)
+            if not self._values:
+                per_worker = results
+            else:
+                per_worker = []
+                for (infos, *arrays), r in zip(results, self._ranges, strict=True):
+                    for name, array in zip(RESULTS, arrays, strict=True):
+                        bufs[name][r.start : r.stop] = array
+                    per_worker.append(infos)
         return (
             bufs["obs"].copy(),
             bufs["rewards"].copy(),
             bufs["terminations"].copy(),
             bufs["truncations"].copy(),
-            self._merge(results),
+            self._merge(per_worker),
         )
+
+    def _answers(self) -> list[Infos | None]:
+        """Every actor's answer to the ring; a failed actor's serve() call raises its error
+        (the step's exception with its remote traceback, or the actor's death)."""
+        try:
+            got = answers(
+                [b if rung else None for b, rung in zip(self._bells, self._rung, strict=True)]
+            )
+        except BaseException:  # e.g. Ctrl-C: an answer left unread would answer the next ring
+            self._drop_bells()
+            raise
+        for i, (kind, _) in enumerate(got):
+            if kind not in (DONE, INFOS):
+                failed, self._serving[i] = self._serving[i], None
+                failed.get()  # raises
+                raise RuntimeError(f"actor {i} of RemoteVectorEnv stopped stepping")
+        return [infos for _, infos in got]
+
+    def _drop_bells(self) -> None:
+        """Go on with ordinary calls. Closing our ends ends the actors' serve() calls (after
+        the step in flight, whose answer finds no reader: their errors are not news); they
+        are waited for, as that step still reads the shared actions."""
+        for bell in self._bells:
+            bell.close()
+        self._bells.clear()
+        for future in self._serving:
+            if future is not None:
+                with contextlib.suppress(Exception):
+                    future.get(timeout=10)
+        self._serving, self._rung = [], []
+
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with ``actions`` (batched); envs that ended auto-reset."""
+        self.step_async(actions)
+        return self.step_wait()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of every env (an attribute is read); results in env order."""
+        self._idle("call()")
         results = parl.get([w.call(name, args, kwargs) for w in self._workers])
         return tuple(item for chunk in results for item in chunk)
 
@@ -275,6 +376,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
+        self._idle("set_attr()")
         parl.get(
             [
                 w.set_attr(name, list(values[r.start : r.stop]))
@@ -289,9 +391,24 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self.close()
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close the envs, then end the actors (idempotent)."""
-        if self._finalizer.alive:
-            try:
-                parl.get([w.close() for w in self._workers], timeout=10)
-            finally:
-                self._finalizer()
+        """Close the envs, then end the actors (idempotent). An actor that died already was
+        reported by the call that met its death; closing the others goes on."""
+        if not self._finalizer.alive:
+            return
+        try:
+            with contextlib.suppress(parl.ParlError):
+                if self._pending:
+                    self.step_wait()
+            self._pending = False
+            with contextlib.suppress(parl.ParlError):
+                self._idle("close()")
+            futures = []
+            for worker in self._workers:
+                with contextlib.suppress(parl.ParlError):
+                    futures.append(worker.close())
+            for future in futures:
+                with contextlib.suppress(parl.ParlError):
+                    future.get(timeout=10)
+        finally:
+            self._pending = False
+            self._finalizer()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import glob
+import os
+import tempfile
 import time
 
 import gymnasium
@@ -10,7 +13,9 @@ import numpy as np
 import psutil
 import pytest
 
+import parl
 from parl.env import CompatWrapper, RemoteVectorEnv, VectorEnv
+from parl.env.fast_envs import fast_builder
 
 CARTPOLE = functools.partial(gymnasium.make, "CartPole-v1")
 
@@ -79,6 +84,204 @@ def test_closing_leaves_no_process_behind() -> None:
     assert not (_children() - before)
 
 
+def _compare_with_sync(
+    remote: RemoteVectorEnv,
+    serial: gymnasium.vector.VectorEnv,
+    steps: int,
+    seed: int,
+    infos: bool = True,
+) -> int:
+    """Step both with the same random actions; returns how many episodes ended."""
+    ours, theirs = remote.reset(seed=seed), serial.reset(seed=seed)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert set(ours[1]) == set(theirs[1])
+    serial.action_space.seed(seed)
+    dones = 0
+    for t in range(steps):
+        actions = serial.action_space.sample()
+        if t % 2:  # half the steps through step_async/step_wait
+            remote.step_async(actions)
+            ours = remote.step_wait()
+        else:
+            ours = remote.step(actions)
+        theirs = serial.step(actions)
+        if not infos:  # only what auto-reset needs
+            theirs = (*theirs[:4], {k: theirs[4][k] for k in theirs[4] if "final_" in k})
+        _assert_same_step(ours, theirs, t)
+        for key in theirs[4]:
+            if not key.startswith("_") and key not in ("final_obs", "final_info"):
+                np.testing.assert_array_equal(ours[4][key], theirs[4][key], err_msg=key)
+        dones += int(np.sum(theirs[2] | theirs[3]))
+    return dones
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_make_cartpole_numpy_batch_matches_gymnasium_per_env_seeding(mode: str) -> None:
+    """The vectorized CartPole of make(): same trajectories as SyncVectorEnv of gymnasium's
+    CartPoleEnv seeded seed + i (terminations, truncations at max_episode_steps, auto-reset)."""
+    assert fast_builder("CartPole-v1", 5, {"max_episode_steps": 40}) is not None
+    serial = gymnasium.vector.SyncVectorEnv(
+        [functools.partial(gymnasium.make, "CartPole-v1", max_episode_steps=40)] * 10,
+        autoreset_mode=mode,
+    )
+    with RemoteVectorEnv.make(
+        "CartPole-v1", 10, num_workers=2, autoreset_mode=mode, max_episode_steps=40
+    ) as remote:
+        with pytest.raises(TypeError, match="vectorize=False"):
+            remote.get_attr("spec")  # a numpy batch: no env objects in the actors
+        assert remote.single_observation_space == serial.single_observation_space
+        dones = _compare_with_sync(remote, serial, 300, seed=3)
+        assert dones >= 40
+        # a second reset with new seeds (and reset bounds) restarts every env the same way
+        seeds = list(range(7, 17))
+        ours = remote.reset(seed=seeds, options={"low": -0.2, "high": 0.2})
+        theirs = serial.reset(seed=seeds, options={"low": -0.2, "high": 0.2})
+        np.testing.assert_array_equal(ours[0], theirs[0])
+    serial.close()
+
+
+def test_make_cartpole_sutton_barto_reward_and_unknown_kwargs() -> None:
+    """Keyword arguments the numpy batch knows are honoured; others fall back to gymnasium."""
+    assert fast_builder("CartPole-v1", 4, {"render_mode": "rgb_array"}) is None
+    assert fast_builder("CartPole-v1", 3, {}) is None  # too few envs per actor to pay
+    assert fast_builder("Pendulum-v1", 4, {}) is None
+    serial = gymnasium.vector.SyncVectorEnv(
+        [functools.partial(gymnasium.make, "CartPole-v1", sutton_barto_reward=True)] * 4
+    )
+    with RemoteVectorEnv.make("CartPole-v1", 4, num_workers=1, sutton_barto_reward=True) as ours:
+        assert _compare_with_sync(ours, serial, 80, seed=0) >= 4
+    serial.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "infos"), [("NextStep", True), ("SameStep", True), ("NextStep", False)]
+)
+def test_make_halfcheetah_lean_step_matches_gymnasium(mode: str, infos: bool) -> None:
+    """HalfCheetah-v5 through make()'s lean MuJoCo step (3 + 2 envs): bit-identical
+    observations, rewards, infos and time-limit resets to SyncVectorEnv of gymnasium.make."""
+    from parl.env.fast_mujoco import HalfCheetahBatch
+
+    builder = fast_builder("HalfCheetah-v5", 2, {"max_episode_steps": 25})
+    assert isinstance(builder, functools.partial) and builder.func is HalfCheetahBatch
+    make = functools.partial(gymnasium.make, "HalfCheetah-v5", max_episode_steps=25)
+    local = builder(gymnasium.vector.AutoresetMode(mode), infos)
+    assert local.lean  # the wrapper-free step is the one under test
+    local.close()
+    serial = gymnasium.vector.SyncVectorEnv([make] * 5, autoreset_mode=mode)
+    with RemoteVectorEnv.make(
+        "HalfCheetah-v5", 5, num_workers=2, autoreset_mode=mode, infos=infos, max_episode_steps=25
+    ) as remote:
+        assert _compare_with_sync(remote, serial, 60, seed=5, infos=infos) == 10
+        assert remote.get_attr("frame_skip") == (5,) * 5  # real gymnasium envs in the actors
+    serial.close()
+
+
+def test_step_async_and_errors_of_the_doorbell_path() -> None:
+    with RemoteVectorEnv.make("CartPole-v1", 4, num_workers=2, vectorize=False) as remote:
+        remote.reset(seed=0)
+        remote.step_async(np.zeros(4, np.int64))
+        with pytest.raises(gymnasium.error.AlreadyPendingCallError):
+            remote.step_async(np.zeros(4, np.int64))
+        with pytest.raises(gymnasium.error.AlreadyPendingCallError):
+            remote.reset()
+        remote.step_wait()
+        with pytest.raises(gymnasium.error.NoAsyncCallError):
+            remote.step_wait()
+        assert remote.get_attr("_max_episode_steps") == (500,) * 4  # stops the doorbell loop
+        remote.step(np.ones(4, np.int64))  # and the next step starts it again
+        remote.step_async(np.ones(4, np.int64))  # close() collects a pending step
+
+
+def test_an_interrupted_step_wait_falls_back_to_calls_in_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while reading the actors' answers: the doorbells are dropped (an unread answer
+    would answer the next step) and later steps, by ordinary calls, stay in step with
+    gymnasium."""
+    from parl.shm import doorbell
+
+    serial = gymnasium.vector.SyncVectorEnv([CARTPOLE] * 4)
+    with RemoteVectorEnv([CARTPOLE] * 4, num_workers=2) as remote:
+        remote.reset(seed=2), serial.reset(seed=2)
+        actions = np.array([0, 1, 1, 0])
+        with monkeypatch.context() as patch:
+            patch.setattr(doorbell.CallerBell, "answer", _interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                remote.step(actions)
+        serial.step(actions)  # the actors did step
+        assert not remote._bells
+        rng = np.random.default_rng(1)
+        for t in range(40):
+            actions = rng.integers(0, 2, 4)
+            _assert_same_step(remote.step(actions), serial.step(actions), t)
+    serial.close()
+
+
+def _interrupt(*args: object) -> None:
+    raise KeyboardInterrupt
+
+
+class _FailsOnThirdStep(gymnasium.Wrapper):
+    def __init__(self) -> None:
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action: object) -> tuple:
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("env broke on step 3")
+        return self.env.step(action)
+
+
+def test_an_env_error_in_a_step_reaches_the_caller_and_the_env_stays_usable() -> None:
+    with RemoteVectorEnv([CARTPOLE, _FailsOnThirdStep], num_workers=2) as remote:
+        remote.reset(seed=0)
+        remote.step(np.zeros(2, np.int64))
+        remote.step(np.zeros(2, np.int64))
+        with pytest.raises(RuntimeError, match="env broke on step 3"):
+            remote.step(np.zeros(2, np.int64))
+        obs, _ = remote.reset(seed=1)  # the other actor's loop is stopped cleanly
+        assert remote.step(np.zeros(2, np.int64))[0].shape == obs.shape
+
+
+def test_a_dead_actor_turns_the_step_into_an_error() -> None:
+    before = _children()
+    with RemoteVectorEnv.make("CartPole-v1", 2, num_workers=2) as remote:
+        remote.reset(seed=0)
+        remote.step(np.zeros(2, np.int64))
+        victim = psutil.Process(max(_children() - before))
+        victim.kill()
+        victim.wait(10)
+        with pytest.raises(parl.ParlError):
+            remote.step(np.zeros(2, np.int64))
+
+
+def _fds() -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the descriptor listdir itself used
+            pass
+    return found
+
+
+def test_closing_leaves_no_shared_memory_pipe_or_descriptor_behind() -> None:
+    bells = os.path.join(tempfile.gettempdir(), "parl-bell-*")
+    bells_before = set(glob.glob(bells))
+    shm_before = set(os.listdir("/dev/shm"))
+    for _ in range(2):
+        remote = RemoteVectorEnv.make("CartPole-v1", 6, num_workers=3)
+        remote.reset(seed=0)
+        remote.step(np.zeros(6, np.int64))
+        assert sum("parl-bell-" in fd for fd in _fds()) == 6  # the FIFOs are open...
+        assert set(glob.glob(bells)) == bells_before  # ...and already unlinked
+        remote.close()
+        del remote
+        assert not any("parl-bell-" in fd for fd in _fds())  # our descriptors are closed
+    assert set(os.listdir("/dev/shm")) <= shm_before
+
+
 def test_remote_vector_env_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError, match="functions"):
         RemoteVectorEnv([])
@@ -86,6 +289,12 @@ def test_remote_vector_env_rejects_bad_arguments() -> None:
         RemoteVectorEnv([CARTPOLE], num_workers=0)
     with pytest.raises(ValueError, match="transport"):
         RemoteVectorEnv([CARTPOLE], transport="pipe")
+    with pytest.raises(ValueError, match="num_envs"):
+        RemoteVectorEnv.make("CartPole-v1", 0)
+    with pytest.raises(TypeError, match="env_id"):
+        RemoteVectorEnv.make(CARTPOLE, 2)  # type: ignore[arg-type]
+    with pytest.raises(gymnasium.error.Error, match="NoSuchEnv"):
+        RemoteVectorEnv.make("NoSuchEnv-v0", 2)
 
 
 def test_parl_vector_env_resets_finished_envs() -> None:

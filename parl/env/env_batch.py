@@ -1,0 +1,134 @@
+"""The envs that one ``RemoteVectorEnv`` actor steps: a block of gymnasium envs behind one
+batched interface that reads actions from, and writes results into, arrays it is given (the
+actor's slices of the shared buffers).
+
+``EnvList`` holds ordinary gymnasium envs and loops over them; its step loop is the per-env
+cost of every actor, so it does no per-step work that the result does not need: no info dicts
+are built or kept with ``keep_info=False`` unless auto-reset needs them (SAME_STEP's
+``final_obs``, and ``final_info["episode"]`` of ``RecordEpisodeStatistics``).
+
+Semantics are ``gymnasium.vector.SyncVectorEnv``'s: ``NEXT_STEP`` resets an env on the step
+after it ended (reward 0, not terminated, not truncated, the action ignored); ``SAME_STEP``
+resets it at once and reports ``final_obs`` and ``final_info``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+Infos = list[tuple[int, dict]]  # (index in the block, info dict) of the envs that returned one
+KEPT = ("episode",)  # final-info keys kept with keep_info=False (episode statistics)
+
+
+class EnvBatch(Protocol):
+    """What an actor needs from its block of envs."""
+
+    num_envs: int
+    single_observation_space: gymnasium.Space
+    single_action_space: gymnasium.Space
+
+    def reset(self, seeds: Sequence[int | None], options: Any, obs: np.ndarray) -> Infos: ...
+
+    def step(
+        self,
+        actions: np.ndarray,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+    ) -> Infos: ...
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> list[Any]: ...
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EnvList:
+    """``env_fns[k]()`` is env ``k`` of the block; stepped one after another."""
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gymnasium.Env]], mode: AutoresetMode, keep_info: bool
+    ) -> None:
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        self.same_step = mode is AutoresetMode.SAME_STEP
+        self.keep_info = keep_info
+        self.autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._steps = [env.step for env in self.envs]  # bound once: the loop is the hot path
+        self._resets = [env.reset for env in self.envs]
+
+    def reset(self, seeds: Sequence[int | None], options: Any, obs: np.ndarray) -> Infos:
+        infos = []
+        for k, (reset, seed) in enumerate(zip(self._resets, seeds, strict=True)):
+            obs[k], info = reset(seed=seed, options=options)
+            if info:
+                infos.append((k, info))
+        self.autoreset[:] = False
+        return infos
+
+    def step(
+        self,
+        actions: np.ndarray,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+    ) -> Infos:
+        if self.same_step:
+            return self._step_same(actions, obs, rewards, terminations, truncations)
+        infos: Infos = []
+        keep, autoreset, resets = self.keep_info, self.autoreset, self._resets
+        for k, step in enumerate(self._steps):
+            if autoreset[k]:
+                obs[k], info = resets[k]()
+                rewards[k], terminations[k], truncations[k] = 0.0, False, False
+            else:
+                obs[k], rewards[k], terminations[k], truncations[k], info = step(actions[k])
+            if keep and info:
+                infos.append((k, info))
+        np.logical_or(terminations, truncations, out=autoreset)
+        return infos
+
+    def _step_same(
+        self,
+        actions: np.ndarray,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+    ) -> Infos:
+        infos: Infos = []
+        keep, resets = self.keep_info, self._resets
+        for k, step in enumerate(self._steps):
+            obs[k], rewards[k], terminations[k], truncations[k], info = step(actions[k])
+            if terminations[k] or truncations[k]:
+                kept = info if keep else {n: info[n] for n in KEPT if n in info}
+                infos.append((k, {"final_obs": obs[k].copy(), "final_info": kept}))
+                obs[k], info = resets[k]()
+            if keep and info:
+                infos.append((k, info))
+        return infos
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> list[Any]:
+        results = []
+        for env in self.envs:
+            attr = env.get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return results
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        for env, value in zip(self.envs, values, strict=True):
+            env.set_wrapper_attr(name, value)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
