@@ -18,17 +18,16 @@ from tests.runtime.rays import ray_head  # noqa: F401 - the fixture
 
 from .conftest import REPO_ROOT, RunPython
 
-RAY_PROCESS_NAMES = ("raylet", "gcs_server", "plasma_store", "ray::")
+RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def _ray_processes() -> set[int]:
+    """Workers of actors on this machine (``ray::<Class>``); the head's daemons and idle
+    workers (``ray::IDLE``, which Ray keeps started for later tasks) are Ray's own."""
     found = set()
-    for process in psutil.process_iter(["name", "cmdline"]):
-        try:
-            text = " ".join([process.info["name"] or "", *(process.info["cmdline"] or [])[:1]])
-        except psutil.Error:
-            continue
-        if any(name in text for name in RAY_PROCESS_NAMES):
+    for process in psutil.process_iter(["cmdline"]):
+        title = ((process.info["cmdline"] or [""])[:1] or [""])[0].split(" ")[0]
+        if title.startswith("ray::") and title not in RAY_DAEMON_TITLES:
             found.add(process.pid)
     return found
 
@@ -81,8 +80,18 @@ def test_a_distributed_example_runs_unchanged_on_ray(
     assert re.search(EVIDENCE[example], log), log[-3000:]
     assert "Traceback" not in log and "UserWarning" not in log, log[-4000:]
     started = _ray_processes() - before  # its actors' workers (the head's daemons stay)
-    assert _wait_gone(started), f"Ray workers left behind by {example}: {sorted(started)}"
+    assert _wait_gone(started), f"Ray workers left behind by {example}: {_describe(started)}"
 
 
 def _wait_gone(pids: set[int], timeout: float = 20.0) -> bool:
     return wait_until(lambda: _gone(pids), timeout=timeout)
+
+
+def _describe(pids: set[int]) -> list[str]:
+    found = []
+    for pid in sorted(pids):
+        try:
+            found.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:200]}")
+        except psutil.Error:
+            found.append(f"{pid}: gone")
+    return found
