@@ -25,6 +25,14 @@ def _refuse():
     raise ValueError("cannot rebuild me")
 
 
+class CodedError(Exception):
+    """An exception whose ``__init__`` does not take its ``args`` back."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 def test_by_value_classes_and_unpickling_failures_behave_as_on_local_workers():
     # classes made in a function travel by value (as __main__ classes do): an actor creating
     # an actor of another such class made Ray's cloudpickle rebuild a proxy class, which failed
@@ -45,6 +53,12 @@ def test_by_value_classes_and_unpickling_failures_behave_as_on_local_workers():
         def unloadable(self):
             return _Unloadable()
 
+        def coded(self):
+            try:
+                raise KeyError("inner")
+            except KeyError as exc:
+                raise CodedError(7, "outer") from exc
+
     parent = Parent()
     assert parent.spawn() == "child pong"
     # an argument that fails to unpickle in the actor raises what unpickling raised (was:
@@ -55,6 +69,11 @@ def test_by_value_classes_and_unpickling_failures_behave_as_on_local_workers():
     with pytest.raises(ValueError, match="cannot rebuild me") as raised:
         parent.unloadable()
     assert any("unpickling the reply" in note for note in raised.value.__notes__)
+    # a user's exception with an __init__(code, message) came back as Ray's TypeError
+    with pytest.raises(Exception, match="7: outer") as raised:
+        parent.coded()
+    assert type(raised.value).__name__ == "CodedError" and raised.value.code == 7
+    assert isinstance(raised.value.__cause__, KeyError)
     assert parent.echo(7) == 7  # the actor is still usable
 
 
@@ -77,6 +96,16 @@ class A:
     def ping(self):
         return os.getpid()
 
+class CodedError(Exception):
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+@parl.remote_class
+class Raiser:
+    def coded(self):
+        raise CodedError(7, "coded")
+
 def _write(path):
     with open(path, "w") as f:
         f.write("ended")
@@ -98,6 +127,10 @@ except parl.ActorDiedError as exc:
     print("SHUT DOWN", exc, ray.is_initialized())
 
 parl.connect("ray")  # parl's own ray.init now
+try:
+    Raiser().coded()
+except CodedError as exc:  # was: TypeError: CodedError.__init__() missing 1 required ...
+    print("CODED", exc.code)
 first = A()
 first.ping()
 parl.connect("ray")
@@ -141,6 +174,7 @@ def test_a_script_s_lifecycle_on_ray(on_ray, tmp_path):
     assert done.returncode == 0, f"{out}\n{done.stderr}"
     assert "SHUT DOWN actor A pid=" in out and "Ray was shut down" in out
     assert out.split("SHUT DOWN", 1)[1].split("\n", 1)[0].endswith("False")
+    assert "CODED 7" in out
     assert "FIRST AFTER DISCONNECT True" in out
     assert "CHILD this process" in out and "cannot be used from a forked child" in out
     assert "CHILD ENDED True" in out
