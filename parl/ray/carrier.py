@@ -215,9 +215,9 @@ class RayCarrier:
             pass
         if RayCarrier._owner is self:
             RayCarrier._owner = None
-        heir = self._heir()
+        heir = self._heir() if self._owned else None
         if heir is not None:  # the actors of a carrier this one replaced keep their Ray
-            heir._owned, self._owned = self._owned, False
+            heir._owned, self._owned = True, False
             RayCarrier._owner = heir
         if self._owned and ray.is_initialized():
             ray.shutdown()

@@ -74,7 +74,9 @@ class RayConnection:
                 raise ValueError(f"unknown request kind {kind}")
         except TypeError as exc:  # Ray: "Could not serialize the argument ..."
             raise SerializationError(str(exc).split("\n", 1)[0]) from None
-        except Exception as exc:  # noqa: BLE001 - "Can't find actor": from a Ray since ended
+        except Exception as exc:  # noqa: BLE001 - a bare Exception: an actor of an ended Ray
+            if type(exc) is not Exception or "Failed to submit task to actor" not in str(exc):
+                raise
             raise self._died(exc) from None
         with self._lock:
             self._last_id = call_id = self._last_id + 1

@@ -118,7 +118,7 @@ parl.close_actor(local)
 import ray
 ray.init()  # the user's (RAY_ADDRESS names the test's Ray)
 parl.connect("ray")
-mine = A()
+mine, unused = A(), A()
 mine.ping()
 ray.shutdown()
 try:
@@ -127,6 +127,10 @@ except parl.ActorDiedError as exc:
     print("SHUT DOWN", exc, ray.is_initialized())
 
 parl.connect("ray")  # parl's own ray.init now
+try:
+    unused.ping()  # an actor of the Ray that was shut down
+except parl.ActorDiedError as exc:
+    print("UNUSED", exc)
 try:
     Raiser().coded()
 except CodedError as exc:  # was: TypeError: CodedError.__init__() missing 1 required ...
@@ -145,7 +149,7 @@ if pid == 0:
         A()
     except parl.ClusterError as exc:  # was: a hang
         print("CHILD", exc, flush=True)
-    sys.exit(0)  # was: a hang in Ray's atexit shutdown
+    os._exit(0)  # as multiprocessing does: Ray's state does not survive a fork
 deadline = time.monotonic() + 60
 while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -174,6 +178,7 @@ def test_a_script_s_lifecycle_on_ray(on_ray, tmp_path):
     assert done.returncode == 0, f"{out}\n{done.stderr}"
     assert "SHUT DOWN actor A pid=" in out and "Ray was shut down" in out
     assert out.split("SHUT DOWN", 1)[1].split("\n", 1)[0].endswith("False")
+    assert "UNUSED actor A pid=" in out and "died (Ray: Failed to submit task" in out
     assert "CODED 7" in out
     assert "FIRST AFTER DISCONNECT True" in out
     assert "CHILD this process" in out and "cannot be used from a forked child" in out
