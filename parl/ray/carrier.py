@@ -15,8 +15,10 @@ for large arrays on the same node, so each proxy call is one Ray actor-method ca
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from typing import Any, NamedTuple
 import psutil
 import ray
 from ray import exceptions as ray_errors
+from ray.util.client import ray as ray_client
 
 from parl.errors import ActorDiedError, ClusterError, DeploymentError
 from parl.ray.code import CodeShipper
@@ -58,7 +61,11 @@ class RayCarrier:
         self._lock = threading.Lock()
         self._live = 0
         self._closed = False
+        self._previous: RayCarrier | None = None  # the carrier whose Ray this one took over
+        _check_not_forked()
         self._owned = self._take_over(address)
+        if not self._owned and ray.is_initialized():
+            _check_joinable(address)
         if not ray.is_initialized():
             target = None if address == "ray" else address
             try:
@@ -90,6 +97,7 @@ class RayCarrier:
             return False  # a Ray the user initialised is joined, never owned
         if previous.address == address:
             previous._owned = False
+            self._previous = previous
             return True
         if previous.live_actors:
             raise ClusterError(
@@ -207,8 +215,19 @@ class RayCarrier:
             pass
         if RayCarrier._owner is self:
             RayCarrier._owner = None
+        heir = self._heir() if self._owned else None
+        if heir is not None:  # the actors of a carrier this one replaced keep their Ray
+            heir._owned, self._owned = True, False
+            RayCarrier._owner = heir
         if self._owned and ray.is_initialized():
             ray.shutdown()
+
+    def _heir(self) -> RayCarrier | None:
+        """The carrier this one took the Ray over from, if it still has live actors."""
+        previous = self._previous
+        while previous is not None and (previous._closed or not previous.live_actors):
+            previous = previous._previous
+        return previous
 
     @property
     def live_actors(self) -> int:
@@ -232,6 +251,43 @@ class _Stopping(NamedTuple):
         if not ready:
             return False
         return self.pid is None or not _running(self.pid)
+
+
+_forked_from: int | None = None  # the parent's pid when this process was forked off a Ray driver
+
+
+def _note_fork() -> None:
+    """In a child forked off a Ray driver: Ray's own atexit ``ray.shutdown`` must not run
+    there (it hangs the child's exit, its parent waiting for it)."""
+    global _forked_from
+    if ray.is_initialized():
+        _forked_from = os.getppid()
+        atexit.unregister(ray.shutdown)
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
+def _check_not_forked() -> None:
+    """Ray's driver state does not survive a fork: actors created in the child would hang,
+    and shutting that Ray down from the child would end its parent's."""
+    if _forked_from is not None and ray.is_initialized():
+        raise ClusterError(
+            f"this process (pid {os.getpid()}) is a fork of process {_forked_from}, which is "
+            "connected to Ray, and Ray cannot be used from a forked child: create the actors "
+            "in the parent, or start the child with multiprocessing's 'spawn' start method"
+        )
+
+
+def _check_joinable(address: str) -> None:
+    """``parl.connect("ray://...")`` while this process is already connected to a local
+    Ray (a ``ray.init`` of the user's) would silently put the actors there."""
+    if address != "ray" and not ray_client.is_connected():
+        raise ClusterError(
+            f"this process already initialised a local Ray (ray.init), so "
+            f"parl.connect({address!r}) cannot reach another one: parl.connect('ray') puts "
+            "the actors on the Ray you initialised, or call ray.shutdown() first"
+        )
 
 
 def _running(pid: int) -> bool:

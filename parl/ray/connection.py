@@ -50,7 +50,7 @@ class RayConnection:
         self._closed = False
         self._pid = os.getpid()
         self._graceful = [True]  # False once Ray reported the actor dead: nothing to stop
-        self._finalizer = weakref.finalize(self, _end, handle, end, self._graceful)
+        self._finalizer = weakref.finalize(self, _end, handle, end, self._graceful, self._pid)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -74,6 +74,10 @@ class RayConnection:
                 raise ValueError(f"unknown request kind {kind}")
         except TypeError as exc:  # Ray: "Could not serialize the argument ..."
             raise SerializationError(str(exc).split("\n", 1)[0]) from None
+        except Exception as exc:  # noqa: BLE001 - a bare Exception: an actor of an ended Ray
+            if type(exc) is not Exception or "Failed to submit task to actor" not in str(exc):
+                raise
+            raise self._died(exc) from None
         with self._lock:
             self._last_id = call_id = self._last_id + 1
             self._refs[call_id] = (ref, what)
@@ -86,6 +90,7 @@ class RayConnection:
         """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout
         (the call stays pending). ``keep`` is the wire connection's (futures): here a reply
         stays collectable until it is taken or discarded either way."""
+        self._note_shutdown()
         if self._failure is not None:
             self._forget(call_id)
             raise self._failure
@@ -100,12 +105,19 @@ class RayConnection:
         except _DIED as exc:
             self._forget(call_id)
             raise self._died(exc) from None
-        except ray_errors.RayTaskError as exc:  # Ray could not send the result back
+        except ray_errors.RayTaskError as exc:  # Ray could not send the request or result
             self._forget(call_id)
             if self._failure is not None:
                 raise self._failure from None
             cause = exc.cause if exc.cause is not None else exc
+            if isinstance(cause, ray_errors.RaySystemError):  # the request failed to unpickle
+                raise self._unpickling_error(
+                    cause, "in the actor, unpickling the request"
+                ) from None
             raise SerializationError(f"{what} cannot be sent back to the caller: {cause}") from None
+        except ray_errors.RaySystemError as exc:  # the reply failed to unpickle here
+            self._forget(call_id)
+            raise self._unpickling_error(exc, "here, unpickling the reply") from None
         except ray_errors.RayError as exc:  # e.g. the result was lost with its node
             self._forget(call_id)
             raise RemoteError(
@@ -118,6 +130,7 @@ class RayConnection:
 
     def ready(self, call_id: int) -> bool:
         """True when the reply for ``call_id`` (or the connection's failure) is in."""
+        self._note_shutdown()
         if call_id in self._done or self._failure is not None:
             return True
         entry = self._refs.get(call_id)
@@ -186,7 +199,27 @@ class RayConnection:
     def poll_death(self) -> ParlError | None:
         return self._failure
 
+    def _unpickling_error(self, exc: Any, where: str) -> BaseException:
+        """The exception that unpickling raised, as local workers raise it (a note says
+        where), else a RemoteError with Ray's words."""
+        error = exc.client_exc
+        if not isinstance(error, BaseException):
+            return RemoteError(f"a call on actor {self.label} failed in Ray: {exc}")
+        error.add_note(f"raised {where} of a call on actor {self.label} (Ray)")
+        return error
+
+    def _note_shutdown(self) -> None:
+        """Ray shut down in this process: the actor ended with it (and a call must not make
+        Ray start a new one, as ``.remote()`` would)."""
+        if self._failure is None and not ray.is_initialized():
+            self._failure = ActorDiedError(
+                f"actor {self.label} is gone: Ray was shut down in this process (ray.shutdown "
+                "or parl.disconnect); create a new actor"
+            )
+            self._graceful[0] = False
+
     def _check_usable(self) -> None:
+        self._note_shutdown()
         if self._pid != os.getpid():
             raise ActorForkedError(
                 f"actor {self.label} belongs to process {self._pid}, and this process "
@@ -210,7 +243,8 @@ class RayConnection:
         return self._failure
 
 
-def _end(handle: Any, end: Callable[[Any, bool], None], graceful: list[bool]) -> None:
+def _end(handle: Any, end: Callable[[Any, bool], None], graceful: list[bool], pid: int) -> None:
     """Hand the actor to the carrier to end (from ``close``, when the proxy is dropped, or
-    once Ray reported it dead)."""
-    end(handle, graceful[0])
+    once Ray reported it dead). Never in a forked child: the actor is its parent's."""
+    if pid == os.getpid():
+        end(handle, graceful[0])

@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 
 from parl.shm.afterfork import limit_threads
 from parl.wire.dispatch import ClassRef
-from parl.wire.failure import failure_of
+from parl.wire.failure import ChainedFailure, failure_of
 from parl.wire.protocol import MethodRef, RemoteFailure
+from parl.wire.serialization import _reduce_exception
 
 READ_ONLY_HINT = (
     "arrays that arrive through Ray are read-only (Ray reads them zero-copy from its object "
@@ -111,4 +112,39 @@ class ParlActor:
 def _failed(exc: Exception) -> Failed:
     if isinstance(exc, ValueError) and "read-only" in str(exc):
         exc.add_note(READ_ONLY_HINT)
-    return Failed(failure_of(exc))
+    return Failed(_as_parl_pickles(failure_of(exc)))
+
+
+def _as_parl_pickles(failure: RemoteFailure) -> RemoteFailure:
+    """``failure`` with each exception of its chain wrapped so that Ray's pickler rebuilds it
+    as this project's does: plain pickle calls ``cls(*args)``, which fails for a user's
+    ``__init__(self, code, message)`` (the caller would get that TypeError instead)."""
+    exc: Any = failure.exception
+    if isinstance(exc, ChainedFailure):
+        inner, cause, context, suppress = exc.args
+        exc = ChainedFailure(
+            _Rebuilt(inner) if inner is not None else None,
+            _as_parl_pickles(cause) if cause is not None else None,
+            _as_parl_pickles(context) if context is not None else None,
+            suppress,
+        )
+    elif exc is not None:
+        exc = _Rebuilt(exc)
+    return failure._replace(exception=exc)
+
+
+class _Rebuilt:
+    """Pickles as the exception it holds, reduced as :mod:`parl.wire.serialization` does."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self) -> Any:
+        reduced = _reduce_exception(self.exc)
+        return (_same, (self.exc,)) if reduced is NotImplemented else reduced
+
+
+def _same(value: Any) -> Any:
+    return value

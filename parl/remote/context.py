@@ -272,6 +272,15 @@ def _ray_carrier(options: dict[str, Any]) -> Carrier:
         distributed_files=options["distributed_files"],
         stop_timeout=options["stop_timeout"],
     )
+    # Ray shuts itself down at exit, in an atexit handler registered when it was imported:
+    # ours must run before it (last registered, first run), so that the actors end as
+    # documented (their __del__ and atexit handlers) instead of being killed with Ray
+    global _atexit_registered
+    atexit.unregister(_shutdown_at_exit)
+    atexit.register(_shutdown_at_exit)
+    if not _atexit_registered:
+        os.register_at_fork(after_in_child=_new_lock)
+        _atexit_registered = True
     # its connections offer what proxies and futures use of Connection, without its socket
     return cast(Carrier, carrier)
 

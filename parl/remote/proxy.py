@@ -152,7 +152,9 @@ class RemoteProxy(metaclass=ProxyType):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """``class Sub(SomeRemoteClass)`` makes ``Sub`` a remote class too: see
         :func:`_make_subclass_remote`."""
-        if "_original" not in cls.__dict__:  # else built by build_proxy_class
+        if "_original" not in cls.__dict__ and cls.__bases__ != (RemoteProxy,):
+            # else built by build_proxy_class, or a proxy class that Ray's cloudpickle
+            # rebuilds by value (its state, ``_original`` included, is set right after)
             _make_subclass_remote(cls, kwargs)
 
     def __getattr__(self, name: str) -> Any:
