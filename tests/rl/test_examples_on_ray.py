@@ -1,6 +1,6 @@
 """The distributed examples run unchanged on Ray: ``--xparl_addr ray`` makes each script join the
 Ray cluster that ``RAY_ADDRESS`` names (``parl.connect("ray")``: a head started once for the
-test run), ship its folder there with the cluster's packer, and run its actors as Ray actors.
+test module), ship its folder there with the cluster's packer, and run its actors as Ray actors.
 Each script runs as ``python examples/X/train.py`` in a fresh interpreter, as a user runs it;
 no actor of it is left on the cluster when it exits."""
 

@@ -111,11 +111,12 @@ class RayHead(NamedTuple):
     env: dict[str, str]  # environment for its clients: RAY_ADDRESS, no token auth
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head():
     """A Ray head of its own (``ray start --head --block`` on loopback, 2 CPUs, its own temp
-    folder), shared by the tests that drive Ray from user scripts; ended through its process
-    group at the end of the run, never with ``ray stop`` (which stops every Ray of this user)."""
+    folder), shared by a module's tests that drive Ray from user scripts; ended through its
+    process group at the end of the module (so that no process of it outlives the module),
+    never with ``ray stop`` (which stops every Ray of this user)."""
     require_ray()
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's sockets live under it
     gcs, client = _free_port(), _free_port()
