@@ -67,11 +67,7 @@ class RayCarrier:
         if not self._owned and ray.is_initialized():
             _check_joinable(address)
         if not ray.is_initialized():
-            target = None if address == "ray" else address
-            try:
-                ray.init(address=target, log_to_driver=forward_output)
-            except Exception as exc:  # noqa: BLE001 - Ray raises several kinds
-                raise ClusterError(f"cannot start or reach Ray at {address!r}: {exc}") from exc
+            _init(address, forward_output)
             self._owned = True
         if self._owned:
             RayCarrier._owner = self
@@ -288,6 +284,32 @@ def _check_joinable(address: str) -> None:
             f"parl.connect({address!r}) cannot reach another one: parl.connect('ray') puts "
             "the actors on the Ray you initialised, or call ray.shutdown() first"
         )
+
+
+CLIENT_ATTEMPTS = 3  # Ray Client sessions whose server side failed to start, tried again
+
+
+def _init(address: str, forward_output: bool) -> None:
+    """``ray.init`` for ``address``. A Ray Client head sometimes fails to start the server
+    process of a new session ("Initialization failure from server": the process it spawned
+    died at once); that is the head's transient failure, so it is tried again."""
+    target = None if address == "ray" else address
+    attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=target, log_to_driver=forward_output)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds
+            if attempt < attempts and "Initialization failure from server" in str(exc):
+                log.warning(
+                    "Ray Client at %s failed to start a session (attempt %d of %d): %s",
+                    address, attempt, attempts, str(exc).strip().splitlines()[-1],
+                )  # fmt: skip
+                if ray.is_initialized():
+                    ray.shutdown()
+                time.sleep(1.0)
+                continue
+            raise ClusterError(f"cannot start or reach Ray at {address!r}: {exc}") from exc
 
 
 def _running(pid: int) -> bool:
