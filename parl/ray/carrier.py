@@ -119,8 +119,9 @@ class RayCarrier:
         where = handle.where.remote()
         done, _ = ray.wait([where], timeout=self.slot_timeout)
         if not done:
+            message = self._not_placed(class_name, resources)  # before its resources are freed
             ray.kill(handle, no_restart=True)
-            raise ClusterError(self._not_placed(class_name, resources))
+            raise ClusterError(message)
         try:
             pid, host, node = ray.get(where)
         except ray_errors.RuntimeEnvSetupError as exc:
@@ -139,10 +140,19 @@ class RayCarrier:
         have = ", ".join(
             f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k in ("CPU", "GPU")
         )
+        head = f"Ray did not start actor {class_name} within {self.slot_timeout:g} s: it asks for "
+        names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}  # option -> resource
+        if all(free.get(names[k], 0) >= v for k, v in resources.items() if v):
+            # placed, or placeable: the time went into starting its worker (a few seconds
+            # with a new runtime_env), which slot_timeout counts too on Ray
+            return (
+                f"{head}{asked}, and the Ray cluster has {have}, so the actor was still "
+                "starting (a new Ray worker process takes seconds to start); raise "
+                "parl.connect(..., slot_timeout=...)"
+            )
         return (
-            f"Ray did not start actor {class_name} within {self.slot_timeout:g} s: it asks for "
-            f"{asked}, and the Ray cluster has {have}; close other actors, add nodes, lower "
-            "num_cpus / num_gpus / max_memory in @parl.remote_class, or raise "
+            f"{head}{asked}, and the Ray cluster has {have}; close other actors, add nodes, "
+            "lower num_cpus / num_gpus / max_memory in @parl.remote_class, or raise "
             "parl.connect(..., slot_timeout=...)"
         )
 

@@ -80,6 +80,19 @@ def test_an_actor_ray_cannot_place_is_a_clear_error(on_ray):
         Huge()
 
 
+def test_an_actor_still_starting_at_slot_timeout_is_named_so(on_ray):
+    """On Ray, slot_timeout also counts the worker's start-up (seconds with a new runtime_env):
+    with the CPUs free, the error says the actor was still starting, not that none is free."""
+    parl.connect("ray", slot_timeout=0.001)
+
+    @parl.remote_class
+    class Slow:
+        pass
+
+    with pytest.raises(parl.ClusterError, match=r"num_cpus=1, .*still starting.*slot_timeout"):
+        Slow()
+
+
 def test_resource_options_are_checked():
     with pytest.raises(TypeError, match="num_cpus must be a number"):
         parl.remote_class(num_cpus="2")
