@@ -148,13 +148,13 @@ def ray_head():
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
-        gone = wait_until(lambda: not [p for p in members if _alive(p)], timeout=30)
+        gone = wait_until(lambda: not [p for p in members if _running(p)], timeout=30)
         if not gone:
             for process in members:
-                if _alive(process):
+                if _running(process):
                     process.kill()
         shutil.rmtree(temp, ignore_errors=True)
-        assert gone, f"Ray head processes left behind: {[p for p in members if _alive(p)]}"
+        assert gone, f"Ray head processes left behind: {[p for p in members if _running(p)]}"
 
 
 def _in_group(process: psutil.Process, pgid: int) -> bool:
@@ -163,9 +163,3 @@ def _in_group(process: psutil.Process, pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
 
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
