@@ -1,0 +1,147 @@
+"""Learning curves from TensorBoard event files as an SVG picture (no plotting library needed).
+
+    python scripts/plot_curves.py --tag train/episode_reward \\
+        --title "IMPALA, PongNoFrameskip-v4, 2 actors" --out docs/curves/impala_pong.svg \\
+        /tmp/impala_pong:seed0 /tmp/impala_pong_1:seed1
+
+Each positional argument is a log folder (what ``parl.utils.summary.set_dir`` got, searched
+recursively for event files), optionally ``:label``. Every run becomes one line of ``tag``
+against the step, smoothed by a moving average of ``--smooth`` points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Sequence
+from html import escape
+
+WIDTH, HEIGHT = 640, 400
+LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 50  # margins around the plot area
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+Series = list[tuple[float, float]]
+
+
+def read_scalars(folder: str, tag: str) -> Series:
+    """``(step, value)`` of ``tag`` in every event file under ``folder``, sorted by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points: Series = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            if "tfevents" not in name:
+                continue
+            events = EventAccumulator(os.path.join(root, name), size_guidance={"scalars": 0})
+            events.Reload()
+            if tag in events.Tags()["scalars"]:
+                points += [(e.step, e.value) for e in events.Scalars(tag)]
+    if not points:
+        raise SystemExit(f"no scalar {tag!r} in any event file under {folder}")
+    return sorted(points)
+
+
+def smooth(points: Series, window: int) -> Series:
+    """Moving average over the last ``window`` points (the first ones over fewer)."""
+    out, total = [], 0.0
+    for i, (step, value) in enumerate(points):
+        total += value
+        if i >= window:
+            total -= points[i - window][1]
+        out.append((step, total / min(i + 1, window)))
+    return out
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten apart) covering ``[low, high]``."""
+    if high <= low:
+        high = low + 1.0
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(low / step) * step
+    return [first + i * step for i in range(int(math.ceil((high - first) / step)) + 1)]
+
+
+def _label(value: float) -> str:
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:g}M"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:g}k"
+    return f"{value:g}"
+
+
+def render(runs: Sequence[tuple[str, Series]], title: str, x_title: str, y_title: str) -> str:
+    """The SVG text of the runs' lines on shared axes, with ticks, titles and a legend."""
+    xs = [x for _, points in runs for x, _ in points]
+    ys = [y for _, points in runs for _, y in points]
+    x_ticks, y_ticks = nice_ticks(min(xs), max(xs)), nice_ticks(min(ys), max(ys))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + (x - x0) / (x1 - x0) * plot_w
+
+    def py(y: float) -> float:
+        return TOP + (y1 - y) / (y1 - y0) * plot_h
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{WIDTH / 2}" y="22" text-anchor="middle" font-size="15">{escape(title)}</text>',
+    ]
+    for x in x_ticks:
+        parts.append(f'<line x1="{px(x):.1f}" y1="{TOP}" x2="{px(x):.1f}" y2="{TOP + plot_h}" '
+                     'stroke="#ddd"/>')  # fmt: skip
+        parts.append(f'<text x="{px(x):.1f}" y="{TOP + plot_h + 16}" '
+                     f'text-anchor="middle">{_label(x)}</text>')  # fmt: skip
+    for y in y_ticks:
+        parts.append(f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{LEFT + plot_w}" y2="{py(y):.1f}" '
+                     'stroke="#ddd"/>')  # fmt: skip
+        parts.append(f'<text x="{LEFT - 6}" y="{py(y) + 4:.1f}" '
+                     f'text-anchor="end">{_label(y)}</text>')  # fmt: skip
+    parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" '
+                 'stroke="#444"/>')  # fmt: skip
+    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 12}" '
+                 f'text-anchor="middle">{escape(x_title)}</text>')  # fmt: skip
+    parts.append(f'<text transform="translate(16 {TOP + plot_h / 2}) rotate(-90)" '
+                 f'text-anchor="middle">{escape(y_title)}</text>')  # fmt: skip
+    for i, (label, points) in enumerate(runs):
+        colour = COLOURS[i % len(COLOURS)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                     'stroke-width="1.8"/>')  # fmt: skip
+        ly = TOP + 14 + 16 * i
+        parts.append(f'<line x1="{LEFT + 10}" y1="{ly - 4}" x2="{LEFT + 30}" y2="{ly - 4}" '
+                     f'stroke="{colour}" stroke-width="2"/>')  # fmt: skip
+        parts.append(f'<text x="{LEFT + 36}" y="{ly}">{escape(label)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="log folder, optionally folder:label")
+    parser.add_argument("--tag", default="train/episode_reward")
+    parser.add_argument("--title", default="")
+    parser.add_argument("--x_title", default="environment steps")
+    parser.add_argument("--y_title", default=None, help="default: the tag")
+    parser.add_argument("--smooth", type=int, default=1, help="moving-average window (points)")
+    parser.add_argument("--out", required=True, help="the SVG file to write")
+    args = parser.parse_args(argv)
+    runs = []
+    for spec in args.runs:
+        folder, _, label = spec.partition(":")
+        runs.append((label or os.path.basename(folder.rstrip("/")),
+                     smooth(read_scalars(folder, args.tag), args.smooth)))  # fmt: skip
+    svg = render(runs, args.title, args.x_title, args.y_title or args.tag)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(svg)
+    print(f"wrote {args.out}: {', '.join(f'{label} ({len(p)} points)' for label, p in runs)}")
+
+
+if __name__ == "__main__":
+    main()

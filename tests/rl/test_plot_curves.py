@@ -1,0 +1,57 @@
+"""scripts/plot_curves.py: TensorBoard scalars of several runs become one SVG picture."""
+
+from __future__ import annotations
+
+import importlib.util
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from parl.utils import summary
+
+from .conftest import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("plot_curves", REPO_ROOT / "scripts" / "plot_curves.py")
+assert spec is not None and spec.loader is not None
+plot_curves = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plot_curves)
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _write_run(folder: Path, values: list[float]) -> None:
+    summary.set_dir(folder)
+    for step, value in enumerate(values):
+        summary.add_scalar("train/episode_reward", value, (step + 1) * 1000)
+    summary.close()
+
+
+def test_runs_become_lines_on_shared_axes(tmp_path: Path, capsys) -> None:
+    _write_run(tmp_path / "a", [-21.0, -20.0, -15.0, -3.0])
+    _write_run(tmp_path / "b", [-20.5, -19.0, -10.0])
+    out = tmp_path / "pics" / "curve.svg"
+    plot_curves.main([f"{tmp_path / 'a'}:seed 0", str(tmp_path / "b"), "--title", "Pong <IMPALA>",
+                      "--out", str(out)])  # fmt: skip
+    root = ET.parse(out).getroot()  # well-formed: the title's "<" was escaped
+    lines = root.findall(f"{SVG}polyline")
+    assert [len(line.get("points", "").split()) for line in lines] == [4, 3]
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "Pong <IMPALA>" in texts and "seed 0" in texts and "b" in texts
+    # y grows upwards: the last point of run a (-3) is drawn above its first (-21)
+    points = [tuple(map(float, p.split(","))) for p in lines[0].get("points", "").split()]
+    assert points[-1][1] < points[0][1] and points[-1][0] > points[0][0]
+    assert "seed 0 (4 points)" in capsys.readouterr().out
+
+
+def test_smoothing_and_ticks() -> None:
+    assert plot_curves.smooth([(1, 0.0), (2, 2.0), (3, 4.0)], 2) == [(1, 0.0), (2, 1.0), (3, 3.0)]
+    assert plot_curves.nice_ticks(-21, 0) == [-25.0, -20.0, -15.0, -10.0, -5.0, 0.0]
+    ticks = plot_curves.nice_ticks(0, 1_000_000)
+    assert ticks[0] == 0 and ticks[-1] >= 1_000_000 and len(ticks) <= 7
+
+
+def test_a_missing_tag_is_named(tmp_path: Path) -> None:
+    _write_run(tmp_path / "a", [1.0])
+    with pytest.raises(SystemExit, match="no scalar 'eval/return'"):
+        plot_curves.main([str(tmp_path / "a"), "--tag", "eval/return", "--out", str(tmp_path / "x.svg")])
