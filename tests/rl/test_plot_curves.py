@@ -12,7 +12,9 @@ from parl.utils import summary
 
 from .conftest import REPO_ROOT
 
-spec = importlib.util.spec_from_file_location("plot_curves", REPO_ROOT / "scripts" / "plot_curves.py")
+spec = importlib.util.spec_from_file_location(
+    "plot_curves", REPO_ROOT / "scripts" / "plot_curves.py"
+)
 assert spec is not None and spec.loader is not None
 plot_curves = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plot_curves)
@@ -54,4 +56,6 @@ def test_smoothing_and_ticks() -> None:
 def test_a_missing_tag_is_named(tmp_path: Path) -> None:
     _write_run(tmp_path / "a", [1.0])
     with pytest.raises(SystemExit, match="no scalar 'eval/return'"):
-        plot_curves.main([str(tmp_path / "a"), "--tag", "eval/return", "--out", str(tmp_path / "x.svg")])
+        plot_curves.main(
+            [str(tmp_path / "a"), "--tag", "eval/return", "--out", str(tmp_path / "x.svg")]
+        )
