@@ -277,7 +277,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
                 "step",
             )
         bufs = self._bufs
-        bufs["actions"][...] = actions
+        _put_actions(bufs["actions"], actions)
         if self._bells:
             serving, rung = self._serving, self._rung
             for i, bell in enumerate(self._bells):
@@ -412,3 +412,21 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         finally:
             self._pending = False
             self._finalizer()
+
+
+def _put_actions(buf: np.ndarray, actions: Any) -> None:
+    """Write ``actions`` into the shared buffer without silent broadcasting or lossy casts
+    (gymnasium's envs reject both: a float action is not in a ``Discrete`` space)."""
+    if np.shape(actions) != buf.shape:
+        raise ValueError(
+            f"step() needs one action per env, shape {buf.shape}, got shape {np.shape(actions)}"
+        )
+    try:
+        np.copyto(buf, actions, casting="same_kind")
+    except TypeError:
+        dtype = np.asarray(actions).dtype
+        raise TypeError(
+            f"step() got actions of dtype {dtype}, which the action space's {buf.dtype} cannot "
+            f"hold without changing them; pass {buf.dtype} actions (e.g. actions.astype("
+            f"np.{buf.dtype}))"
+        ) from None

@@ -189,6 +189,14 @@ def test_step_async_and_errors_of_the_doorbell_path() -> None:
             remote.step_wait()
         assert remote.get_attr("_max_episode_steps") == (500,) * 4  # stops the doorbell loop
         remote.step(np.ones(4, np.int64))  # and the next step starts it again
+        # as gymnasium's envs: no float actions in a Discrete space, one action per env
+        with pytest.raises(TypeError, match=r"dtype float64.*int64.*astype"):
+            remote.step(np.full(4, 0.7))
+        with pytest.raises(ValueError, match=r"shape \(4,\), got shape \(\)"):
+            remote.step(1)
+        with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+            remote.step([0, 1, 0])
+        remote.step([1, 0, 1, 0])  # a list of ints is fine, and nothing was left pending
         remote.step_async(np.ones(4, np.int64))  # close() collects a pending step
 
 
