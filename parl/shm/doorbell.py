@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from parl.wire.forking import drop_in_child
 from parl.wire.framing import SPIN_S, Spin, crowded
 
 GO = b"g"  # caller -> actor: step now
@@ -97,6 +98,15 @@ class CallerBell:
         self.reply = os.open(self.paths[1], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         self._poller = _poller(self.reply)
         self._spin = Spin(SPIN_S)
+        drop_in_child(self)
+
+    def _drop_in_child(self) -> None:
+        """In a process the caller forks: close this copy of the ends, so that the actor still
+        sees the end of the stream when the caller closes or dies (the folder is the parent's)."""
+        for fd in (self.request, self.reply):
+            if fd >= 0:
+                os.close(fd)
+        self.request = self.reply = -1
 
     def connect(self) -> None:
         """After the actor opened its ends (made its :class:`ActorBell` from ``paths``)."""

@@ -87,3 +87,24 @@ def test_a_closed_actor_ends_the_stream() -> None:
     parl.close_actor(actor)  # the worker exits: its pipe ends close
     assert bell.answer() == (b"", None)
     bell.close()
+
+
+def test_a_forked_child_does_not_keep_the_actor_serving() -> None:
+    """A process the caller forks gets no copy of the caller's ends: when the caller closes
+    its bell, the actor sees the end of the stream although the child is still alive."""
+    with RemoteDoubler(parl.shm.zeros(1, np.float64)) as actor:
+        bell = _connect(actor)
+        serving = actor.serve()
+        hold, release = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: wait until the parent is done, then leave at once
+            os.close(release)
+            os.read(hold, 1)
+            os._exit(0)
+        os.close(hold)
+        try:
+            bell.close()
+            assert serving.get(timeout=10) == 0  # serve() returned: it saw the end
+        finally:
+            os.close(release)
+            os.waitpid(pid, 0)
