@@ -197,20 +197,19 @@ class RayCarrier:
             else:  # every stop ran: their workers are exiting (a poll, not a spin)
                 time.sleep(min(timeout, 0.02))
         now = time.monotonic()
-        ended = []
-        for item in stopping:
-            if item.done():
-                ended.append(item)
-            elif now >= item.deadline:
-                log.warning("actor pid=%s did not end within stop_timeout: killed", item.pid)
-                _kill(item.handle)
-                ended.append(item)
-        with self._lock:
-            self._stopping = [item for item in self._stopping if item not in ended]
-            if not self._stopping:
+        ended = [item for item in stopping if item.done()]
+        overdue = [item for item in stopping if item not in ended and now >= item.deadline]
+        with self._lock:  # the reaper thread and close() both reap: each actor is claimed once
+            overdue = [item for item in overdue if item in self._stopping]
+            gone = ended + overdue
+            self._stopping = [item for item in self._stopping if item not in gone]
+            more = bool(self._stopping)
+            if not more:
                 self._reaper = None
-                return False
-            return True
+        for item in overdue:
+            log.warning("actor pid=%s did not end within stop_timeout: killed", item.pid)
+            _kill(item.handle)
+        return more
 
     def close(self) -> None:
         """Shut Ray down if this carrier started it (its actors end with it). Idempotent."""

@@ -160,7 +160,8 @@ def test_closing_ends_the_actor_as_a_local_worker_ends(tmp_path):
     assert wait_until(lambda: not actor_workers(), timeout=15)
 
 
-def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path):
+def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="parl.ray")
     parl.connect("ray", stop_timeout=1)
     (tmp_path / "stuck").mkdir()
     writer, stuck = Writer(str(tmp_path)), AsyncWriter(str(tmp_path / "stuck"))
@@ -169,8 +170,11 @@ def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path):
     start = time.monotonic()
     parl.close_actor(stuck)
     parl.close_actor(writer)
+    parl.disconnect()  # reaps beside the reaper thread, as at exit or after Ctrl-C
     assert wait_until(lambda: not actor_workers(), timeout=30)
     assert time.monotonic() - start < 15
+    killed = [r for r in caplog.records if "did not end within stop_timeout" in r.message]
+    assert len(killed) == 1, [r.message for r in killed]  # one warning, not one per reaper
     assert (tmp_path / "del").exists()  # the other one still ended gracefully
     assert not (tmp_path / "stuck" / "del").exists()  # killed: nothing of it ran
 
