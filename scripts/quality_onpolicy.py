@@ -1,0 +1,161 @@
+"""PPO's quality on MuJoCo: `examples/PPO/train.py` with rl-zoo's tuned configurations for 1M
+steps, several seeds, 10 deterministic evaluation episodes at the end; prints the table of
+issue 10 and draws the evaluation curves.
+
+    python scripts/quality_onpolicy.py                                   # both tasks, seeds 0 1 2
+    python scripts/quality_onpolicy.py --env Hopper-v5 --seeds 0 --steps 100000 --parallel 1
+
+Each seed runs in its own interpreter (one torch thread), ``--parallel`` at a time; each writes
+TensorBoard events (and a checkpoint) under ``--logroot/<env>/seed<k>``. The configurations are
+rl-baselines3-zoo's for HalfCheetah and Hopper (normalised observations and rewards, 1 env,
+256x256 ReLU networks, log-std starting at -2), the same as in ``bench_onpolicy.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"HalfCheetah-v5": 3000.0, "Hopper-v5": 2400.0}  # issue 10: 3-seed mean after 1M
+
+# rl-baselines3-zoo's PPO hyperparameters (ppo.yml), in the example's names
+ZOO: dict[str, dict[str, Any]] = {
+    "HalfCheetah-v5": {
+        "step_nums": 512,
+        "num_minibatches": 512 // 64,
+        "update_epochs": 20,
+        "gamma": 0.98,
+        "initial_lr": 2.0633e-05,
+        "entropy_coef": 0.000401762,
+        "clip_param": 0.1,
+        "gae_lambda": 0.92,
+        "max_grad_norm": 0.8,
+        "value_loss_coef": 0.58096,
+    },
+    "Hopper-v5": {
+        "step_nums": 512,
+        "num_minibatches": 512 // 32,
+        "update_epochs": 5,
+        "gamma": 0.999,
+        "initial_lr": 9.80828e-05,
+        "entropy_coef": 0.00229519,
+        "clip_param": 0.2,
+        "gae_lambda": 0.99,
+        "max_grad_norm": 0.7,
+        "value_loss_coef": 0.835671,
+    },
+}
+COMMON = {
+    "env_num": 1,
+    "lr_decay": False,
+    "clip_decay": False,
+    "use_clipped_value_loss": False,
+    "hidden_sizes": (256, 256),
+    "activation": "relu",
+    "log_std_init": -2.0,
+    "eval_episode": 10,
+    "progress": False,
+}
+
+
+def run_one(env_id: str, seed: int, steps: int, logdir: str, every: int) -> dict[str, Any]:
+    """Train one seed in this interpreter; its evaluation history."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples" / "PPO"))
+    import train as ppo_train
+    from config import mujoco_config
+
+    torch.set_num_threads(1)
+    config = {
+        **mujoco_config,
+        **COMMON,
+        **ZOO[env_id],
+        "env": env_id,
+        "seed": seed,
+        "train_total_steps": steps,
+        "test_every_steps": every,
+        "logdir": logdir,
+    }
+    result = ppo_train.train(config)
+    return {
+        "env": env_id,
+        "seed": seed,
+        "steps": result.total_steps,
+        "train_seconds": result.train_seconds,
+        "evaluations": result.eval_history,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", nargs="+", default=list(ZOO), choices=list(ZOO))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--test_every_steps", type=int, default=100_000)
+    parser.add_argument("--parallel", type=int, default=2, help="seeds trained at once")
+    parser.add_argument("--logroot", default="/tmp/quality_onpolicy")
+    parser.add_argument("--plot_dir", default=None, help="write <env>.svg curves here")
+    parser.add_argument("--one", nargs=2, metavar=("ENV", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:  # a child: one seed, its result as the last line of stdout
+        env_id, seed = args.one[0], int(args.one[1])
+        logdir = os.path.join(args.logroot, env_id, f"seed{seed}")
+        result = run_one(env_id, seed, args.steps, logdir, args.test_every_steps)
+        print(json.dumps(result), flush=True)
+        return
+
+    jobs = [(env_id, seed) for env_id in args.env for seed in args.seeds]
+    results: list[dict[str, Any]] = []
+    running: list[tuple[tuple[str, int], subprocess.Popen]] = []
+    while jobs or running:
+        while jobs and len(running) < args.parallel:
+            env_id, seed = jobs.pop(0)
+            command = [sys.executable, __file__, "--one", env_id, str(seed), "--steps",
+                       str(args.steps), "--test_every_steps", str(args.test_every_steps),
+                       "--logroot", args.logroot]  # fmt: skip
+            running.append(
+                ((env_id, seed), subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+            )
+        (env_id, seed), process = running.pop(0)
+        out, _ = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"{env_id} seed {seed} failed (exit {process.returncode})")
+        result = json.loads(out.strip().splitlines()[-1])
+        last = result["evaluations"][-1]
+        print(f"{env_id} seed {seed}: {last[1]:.1f} after {last[0]:,} steps "
+              f"({result['steps'] / result['train_seconds']:.0f} steps/s)", flush=True)  # fmt: skip
+        results.append(result)
+
+    print(
+        f"\nPPO, rl-zoo configurations, {args.steps:,} steps, 10 deterministic episodes at the end"
+    )
+    for env_id in args.env:
+        finals = [r["evaluations"][-1][1] for r in results if r["env"] == env_id]
+        mean = statistics.mean(finals)
+        spread = statistics.stdev(finals) if len(finals) > 1 else 0.0
+        verdict = "met" if mean >= TARGETS[env_id] else "not met"
+        print(f"  {env_id}: seeds {', '.join(f'{f:.0f}' for f in finals)}; mean {mean:.0f} "
+              f"(sd {spread:.0f}); target >= {TARGETS[env_id]:.0f}: {verdict}")  # fmt: skip
+        if args.plot_dir:
+            sys.path.insert(0, str(ROOT / "scripts"))
+            import plot_curves
+
+            runs = [
+                f"{os.path.join(args.logroot, env_id, f'seed{s}')}:seed {s}" for s in args.seeds
+            ]
+            plot_curves.main([*runs, "--tag", "eval/episode_reward", "--out",
+                              os.path.join(args.plot_dir, f"ppo_{env_id}.svg"), "--title",
+                              f"PPO on {env_id} (rl-zoo configuration), deterministic evaluation",
+                              "--y_title", "mean return of 10 episodes"])  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
