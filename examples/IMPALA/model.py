@@ -58,7 +58,9 @@ class CartpoleModel(parl.Model):
 
 
 class AtariModel(_ActorCritic):
-    """PARL's IMPALA network on ``(N, 4, dim, dim)`` uint8 frames (42 or 84 pixels)."""
+    """A small network for ``(N, 4, dim, dim)`` uint8 frames (42 or 84 pixels): three strided
+    convolutions and a 256-unit layer shared by the policy and value heads (PARL's has three
+    convolutions down to 256 features too, with other kernel sizes)."""
 
     def __init__(self, act_dim: int, dim: int = 42) -> None:
         convs = nn.Sequential(
