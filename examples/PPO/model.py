@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import parl
@@ -37,8 +36,8 @@ class MLPModel(parl.Model):
     ``value(obs)``: ``(B, 1)``; ``policy_and_value(obs)`` both from one pass.
 
     The actor and the critic are separate MLPs (no shared weights), stored stacked so that one
-    pass runs both: the first layers as one ``Linear(obs_dim, 2 * h)``, each further hidden layer
-    as one batched matmul over a ``(2, h, h')`` weight, then a policy head and a value head. Same
+    pass runs both: each hidden layer of the two is one batched matmul over a ``(2, in, out)``
+    weight, then a policy head and a value head. Same
     maths and same initial weights as two ``nn.Sequential`` MLPs, half the operations: at these
     sizes the cost of a step is the number of operations, not their arithmetic.
     """
@@ -65,15 +64,14 @@ class MLPModel(parl.Model):
         critic = _mlp(sizes, 1, 1.0, activation)
         a_lin = [m for m in actor if isinstance(m, nn.Linear)]
         c_lin = [m for m in critic if isinstance(m, nn.Linear)]
-        self.w_in = nn.Parameter(torch.cat([a_lin[0].weight, c_lin[0].weight]).detach())
-        self.b_in = nn.Parameter(torch.cat([a_lin[0].bias, c_lin[0].bias]).detach())
-        self.w_hidden = nn.ParameterList(
+        # layer k of both: x (2, B, in) @ w[k] (2, in, out) + b[k] (2, 1, out), one baddbmm
+        self.weights = nn.ParameterList(
             nn.Parameter(torch.stack([a.weight.T, c.weight.T]).detach().contiguous())
-            for a, c in zip(a_lin[1:-1], c_lin[1:-1], strict=True)
+            for a, c in zip(a_lin[:-1], c_lin[:-1], strict=True)
         )
-        self.b_hidden = nn.ParameterList(
+        self.biases = nn.ParameterList(
             nn.Parameter(torch.stack([a.bias, c.bias]).detach()[:, None, :].contiguous())
-            for a, c in zip(a_lin[1:-1], c_lin[1:-1], strict=True)
+            for a, c in zip(a_lin[:-1], c_lin[:-1], strict=True)
         )
         self.pi, self.v = a_lin[-1], c_lin[-1]
         if continuous:
@@ -83,9 +81,8 @@ class MLPModel(parl.Model):
         """The last hidden layer of the actor and of the critic, each ``(B, h)``."""
         act = _ACTIVATION_FNS[self.activation]
         x = obs.reshape(-1, self.obs_dim)
-        h = act(F.linear(x, self.w_in, self.b_in))
-        h = h.view(x.shape[0], 2, self.hidden_sizes[0]).transpose(0, 1)  # (2, B, h)
-        for w, b in zip(self.w_hidden, self.b_hidden, strict=True):
+        h = x.expand(2, *x.shape)  # the same input for both, no copy
+        for w, b in zip(self.weights, self.biases, strict=True):
             h = act(torch.baddbmm(b, h, w))
         return h[0], h[1]
 

@@ -308,3 +308,32 @@ def test_batch_vector_env_rejects_bad_arguments() -> None:
     env = BatchVectorEnv("CartPole-v1", 2)
     with pytest.raises(ValueError, match="seeds"):
         env.reset(seed=[1, 2, 3])
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_direct_adam_step_is_torch_adam_step(continuous: bool) -> None:
+    """PPO's direct fused-Adam call updates the weights and Adam's state exactly as
+    ``optimizer.step()`` does, and a restored optimizer state is used (not a stale copy)."""
+    torch.manual_seed(0)
+    model = TwoHeads(continuous)
+    twin = copy.deepcopy(model)
+    fast = PPO(model, continuous_action=continuous, device="cpu")
+    reference = PPO(twin, continuous_action=continuous, device="cpu")
+    reference._adam_step = reference.optimizer.step  # type: ignore[method-assign]
+    batch = _batch(continuous)
+    for i in range(4):
+        fast.learn(**batch, lr=1e-3 * (i + 1))
+        reference.learn(**batch, lr=1e-3 * (i + 1))
+    for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p_fast, p_ref)
+    state_fast, state_ref = fast.optimizer.state_dict(), reference.optimizer.state_dict()
+    for key, value in state_ref["state"].items():
+        assert int(state_fast["state"][key]["step"]) == int(value["step"]) == 4
+        assert torch.equal(state_fast["state"][key]["exp_avg_sq"], value["exp_avg_sq"])
+    # fresh state tensors (copies: load_state_dict may keep the tensors it is given)
+    fast.optimizer.load_state_dict(copy.deepcopy(state_ref))
+    reference.optimizer.load_state_dict(copy.deepcopy(state_ref))
+    fast.learn(**batch)
+    reference.learn(**batch)
+    for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p_fast, p_ref)
