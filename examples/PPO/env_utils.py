@@ -47,9 +47,9 @@ def make_train_envs(config: dict[str, Any]) -> gym.vector.VectorEnv:
     """``env_num`` envs with same-step auto-reset (the final observation in the infos).
 
     With ``xparl_addr`` or ``num_workers > 0`` they run in actors (``parl.env.RemoteVectorEnv``),
-    otherwise in this process: classic-control tasks as one batch (``parl.env.BatchVectorEnv``:
-    CartPole as one numpy pass, same trajectories as gymnasium's), the others in
-    ``gymnasium.vector.SyncVectorEnv``.
+    otherwise in this process (``parl.env.BatchVectorEnv``): classic-control tasks as one batch
+    (CartPole as one numpy pass, same trajectories as gymnasium's), MuJoCo tasks one env after
+    another as ``gymnasium.vector.SyncVectorEnv`` would, Atari games in ``SyncVectorEnv``.
     """
     fn = functools.partial(make_env, config["env"], kind_of(config), config["gamma"])
     fns = [fn] * int(config["env_num"])
@@ -64,4 +64,6 @@ def make_train_envs(config: dict[str, Any]) -> gym.vector.VectorEnv:
         return RemoteVectorEnv(fns, num_workers=workers, autoreset_mode=mode, infos=False)
     if kind_of(config) == "classic":
         return BatchVectorEnv(config["env"], int(config["env_num"]), mode)
+    if kind_of(config) == "mujoco":
+        return BatchVectorEnv.from_env_fns(fns, mode)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -26,6 +27,13 @@ from parl.env.env_batch import EnvBatch, EnvList, Infos
 from parl.env.fast_envs import fast_builder
 
 __all__ = ["BatchVectorEnv"]
+
+
+def _check_mode(autoreset_mode: str | AutoresetMode) -> AutoresetMode:
+    mode = AutoresetMode(autoreset_mode)
+    if mode is AutoresetMode.DISABLED:
+        raise ValueError("BatchVectorEnv supports NEXT_STEP and SAME_STEP auto-reset")
+    return mode
 
 
 class BatchVectorEnv(gymnasium.vector.VectorEnv):
@@ -56,16 +64,37 @@ class BatchVectorEnv(gymnasium.vector.VectorEnv):
             raise TypeError(f"env_id must be a registered gymnasium id (str), got {env_id!r}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            raise ValueError("BatchVectorEnv supports NEXT_STEP and SAME_STEP auto-reset")
+        mode = _check_mode(autoreset_mode)
         gymnasium.spec(env_id)  # gymnasium's error for an unknown id, here
         build = fast_builder(env_id, num_envs, kwargs) if vectorize else None
         if build is None:
             fn = functools.partial(gymnasium.make, env_id, disable_env_checker=True, **kwargs)
             build = functools.partial(EnvList, [fn] * num_envs)
-        self.batch: EnvBatch = build(self.autoreset_mode, False)
-        self.num_envs = num_envs
+        self._setup(build(mode, False), mode, episode_statistics)
+
+    @classmethod
+    def from_env_fns(
+        cls,
+        env_fns: Sequence[Callable[[], gymnasium.Env]],
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        *,
+        episode_statistics: bool = False,
+    ) -> BatchVectorEnv:
+        """The envs ``fn()`` for ``fn`` in ``env_fns``, stepped one after another like
+        ``SyncVectorEnv`` but without its per-step merging of every env's info dict: only the
+        infos that auto-reset needs are kept (``final_obs``, and ``final_info["episode"]`` of a
+        ``RecordEpisodeStatistics`` inside the envs)."""
+        if not env_fns or not all(callable(fn) for fn in env_fns):
+            raise TypeError("from_env_fns needs a non-empty list of functions that build envs")
+        mode = _check_mode(autoreset_mode)
+        self = cls.__new__(cls)
+        self._setup(EnvList(env_fns, mode, False), mode, episode_statistics)
+        return self
+
+    def _setup(self, batch: EnvBatch, mode: AutoresetMode, episode_statistics: bool) -> None:
+        self.autoreset_mode = mode
+        self.batch = batch
+        num_envs = self.num_envs = batch.num_envs
         self.single_observation_space = self.batch.single_observation_space
         self.single_action_space = self.batch.single_action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)

@@ -337,3 +337,66 @@ def test_direct_adam_step_is_torch_adam_step(continuous: bool) -> None:
     reference.learn(**batch)
     for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(p_fast, p_ref)
+
+
+def test_single_sample_running_statistics_are_gymnasiums() -> None:
+    from gymnasium.wrappers.utils import RunningMeanStd
+
+    from parl.env.mujoco_wrappers import SampleRunningMeanStd
+
+    rng = np.random.default_rng(0)
+    for shape, dtype in (((5,), np.float32), ((), np.float64)):
+        reference, ours = (
+            RunningMeanStd(shape=shape, dtype=dtype),
+            SampleRunningMeanStd(shape=shape, dtype=dtype),
+        )
+        for i in range(200):
+            x = (rng.normal(size=(1, *shape)) * (i + 1)).astype(dtype)
+            reference.update(x)
+            ours.update(x)
+        batch = rng.normal(size=(7, *shape)).astype(dtype)  # a batch takes gymnasium's path
+        reference.update(batch)
+        ours.update(batch)
+        assert np.array_equal(ours.mean, reference.mean) and np.array_equal(ours.var, reference.var)
+        assert ours.count == reference.count and np.asarray(ours.mean).dtype == dtype
+
+
+def test_batch_vector_env_from_env_fns_steps_like_sync_vector_env() -> None:
+    """The PPO example's normalised MuJoCo env (``wrap_rms``) in ``BatchVectorEnv.from_env_fns``
+    and in ``SyncVectorEnv``: the same observations, rewards, final observations, raw episode
+    returns and running statistics (``call`` reaches the envs' methods)."""
+    from parl.env.mujoco_wrappers import wrap_rms
+
+    def make() -> gym.Env:
+        env = gym.make("HalfCheetah-v5", max_episode_steps=40)
+        return wrap_rms(gym.wrappers.ClipAction(env), 0.98, compat=False)
+
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    reference = gym.vector.SyncVectorEnv([make] * 2, autoreset_mode=mode)
+    ours = BatchVectorEnv.from_env_fns([make] * 2, mode)
+    np.testing.assert_array_equal(ours.reset(seed=4)[0], reference.reset(seed=4)[0])
+    rng = np.random.default_rng(1)
+    episodes = 0
+    for _ in range(100):
+        actions = rng.uniform(-1.5, 1.5, (2, 6)).astype(np.float32)
+        expected, got = reference.step(actions), ours.step(actions)
+        for want, have in zip(expected[:4], got[:4], strict=True):
+            np.testing.assert_array_equal(have, want)
+        if "final_obs" in expected[4]:
+            mask = expected[4]["_final_obs"]
+            np.testing.assert_array_equal(got[4]["_final_obs"], mask)
+            for k in np.flatnonzero(mask):
+                np.testing.assert_array_equal(got[4]["final_obs"][k], expected[4]["final_obs"][k])
+            returns, ref_returns = (
+                got[4]["final_info"]["episode"]["r"],
+                expected[4]["final_info"]["episode"]["r"],
+            )
+            np.testing.assert_array_equal(returns[mask], ref_returns[mask])
+            episodes += int(mask.sum())
+    assert episodes == 4
+    state, ref_state = ours.call("get_rms_state")[1], reference.call("get_rms_state")[1]
+    for key in ("ob_rms", "ret_rms"):
+        np.testing.assert_array_equal(state[key]["mean"], ref_state[key]["mean"])
+        np.testing.assert_array_equal(state[key]["var"], ref_state[key]["var"])
+    reference.close()
+    ours.close()
