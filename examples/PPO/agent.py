@@ -28,6 +28,7 @@ class PPOAgent(parl.Agent):
         self.lr_scheduler = LinearDecayScheduler(config["initial_lr"], updates)
         self.clip_scheduler = LinearDecayScheduler(config["clip_param"], updates)
         self.last_stats: dict[str, float] = {}
+        self._device = self.device
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action(s) for one observation or a batch."""
@@ -37,13 +38,17 @@ class PPOAgent(parl.Agent):
         return action[0] if single else action
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(value, action, logprob, entropy)`` for a batch of observations."""
-        value, action, logprob, entropy = self.alg.sample(self.to_tensor(obs))
+        """``(value, action, logprob, entropy)`` for a batch of observations.
+
+        Called once per env step: the tensor goes straight to the device the model had when
+        the agent was built (``to_tensor`` looks the device up on every call)."""
+        batch = torch.as_tensor(obs, dtype=torch.float32, device=self._device)
+        value, action, logprob, entropy = self.alg.sample(batch)
         return (
-            self.to_numpy(value),
-            self.to_numpy(action),
-            self.to_numpy(logprob),
-            self.to_numpy(entropy),
+            value.cpu().numpy(),
+            action.cpu().numpy(),
+            logprob.cpu().numpy(),
+            entropy.cpu().numpy(),
         )
 
     def value(self, obs: np.ndarray) -> np.ndarray:

@@ -73,6 +73,9 @@ class MLPModel(parl.Model):
             nn.Parameter(torch.stack([a.bias, c.bias]).detach()[:, None, :].contiguous())
             for a, c in zip(a_lin[:-1], c_lin[:-1], strict=True)
         )
+        # the same Parameters as a plain list: iterating a ParameterList costs more than the
+        # matmuls of a one-observation forward pass (moving the model keeps these objects)
+        self._layers = list(zip(self.weights, self.biases, strict=True))
         self.pi, self.v = a_lin[-1], c_lin[-1]
         if continuous:
             self.log_std = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
@@ -82,7 +85,7 @@ class MLPModel(parl.Model):
         act = _ACTIVATION_FNS[self.activation]
         x = obs.reshape(-1, self.obs_dim)
         h = x.expand(2, *x.shape)  # the same input for both, no copy
-        for w, b in zip(self.weights, self.biases, strict=True):
+        for w, b in self._layers:
             h = act(torch.baddbmm(b, h, w))
         return h[0], h[1]
 
