@@ -6,13 +6,17 @@ all measured in the same run, with ratios.
     python scripts/bench_onpolicy.py                       # everything, about 5 minutes
     python scripts/bench_onpolicy.py --only vector         # vector envs only
     python scripts/bench_onpolicy.py --only cartpole --seeds 0 1 2 3 4
+    python scripts/bench_onpolicy.py --only halfcheetah --cheetah_rounds 3
 
 ``cartpole``: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256,
 20 epochs, lr and clip decaying linearly from 1e-3 and 0.2, gamma 0.98, lambda 0.8); both
 evaluate 10 deterministic episodes every 1024 steps (at the same points: after the same number
-of updates) and the clock, which excludes evaluations, stops at the first mean >= 475.
+of updates) and the clock, which excludes evaluations, stops at the first mean >= 475. Both the
+wall time and the CPU time (this process and its children, evaluations excluded) are given, and
+their ratios: on a shared machine the CPU time says more about the cost than the wall time.
 ``halfcheetah``: PPO training throughput with rl-zoo's HalfCheetah configuration (1 env,
-normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``.
+normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``;
+steps per second of wall time and of CPU time, ours and SB3 in turn ``--cheetah_rounds`` times.
 ``vector``: random-action steps per second of ``RemoteVectorEnv.make`` (fast path) and of
 ``RemoteVectorEnv(env_fns)`` (generic path), 2 actors x 64 CartPole / x 16 HalfCheetah envs,
 against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs as in the issue, and as many envs as
@@ -383,11 +387,49 @@ def main() -> None:
         bench_cheetah(args.cheetah_steps, args.cheetah_rounds)
 
 
+def _top_level_op(event: Any) -> bool:
+    """An operator the caller (Python or the autograd engine) called, not one inside another."""
+    parent = event.cpu_parent
+    return event.name.startswith("aten::") and (
+        parent is None or not parent.name.startswith("aten::")
+    )
+
+
+def _op_counts(continuous: bool) -> tuple[int, int]:
+    """Top-level torch operator calls (``aten::``, counted by ``torch.profiler``) of one PPO
+    minibatch update and of one acting step with the example's model at the benchmark's sizes:
+    a count that does not depend on the machine or its load."""
+    from model import MLPModel
+    from torch.profiler import ProfilerActivity, profile
+
+    from parl.algorithms import PPO
+
+    torch.manual_seed(0)
+    if continuous:
+        model, batch = MLPModel(17, 6, True, (256, 256), "relu", -2.0), 64
+        act = torch.randn(64, 6)
+    else:
+        model, batch = MLPModel(4, 2, False, (64, 64), "tanh"), 256
+        act = torch.randint(0, 2, (256,))
+    alg = PPO(model, continuous_action=continuous, use_clipped_value_loss=False, device="cpu")
+    obs = torch.randn(batch, 17 if continuous else 4)
+    args = (obs, act.float(), *torch.randn(4, batch))
+    counts = []
+    for call in (lambda: alg.learn(*args), lambda: alg.sample(obs[:8])):
+        call(), call()  # Adam's state exists: the steady state
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            call()
+        counts.append(sum(1 for event in prof.events() if _top_level_op(event)))
+    return counts[0], counts[1]
+
+
 def bench_cartpole(seeds: list[int]) -> None:
     """Ours and SB3 in turn for each seed; medians of the wall and CPU times to 475."""
     print(
         "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
     )
+    learn_ops, act_ops = _op_counts(continuous=False)
+    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step (8 envs)")
     inf = float("inf")
     ours: list[Hit] = []
     theirs: list[Hit] = []
@@ -419,6 +461,8 @@ def bench_cheetah(steps: int, rounds: int) -> None:
     wall = {name: statistics.median(r[0] for r in rs) for name, rs in rates.items()}
     cpu = {name: statistics.median(r[1] for r in rs) for name, rs in rates.items()}
     print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {steps} steps, {rounds} rounds")
+    learn_ops, act_ops = _op_counts(continuous=True)
+    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step")
     print(
         f"  ours {wall['ours']:,.0f} steps/s ({cpu['ours']:,.0f} per CPU second), SB3 "
         f"{wall['SB3']:,.0f} steps/s ({cpu['SB3']:,.0f} per CPU second); ours / SB3 = "
