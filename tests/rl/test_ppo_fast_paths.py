@@ -400,3 +400,23 @@ def test_batch_vector_env_from_env_fns_steps_like_sync_vector_env() -> None:
         np.testing.assert_array_equal(state[key]["var"], ref_state[key]["var"])
     reference.close()
     ours.close()
+
+
+def test_clipped_surrogate_has_torch_mins_loss_and_gradient() -> None:
+    """Against ``-min(A r, A clip(r)).mean()`` on ratios inside the clip range (ties), above and
+    below it, exactly on its bounds, with positive, negative and zero advantages."""
+    from parl.algorithms.ppo import clipped_surrogate_loss
+
+    gen = torch.Generator().manual_seed(2)
+    ratio = torch.cat(
+        [torch.rand(200, generator=gen) * 2.0, torch.tensor([0.8, 1.2, 1.0, 0.5, 1.5])]
+    )
+    adv = torch.cat([torch.randn(200, generator=gen), torch.tensor([1.0, -1.0, 0.0, 0.0, -2.0])])
+    r_fast, r_ref = ratio.clone().requires_grad_(), ratio.clone().requires_grad_()
+    fast = clipped_surrogate_loss(r_fast, adv, 0.2)
+    reference = -torch.min(adv * r_ref, adv * r_ref.clamp(0.8, 1.2)).mean()
+    fast.backward()
+    reference.backward()
+    assert torch.equal(fast, reference)
+    assert torch.equal(r_fast.grad, r_ref.grad)
+    assert (r_ref.grad == 0).any() and (r_ref.grad != 0).any()  # both cases occur
