@@ -52,12 +52,18 @@ def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
 
 
 def gaussian_log_prob(
-    mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    action: torch.Tensor,
+    log_std: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``log N(action; mean, exp(log_std)^2)`` summed over the last (action) dimension: ``(B,)``
-    for ``mean, action (B, d)`` and ``log_std`` broadcastable to them."""
-    z = (action - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std).sum(-1) - _HALF_LOG_2PI * mean.shape[-1]
+    """``log N(action; mean, std^2)`` summed over the last (action) dimension: ``(B,)`` for
+    ``mean, action (B, d)`` and ``std`` broadcastable to them (``log_std``: ``std.log()``, when
+    the caller has it already)."""
+    if log_std is None:
+        log_std = std.log()
+    z = (action - mean) / std
+    return (-0.5 * z.square() - log_std).sum(-1) - _HALF_LOG_2PI * mean.shape[-1]
 
 
 def gaussian_entropy(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

@@ -171,7 +171,7 @@ class PPO(Algorithm):
         if self.continuous_action:
             mean, std = policy
             log_std = std.log()
-            return gaussian_log_prob(mean, log_std, action), gaussian_entropy(mean, log_std)
+            return gaussian_log_prob(mean, std, action, log_std), gaussian_entropy(mean, log_std)
         return categorical_log_prob_entropy(policy, action)
 
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -201,7 +201,7 @@ class PPO(Algorithm):
             mean, std = policy
             action = gaussian_sample(mean, std)
             log_std = std.log()
-            log_prob = gaussian_log_prob(mean, log_std, action)
+            log_prob = gaussian_log_prob(mean, std, action, log_std)
             return value, action, log_prob, gaussian_entropy(mean, log_std)
         action = categorical_sample(policy)
         log_prob, entropy = categorical_log_prob_entropy(policy, action)

@@ -67,7 +67,10 @@ def test_gaussian_closed_forms_match_torch_distributions(std_shape: tuple[int, .
     action = mean + torch.randn(32, 3, generator=gen) * 2
     reference = Independent(Normal(mean, std.expand_as(mean)), 1)
     log_std = std.log()
-    torch.testing.assert_close(gaussian_log_prob(mean, log_std, action), reference.log_prob(action))
+    torch.testing.assert_close(gaussian_log_prob(mean, std, action), reference.log_prob(action))
+    torch.testing.assert_close(
+        gaussian_log_prob(mean, std, action, log_std), reference.log_prob(action)
+    )
     entropy = gaussian_entropy(mean, log_std)
     assert entropy.shape == (32,)
     torch.testing.assert_close(entropy, reference.entropy())
