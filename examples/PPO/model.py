@@ -37,9 +37,9 @@ class MLPModel(parl.Model):
 
     The actor and the critic are separate MLPs (no shared weights), stored stacked so that one
     pass runs both: each hidden layer of the two is one batched matmul over a ``(2, in, out)``
-    weight, then a policy head and a value head. Same
-    maths and same initial weights as two ``nn.Sequential`` MLPs, half the operations: at these
-    sizes the cost of a step is the number of operations, not their arithmetic.
+    weight, then a policy head and a value head. Same maths and same initial weights as two
+    ``nn.Sequential`` MLPs, half the operations: at these sizes the cost of a step is the number
+    of operations more than their arithmetic.
     """
 
     def __init__(
