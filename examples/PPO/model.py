@@ -83,7 +83,7 @@ class MLPModel(parl.Model):
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The last hidden layer of the actor and of the critic, each ``(B, h)``."""
         act = _ACTIVATION_FNS[self.activation]
-        x = obs.reshape(-1, self.obs_dim)
+        x = obs if obs.dim() == 2 else obs.reshape(-1, self.obs_dim)
         h = x.expand(2, *x.shape)  # the same input for both, no copy
         for w, b in self._layers:
             h = act(torch.baddbmm(b, h, w))
