@@ -411,7 +411,14 @@ def _op_counts(continuous: bool) -> tuple[int, int]:
     else:
         model, batch = MLPModel(4, 2, False, (64, 64), "tanh"), 256
         act = torch.randint(0, 2, (256,))
-    alg = PPO(model, continuous_action=continuous, use_clipped_value_loss=False, device="cpu")
+    entropy_coef = ZOO_CHEETAH["ent_coef"] if continuous else 0.0  # the benchmarks' settings
+    alg = PPO(
+        model,
+        entropy_coef=entropy_coef,
+        continuous_action=continuous,
+        use_clipped_value_loss=False,
+        device="cpu",
+    )
     obs = torch.randn(batch, 17 if continuous else 4)
     args = (obs, act.float(), *torch.randn(4, batch))
     counts = []

@@ -30,10 +30,11 @@ _HALF_LOG_2PI_E = 0.5 + _HALF_LOG_2PI  # entropy of a unit Gaussian, per dimensi
 
 
 def categorical_log_prob_entropy(
-    logits: torch.Tensor, action: torch.Tensor
+    logits: torch.Tensor, action: torch.Tensor, entropy_grad: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log pi(action), entropy)``, both ``(B,)``, for ``logits (B, n)`` and integer
-    ``action (B,)``.
+    ``action (B,)``; ``entropy_grad=False`` computes the entropy outside autograd (when it is
+    only reported, its operations are then not recorded for a backward pass).
 
     Log-probabilities of actions whose logit is ``-inf`` (masked) are clamped to the most negative
     float before the ``p * log p`` product, as ``Categorical.entropy`` does, so a masked action
@@ -41,7 +42,8 @@ def categorical_log_prob_entropy(
     """
     logp = logits.log_softmax(-1)
     log_prob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)
     return log_prob, entropy
 
 

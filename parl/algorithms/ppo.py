@@ -167,12 +167,13 @@ class PPO(Algorithm):
     def _log_prob_entropy(
         self, policy: Any, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log pi(action), entropy)``, both ``(B,)``, from the output of ``model.policy``."""
+        """``(log pi(action), entropy)``, both ``(B,)``, from the output of ``model.policy``;
+        the entropy is differentiable only where the loss uses it (``entropy_coef != 0``)."""
         if self.continuous_action:
             mean, std = policy
             log_std = std.log()
             return gaussian_log_prob(mean, std, action, log_std), gaussian_entropy(mean, log_std)
-        return categorical_log_prob_entropy(policy, action)
+        return categorical_log_prob_entropy(policy, action, self.entropy_coef != 0.0)
 
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
         return self._squeeze_value(self.model.value(obs))
@@ -265,8 +266,6 @@ class PPO(Algorithm):
         newlogprob, entropy_b = self._log_prob_entropy(policy, self._as_action(batch_action))
         if newvalue.dim() != 1:
             newvalue = newvalue.reshape(-1)
-        if self.entropy_coef == 0.0:  # a statistic only: keep it out of the backward pass
-            entropy_b = entropy_b.detach()
         entropy = entropy_b.mean()
 
         logratio = newlogprob - batch_logprob

@@ -51,6 +51,12 @@ def test_categorical_closed_forms_match_torch_distributions() -> None:
     dist = Categorical(logits=logits)
     torch.testing.assert_close(log_prob, dist.log_prob(action))
     torch.testing.assert_close(entropy, dist.entropy())
+    leaf = logits.clone().requires_grad_()
+    log_prob, entropy = categorical_log_prob_entropy(leaf, action)
+    assert log_prob.requires_grad and entropy.requires_grad
+    log_prob, reported = categorical_log_prob_entropy(leaf, action, entropy_grad=False)
+    assert log_prob.requires_grad and not reported.requires_grad
+    assert torch.equal(reported, entropy.detach())
     # a masked action (logit -inf) adds nothing to the entropy, and gives no NaN
     masked = logits.clone()
     masked[:, 0] = -math.inf
