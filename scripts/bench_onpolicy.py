@@ -6,13 +6,17 @@ all measured in the same run, with ratios.
     python scripts/bench_onpolicy.py                       # everything, about 5 minutes
     python scripts/bench_onpolicy.py --only vector         # vector envs only
     python scripts/bench_onpolicy.py --only cartpole --seeds 0 1 2 3 4
+    python scripts/bench_onpolicy.py --only halfcheetah --cheetah_rounds 3
 
 ``cartpole``: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256,
 20 epochs, lr and clip decaying linearly from 1e-3 and 0.2, gamma 0.98, lambda 0.8); both
 evaluate 10 deterministic episodes every 1024 steps (at the same points: after the same number
-of updates) and the clock, which excludes evaluations, stops at the first mean >= 475.
+of updates) and the clock, which excludes evaluations, stops at the first mean >= 475. Both the
+wall time and the CPU time (this process and its children, evaluations excluded) are given, and
+their ratios: on a shared machine the CPU time says more about the cost than the wall time.
 ``halfcheetah``: PPO training throughput with rl-zoo's HalfCheetah configuration (1 env,
-normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``.
+normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_threads(1)``;
+steps per second of wall time and of CPU time, ours and SB3 in turn ``--cheetah_rounds`` times.
 ``vector``: random-action steps per second of ``RemoteVectorEnv.make`` (fast path) and of
 ``RemoteVectorEnv(env_fns)`` (generic path), 2 actors x 64 CartPole / x 16 HalfCheetah envs,
 against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs as in the issue, and as many envs as
@@ -43,7 +47,10 @@ TARGET = 475.0
 
 
 # -- CartPole: time to 475 ------------------------------------------------------------------------
-def ours_cartpole(seed: int) -> tuple[int | None, float | None]:
+Hit = tuple[int | None, float | None, float | None]  # steps, wall seconds, CPU seconds to 475
+
+
+def ours_cartpole(seed: int) -> Hit:
     import train as ppo_train
     from config import cartpole_config
 
@@ -58,10 +65,10 @@ def ours_cartpole(seed: int) -> tuple[int | None, float | None]:
         "logdir": f"/tmp/bench_onpolicy_ppo_{seed}",
     }
     result = ppo_train.train(config)
-    return result.steps_to_target, result.seconds_to_target
+    return result.steps_to_target, result.seconds_to_target, result.cpu_seconds_to_target
 
 
-def sb3_cartpole(seed: int) -> tuple[int | None, float | None]:
+def sb3_cartpole(seed: int) -> Hit:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -74,18 +81,21 @@ def sb3_cartpole(seed: int) -> tuple[int | None, float | None]:
         def __init__(self) -> None:
             super().__init__()
             self.eval_seconds, self.next_eval, self.hit = 0.0, EVAL_EVERY, None
-            self.start = time.perf_counter()
+            self.eval_cpu = 0.0
+            self.start, self.cpu_start = time.perf_counter(), _cpu_seconds()
 
         def _on_rollout_start(self) -> None:
             if self.num_timesteps < self.next_eval or self.hit is not None:
                 return
             self.next_eval += EVAL_EVERY
-            tic = time.perf_counter()
+            tic, cpu_tic = time.perf_counter(), _cpu_seconds()
             mean = _evaluate(lambda o: self.model.predict(o, deterministic=True)[0], eval_env, seed)
             self.eval_seconds += time.perf_counter() - tic
+            self.eval_cpu += _cpu_seconds() - cpu_tic
             if mean >= TARGET:
                 elapsed = time.perf_counter() - self.start - self.eval_seconds
-                self.hit = (self.num_timesteps, elapsed)
+                cpu = _cpu_seconds() - self.cpu_start - self.eval_cpu
+                self.hit = (self.num_timesteps, elapsed, cpu)
 
         def _on_step(self) -> bool:
             return self.hit is None
@@ -108,7 +118,7 @@ def sb3_cartpole(seed: int) -> tuple[int | None, float | None]:
     )
     callback = TimeToTarget()
     model.learn(100_000, callback=callback)
-    return callback.hit if callback.hit is not None else (None, None)
+    return callback.hit if callback.hit is not None else (None, None, None)
 
 
 def _evaluate(policy: Any, env: gym.Env, seed: int, episodes: int = 10) -> float:
@@ -139,7 +149,8 @@ ZOO_CHEETAH = {
 }
 
 
-def ours_cheetah(steps: int) -> float:
+def ours_cheetah(steps: int) -> tuple[float, float]:
+    """Training steps per second of wall time and per second of CPU time."""
     import train as ppo_train
     from config import mujoco_config
 
@@ -171,10 +182,10 @@ def ours_cheetah(steps: int) -> float:
         "logdir": "/tmp/bench_onpolicy_cheetah",
     }
     result = ppo_train.train(config)
-    return result.total_steps / result.train_seconds
+    return result.total_steps / result.train_seconds, result.total_steps / result.train_cpu_seconds
 
 
-def sb3_cheetah(steps: int) -> float:
+def sb3_cheetah(steps: int) -> tuple[float, float]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -194,9 +205,9 @@ def sb3_cheetah(steps: int) -> float:
         },
         **ZOO_CHEETAH,
     )
-    tic = time.perf_counter()
+    tic, cpu_tic = time.perf_counter(), _cpu_seconds()
     model.learn(steps)
-    return steps / (time.perf_counter() - tic)
+    return steps / (time.perf_counter() - tic), steps / (_cpu_seconds() - cpu_tic)
 
 
 # -- vector envs ------------------------------------------------------------------------------------
@@ -363,6 +374,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("cartpole", "halfcheetah", "vector"), default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cheetah_steps", type=int, default=2048)
+    parser.add_argument("--cheetah_rounds", type=int, default=1, help="ours and SB3 in turn")
     parser.add_argument("--vector_seconds", type=float, default=1.0, help="per row and pass")
     parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
     args = parser.parse_args()
@@ -370,28 +382,100 @@ def main() -> None:
     if args.only in (None, "vector"):
         bench_vector(args.vector_seconds, args.vector_rounds)
     if args.only in (None, "cartpole"):
-        ours, theirs = [], []
-        print(
-            "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
-        )
-        for seed in args.seeds:
-            o, s = ours_cartpole(seed), sb3_cartpole(seed)
-            print(
-                f"  seed {seed}: ours {o[0]} steps {o[1] or float('nan'):.2f} s | "
-                f"SB3 {s[0]} steps {s[1] or float('nan'):.2f} s"
-            )
-            ours.append(o[1] or float("inf"))
-            theirs.append(s[1] or float("inf"))
-        mo, ms = statistics.median(ours), statistics.median(theirs)
-        print(
-            f"  median: ours {mo:.2f} s, SB3 {ms:.2f} s, ours / SB3 = {mo / ms:.2f}x (target <= 0.5x)"
-        )
+        bench_cartpole(args.seeds)
     if args.only in (None, "halfcheetah"):
-        o, s = ours_cheetah(args.cheetah_steps), sb3_cheetah(args.cheetah_steps)
-        print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {args.cheetah_steps} steps")
+        bench_cheetah(args.cheetah_steps, args.cheetah_rounds)
+
+
+def _top_level_op(event: Any) -> bool:
+    """An operator the caller (Python or the autograd engine) called, not one inside another."""
+    parent = event.cpu_parent
+    return event.name.startswith("aten::") and (
+        parent is None or not parent.name.startswith("aten::")
+    )
+
+
+def _op_counts(continuous: bool) -> tuple[int, int]:
+    """Top-level torch operator calls (``aten::``, counted by ``torch.profiler``) of one PPO
+    minibatch update and of one acting step with the example's model at the benchmark's sizes:
+    a count that does not depend on the machine or its load."""
+    from model import MLPModel
+    from torch.profiler import ProfilerActivity, profile
+
+    from parl.algorithms import PPO
+
+    torch.manual_seed(0)
+    if continuous:
+        model, batch = MLPModel(17, 6, True, (256, 256), "relu", -2.0), 64
+        act = torch.randn(64, 6)
+    else:
+        model, batch = MLPModel(4, 2, False, (64, 64), "tanh"), 256
+        act = torch.randint(0, 2, (256,))
+    entropy_coef = ZOO_CHEETAH["ent_coef"] if continuous else 0.0  # the benchmarks' settings
+    alg = PPO(
+        model,
+        entropy_coef=entropy_coef,
+        continuous_action=continuous,
+        use_clipped_value_loss=False,
+        device="cpu",
+    )
+    obs = torch.randn(batch, 17 if continuous else 4)
+    args = (obs, act.float(), *torch.randn(4, batch))
+    counts = []
+    for call in (lambda: alg.learn(*args), lambda: alg.sample(obs[:8])):
+        call(), call()  # Adam's state exists: the steady state
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            call()
+        counts.append(sum(1 for event in prof.events() if _top_level_op(event)))
+    return counts[0], counts[1]
+
+
+def bench_cartpole(seeds: list[int]) -> None:
+    """Ours and SB3 in turn for each seed; medians of the wall and CPU times to 475."""
+    print(
+        "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
+    )
+    learn_ops, act_ops = _op_counts(continuous=False)
+    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step (8 envs)")
+    inf = float("inf")
+    ours: list[Hit] = []
+    theirs: list[Hit] = []
+    for seed in seeds:
+        o, s = ours_cartpole(seed), sb3_cartpole(seed)
         print(
-            f"  ours {o:,.0f} steps/s, SB3 {s:,.0f} steps/s, ours / SB3 = {o / s:.2f}x (target >= 2x)"
+            f"  seed {seed}: ours {o[0]} steps {o[1] or inf:.2f} s ({o[2] or inf:.2f} s CPU) | "
+            f"SB3 {s[0]} steps {s[1] or inf:.2f} s ({s[2] or inf:.2f} s CPU)"
         )
+        ours.append(o)
+        theirs.append(s)
+    median = statistics.median
+    mo, ms = (median(h[1] or inf for h in hits) for hits in (ours, theirs))
+    co, cs = (median(h[2] or inf for h in hits) for hits in (ours, theirs))
+    so, ss = (median(h[0] or inf for h in hits) for hits in (ours, theirs))
+    print(
+        f"  median: ours {mo:.2f} s ({co:.2f} s CPU, {so:,.0f} steps), SB3 {ms:.2f} s "
+        f"({cs:.2f} s CPU, {ss:,.0f} steps); ours / SB3 = {mo / ms:.2f}x wall, "
+        f"{co / cs:.2f}x CPU (target <= 0.5x)"
+    )
+
+
+def bench_cheetah(steps: int, rounds: int) -> None:
+    """Ours and SB3 in turn, ``rounds`` times; the medians of their rates."""
+    rates: dict[str, list[tuple[float, float]]] = {"ours": [], "SB3": []}
+    for _ in range(rounds):
+        rates["ours"].append(ours_cheetah(steps))
+        rates["SB3"].append(sb3_cheetah(steps))
+    wall = {name: statistics.median(r[0] for r in rs) for name, rs in rates.items()}
+    cpu = {name: statistics.median(r[1] for r in rs) for name, rs in rates.items()}
+    print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {steps} steps, {rounds} rounds")
+    learn_ops, act_ops = _op_counts(continuous=True)
+    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step")
+    print(
+        f"  ours {wall['ours']:,.0f} steps/s ({cpu['ours']:,.0f} per CPU second), SB3 "
+        f"{wall['SB3']:,.0f} steps/s ({cpu['SB3']:,.0f} per CPU second); ours / SB3 = "
+        f"{wall['ours'] / wall['SB3']:.2f}x wall, {cpu['ours'] / cpu['SB3']:.2f}x CPU "
+        "(target >= 2x)"
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ class PPOAgent(parl.Agent):
         self.lr_scheduler = LinearDecayScheduler(config["initial_lr"], updates)
         self.clip_scheduler = LinearDecayScheduler(config["clip_param"], updates)
         self.last_stats: dict[str, float] = {}
+        self._device = self.device
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action(s) for one observation or a batch."""
@@ -37,13 +38,17 @@ class PPOAgent(parl.Agent):
         return action[0] if single else action
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(value, action, logprob, entropy)`` for a batch of observations."""
-        value, action, logprob, entropy = self.alg.sample(self.to_tensor(obs))
+        """``(value, action, logprob, entropy)`` for a batch of observations.
+
+        Called once per env step: the tensor goes straight to the device the model had when
+        the agent was built (``to_tensor`` looks the device up on every call)."""
+        batch = torch.as_tensor(obs, dtype=torch.float32, device=self._device)
+        value, action, logprob, entropy = self.alg.sample(batch)
         return (
-            self.to_numpy(value),
-            self.to_numpy(action),
-            self.to_numpy(logprob),
-            self.to_numpy(entropy),
+            value.cpu().numpy(),
+            action.cpu().numpy(),
+            logprob.cpu().numpy(),
+            entropy.cpu().numpy(),
         )
 
     def value(self, obs: np.ndarray) -> np.ndarray:
@@ -64,16 +69,18 @@ class PPOAgent(parl.Agent):
             self.to_tensor(array) for array in batch[1:]
         ]
         b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = tensors
+        if not self.alg.continuous_action:  # stored as float32 (PARL's layout): index as int64
+            b_actions = b_actions.long()
         size = b_obs.shape[0]
         minibatch = max(1, size // int(cfg["num_minibatches"]))
-        totals = np.zeros(5)
+        totals = torch.zeros(5, device=b_obs.device)  # summed here, read once per update
         count = 0
         for _ in range(int(cfg["update_epochs"])):
             order = torch.randperm(size, device=b_obs.device)
             for start in range(0, size - minibatch + 1, minibatch):
                 mb = order[start : start + minibatch]
                 mb_obs = b_obs[mb].float() if obs_dtype is None else b_obs[mb]
-                result = self.alg.learn(
+                totals += self.alg.learn_tensor(
                     mb_obs,
                     b_actions[mb],
                     b_values[mb],
@@ -82,8 +89,7 @@ class PPOAgent(parl.Agent):
                     b_advantages[mb],
                     lr,
                 )
-                totals += (*result, result.approx_kl, result.clip_frac)
                 count += 1
-        value_loss, action_loss, entropy, approx_kl, clip_frac = totals / max(count, 1)
+        value_loss, action_loss, entropy, approx_kl, clip_frac = (totals / max(count, 1)).tolist()
         self.last_stats = {"approx_kl": approx_kl, "clip_frac": clip_frac}
         return value_loss, action_loss, entropy, lr

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from parl.env.batch_vector_env import BatchVectorEnv
 from parl.env.remote_vector_env import RemoteVectorEnv
 
 
@@ -46,7 +47,9 @@ def make_train_envs(config: dict[str, Any]) -> gym.vector.VectorEnv:
     """``env_num`` envs with same-step auto-reset (the final observation in the infos).
 
     With ``xparl_addr`` or ``num_workers > 0`` they run in actors (``parl.env.RemoteVectorEnv``),
-    otherwise in this process (``gymnasium.vector.SyncVectorEnv``).
+    otherwise in this process (``parl.env.BatchVectorEnv``): classic-control tasks as one batch
+    (CartPole as one numpy pass, same trajectories as gymnasium's), MuJoCo tasks one env after
+    another as ``gymnasium.vector.SyncVectorEnv`` would, Atari games in ``SyncVectorEnv``.
     """
     fn = functools.partial(make_env, config["env"], kind_of(config), config["gamma"])
     fns = [fn] * int(config["env_num"])
@@ -59,4 +62,8 @@ def make_train_envs(config: dict[str, Any]) -> gym.vector.VectorEnv:
         workers = max(workers, 1)
     if workers > 0:
         return RemoteVectorEnv(fns, num_workers=workers, autoreset_mode=mode, infos=False)
+    if kind_of(config) == "classic":
+        return BatchVectorEnv(config["env"], int(config["env_num"]), mode)
+    if kind_of(config) == "mujoco":
+        return BatchVectorEnv.from_env_fns(fns, mode)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)

@@ -14,6 +14,7 @@ random states, normalisation statistics, counters) is written; ``--resume`` cont
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 from agent import PPOAgent
 from config import config_for
@@ -38,9 +40,21 @@ class TrainResult:
     total_steps: int = 0
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (steps, mean return)
     train_seconds: float = 0.0  # wall time without evaluations
+    train_cpu_seconds: float = 0.0  # CPU time (this process and its children), same span
     steps_to_target: int | None = None  # first evaluation at or above config["target_return"]
     seconds_to_target: float | None = None
+    cpu_seconds_to_target: float | None = None
     checkpoint: str = ""
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and of its live children (env actors): with the
+    machine shared, it says more about the cost of training than the wall time does."""
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += sum(child.cpu_times()[:2])
+    return total
 
 
 def build_agent(config: dict[str, Any], obs_space: gym.Space, act_space: gym.Space) -> PPOAgent:
@@ -139,9 +153,9 @@ def train(config: dict[str, Any]) -> TrainResult:
         unit="step",
         disable=not config.get("progress", True),
     )
-    train_time, recent = 0.0, []
+    train_time, cpu_time, recent = 0.0, 0.0, []
     for update in range(start_update, config["num_updates"] + 1):
-        tic = time.perf_counter()
+        tic, cpu_tic = time.perf_counter(), cpu_seconds()
         for _ in range(step_nums):
             value, action, logprob, _ = agent.sample(obs)
             env_action = (
@@ -160,6 +174,8 @@ def train(config: dict[str, Any]) -> TrainResult:
         value_loss, action_loss, entropy, lr = agent.learn(rollout)
         seconds = time.perf_counter() - tic
         train_time += seconds
+        cpu_time += cpu_seconds() - cpu_tic
+        result.train_cpu_seconds = cpu_time
         bar.update(config["batch_size"])
         if config.get("tensorboard", True):
             _log_update(agent, total_steps, value_loss, action_loss, entropy, lr, recent, seconds)
@@ -213,6 +229,7 @@ def _evaluate(agent, envs, eval_env, config, result, total_steps, train_time) ->
     target = config.get("target_return")
     if target is not None and mean >= target and result.steps_to_target is None:
         result.steps_to_target, result.seconds_to_target = total_steps, train_time
+        result.cpu_seconds_to_target = result.train_cpu_seconds
     if config.get("tensorboard", True):
         summary.add_scalar("eval/episode_reward", mean, total_steps)
     logger.info(

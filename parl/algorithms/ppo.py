@@ -3,7 +3,10 @@ the clipped surrogate objective, for discrete (categorical) and continuous (diag
 actions, following PARL 2.x's torch API.
 
 The model provides ``value(obs) -> (B, 1) or (B,)`` and ``policy(obs)``: logits ``(B, act_dim)``
-for discrete actions, or ``(mean, std)`` (std broadcastable to mean) for continuous ones.
+for discrete actions, or ``(mean, std)`` (std broadcastable to mean) for continuous ones. It may
+also provide ``policy_and_value(obs) -> (policy(obs), value(obs))``: then the update and
+``sample`` run the network once for both (a shared trunk once instead of twice, or separate
+actor and critic networks stacked into the same operations).
 """
 
 from __future__ import annotations
@@ -11,14 +14,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from parl.algorithms.action_dists import (
+    categorical_log_prob_entropy,
+    categorical_sample,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+)
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
 from parl.utils.validation import check_bool, check_float
 
-__all__ = ["PPO", "PPOLearnResult"]
+__all__ = ["PPO", "PPOLearnResult", "clipped_surrogate_loss"]
 
 
 class PPOLearnResult(tuple):
@@ -65,6 +75,23 @@ class PPOLearnResult(tuple):
             f"entropy={self[2]:.6g}, approx_kl={self.approx_kl:.6g}, "
             f"clip_frac={self.clip_frac:.6g})"
         )
+
+
+def clipped_surrogate_loss(
+    ratio: torch.Tensor, advantage: torch.Tensor, clip_param: float
+) -> torch.Tensor:
+    """``mean(max(-A r, -A clip(r, 1 - eps, 1 + eps)))``, the paper's ``L^CLIP`` negated.
+
+    The clipped term has no gradient where it is the smaller one (there ``clip(r) != r``) and
+    equals the unclipped one elsewhere, so the minimum is taken with the clipped term detached:
+    the same loss and the same gradient as ``-torch.min(A r, A clip(r)).mean()``, with a
+    quarter of its backward operations (``torch.min`` splits ties, ``clamp`` masks its range).
+    """
+    pg_loss1 = advantage * ratio
+    with torch.no_grad():
+        pg_loss2 = advantage * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
+        unclipped = pg_loss1 <= pg_loss2
+    return -torch.where(unclipped, pg_loss1, pg_loss2).mean()
 
 
 class PPO(Algorithm):
@@ -119,20 +146,40 @@ class PPO(Algorithm):
         super().__init__(model, device=get_device(device))
         # The fused kernel updates all parameters in one call: 25% faster steps for small nets.
         fused = self.device.type in ("cpu", "cuda")
+        self._one_pass = callable(getattr(self.model, "policy_and_value", None))
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=self.initial_lr, eps=self.eps, fused=fused
+            self._params, lr=self.initial_lr, eps=self.eps, fused=fused
         )
 
     # -- the policy ----------------------------------------------------------------------------
-    def _distribution(self, obs: torch.Tensor) -> Distribution:
+    # Closed forms (parl.algorithms.action_dists) instead of torch.distributions objects: on
+    # PPO's small minibatches building those objects cost as much as the network itself.
+    def _policy_and_value(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """``(model.policy(obs), V(obs) (B,))``, from one pass when the model offers
+        ``policy_and_value`` (a shared trunk is then run once, not twice)."""
+        if self._one_pass:
+            policy, value = self.model.policy_and_value(obs)
+        else:
+            policy, value = self.model.policy(obs), self.model.value(obs)
+        return policy, self._squeeze_value(value)
+
+    def _log_prob_entropy(
+        self, policy: Any, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log pi(action), entropy)``, both ``(B,)``, from the output of ``model.policy``;
+        the entropy is differentiable only where the loss uses it (``entropy_coef != 0``)."""
         if self.continuous_action:
-            mean, std = self.model.policy(obs)
-            normal = Normal(mean, std.expand_as(mean), validate_args=False)
-            return Independent(normal, 1, validate_args=False)
-        return Categorical(logits=self.model.policy(obs), validate_args=False)
+            mean, std = policy
+            log_std = std.log()
+            return gaussian_log_prob(mean, std, action, log_std), gaussian_entropy(mean, log_std)
+        return categorical_log_prob_entropy(policy, action, self.entropy_coef != 0.0)
 
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
-        value = self.model.value(obs)
+        return self._squeeze_value(self.model.value(obs))
+
+    @staticmethod
+    def _squeeze_value(value: torch.Tensor) -> torch.Tensor:
         return value.squeeze(-1) if value.dim() > 1 and value.shape[-1] == 1 else value
 
     def _as_action(self, action: torch.Tensor) -> torch.Tensor:
@@ -141,19 +188,27 @@ class PPO(Algorithm):
             return action
         if action.dim() > 1 and action.shape[-1] == 1:
             action = action.squeeze(-1)
-        return action.long()
+        return action if action.dtype == torch.int64 else action.long()
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def sample(
         self, obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(value (B,), action, log_prob (B,), entropy (B,))`` with the action drawn from the
-        policy (torch's generator: ``torch.manual_seed`` fixes it)."""
-        dist = self._distribution(obs)
-        action = dist.sample()
-        return self._value(obs), action, dist.log_prob(action), dist.entropy()
+        policy (torch's generator, the same draw as ``torch.distributions``: ``torch.manual_seed``
+        fixes it)."""
+        policy, value = self._policy_and_value(obs)
+        if self.continuous_action:
+            mean, std = policy
+            action = gaussian_sample(mean, std)
+            log_std = std.log()
+            log_prob = gaussian_log_prob(mean, std, action, log_std)
+            return value, action, log_prob, gaussian_entropy(mean, log_std)
+        action = categorical_sample(policy)
+        log_prob, entropy = categorical_log_prob_entropy(policy, action)
+        return value, action, log_prob, entropy
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
         """The greedy action: the mean (continuous) or the most likely action (discrete, (B,))."""
         if self.continuous_action:
@@ -161,7 +216,7 @@ class PPO(Algorithm):
             return mean
         return self.model.policy(obs).argmax(dim=-1)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``V(obs)``, shape ``(B,)``."""
         return self._value(obs)
@@ -184,47 +239,124 @@ class PPO(Algorithm):
         others ``(B,)``: the values, returns (critic targets) and log-probabilities recorded when
         sampling, and the advantages. ``lr`` sets the learning rate from now on.
         """
+        stats = self.learn_tensor(
+            batch_obs, batch_action, batch_value, batch_return, batch_logprob, batch_adv, lr
+        )
+        return PPOLearnResult(*stats.tolist())
+
+    def learn_tensor(
+        self,
+        batch_obs: torch.Tensor,
+        batch_action: torch.Tensor,
+        batch_value: torch.Tensor,
+        batch_return: torch.Tensor,
+        batch_logprob: torch.Tensor,
+        batch_adv: torch.Tensor,
+        lr: float | None = None,
+    ) -> torch.Tensor:
+        """:meth:`learn` without the conversion to Python floats: the statistics as one detached
+        tensor ``[value_loss, action_loss, entropy, approx_kl, clip_frac]``, so that a caller
+        running many minibatches can sum them on the device and read them once (one sync per
+        update on a GPU instead of one per minibatch)."""
         if lr is not None:
             lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.learn")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        dist = self._distribution(batch_obs)
-        newlogprob = dist.log_prob(self._as_action(batch_action))
-        entropy = dist.entropy().mean()
-        newvalue = self._value(batch_obs).reshape(-1)
+        policy, newvalue = self._policy_and_value(batch_obs)
+        newlogprob, entropy_b = self._log_prob_entropy(policy, self._as_action(batch_action))
+        if newvalue.dim() != 1:
+            newvalue = newvalue.reshape(-1)
+        entropy = entropy_b.mean()
 
         logratio = newlogprob - batch_logprob
         ratio = logratio.exp()
         with torch.no_grad():
             # k3 estimator of KL(old || new), http://joschu.net/blog/kl-approx.html
-            approx_kl = ((ratio - 1.0) - logratio).mean()
-            clip_frac = ((ratio - 1.0).abs() > self.clip_param).float().mean()
+            ratio_m1 = ratio - 1.0
+            approx_kl = (ratio_m1 - logratio).mean()
+            clip_frac = (ratio_m1.abs() > self.clip_param).float().mean()
 
         mb_adv = batch_adv
         if self.norm_adv:
-            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-        pg_loss1 = -mb_adv * ratio
-        pg_loss2 = -mb_adv * ratio.clamp(1.0 - self.clip_param, 1.0 + self.clip_param)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+            std, mean = torch.std_mean(mb_adv)
+            mb_adv = (mb_adv - mean) / (std + 1e-8)
+        pg_loss = clipped_surrogate_loss(ratio, mb_adv, self.clip_param)
 
         value_loss = self._value_loss(newvalue, batch_value, batch_return)
-        loss = pg_loss - self.entropy_coef * entropy + self.value_loss_coef * value_loss
+        loss = pg_loss + self.value_loss_coef * value_loss
+        if self.entropy_coef != 0.0:
+            loss = loss - self.entropy_coef * entropy
 
-        self.optimizer.zero_grad(set_to_none=True)
+        for param in self._params:  # zero_grad(set_to_none=True), without its per-call hooks
+            param.grad = None
         loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        stats = torch.stack([value_loss, pg_loss, entropy, approx_kl, clip_frac]).detach()
-        return PPOLearnResult(*stats.tolist())
+        self._clip_grad_norm()
+        self._adam_step()
+        return torch.stack([value_loss, pg_loss, entropy, approx_kl, clip_frac]).detach()
+
+    def _clip_grad_norm(self) -> None:
+        """``clip_grad_norm_(params, max_grad_norm)`` in four multi-tensor calls: its generic
+        form groups the gradients by device and dtype in Python on every call, which is a
+        large share of a small network's step."""
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads)
+        total = torch.linalg.vector_norm(torch.stack(norms))
+        coef = (self.max_grad_norm / (total + 1e-6)).clamp_(max=1.0)
+        torch._foreach_mul_(grads, coef)
+
+    def _adam_step(self) -> None:
+        """``self.optimizer.step()``; once Adam's state exists, as the one fused kernel call that
+        torch's fused Adam makes, without the per-call Python of ``Optimizer.step`` (hooks,
+        grouping by device, profiling records: a third of the step on a small network). The
+        state stays in ``self.optimizer`` (``state_dict()`` and ``load_state_dict()`` as
+        usual); any setting the kernel call does not cover goes through ``step()``."""
+        opt = self.optimizer
+        group = opt.param_groups[0]
+        params = [p for p in self._params if p.grad is not None]  # as step(): others unchanged
+        states = [opt.state.get(p) for p in params]
+        if (
+            len(opt.param_groups) != 1
+            or not group.get("fused")
+            or group["amsgrad"]
+            or group["maximize"]
+            or group.get("decoupled_weight_decay")
+            or not params
+            or any(not state for state in states)
+            or len(group["params"]) != len(self._params)
+        ):
+            opt.step()
+            return
+        steps = [state["step"] for state in states]  # type: ignore[index]
+        torch._foreach_add_(steps, 1)
+        beta1, beta2 = group["betas"]
+        torch._fused_adam_(
+            params,
+            [p.grad for p in params],
+            [state["exp_avg"] for state in states],  # type: ignore[index]
+            [state["exp_avg_sq"] for state in states],  # type: ignore[index]
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
 
     def _value_loss(
         self, newvalue: torch.Tensor, oldvalue: torch.Tensor, returns: torch.Tensor
     ) -> torch.Tensor:
         """``0.5 * (V - R)^2``, or with the update clipped to ``clip_param`` around the old value
         (openai baselines' ppo2) the larger of the clipped and unclipped errors."""
-        unclipped = (newvalue - returns).pow(2)
         if not self.use_clipped_value_loss:
-            return 0.5 * unclipped.mean()
+            return 0.5 * F.mse_loss(newvalue, returns)  # one operation forward and backward
+        unclipped = (newvalue - returns).pow(2)
         clipped_value = oldvalue + (newvalue - oldvalue).clamp(-self.clip_param, self.clip_param)
         clipped = (clipped_value - returns).pow(2)
         return 0.5 * torch.max(unclipped, clipped).mean()

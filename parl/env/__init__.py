@@ -19,6 +19,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ActionMappingWrapper": ("parl.env.continuous_wrappers", "ActionMappingWrapper"),
     "VectorEnv": ("parl.env.vector_env", "VectorEnv"),
     "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
+    "BatchVectorEnv": ("parl.env.batch_vector_env", "BatchVectorEnv"),
     "compat_wrapper": ("parl.env.compat_wrapper", None),
     "atari_wrappers": ("parl.env.atari_wrappers", None),
     "mujoco_wrappers": ("parl.env.mujoco_wrappers", None),
@@ -28,6 +29,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from parl.env.batch_vector_env import BatchVectorEnv
     from parl.env.compat_wrapper import (
         V_GYM_CHANGED,
         V_NPRANDOM_CHANGED,
@@ -43,6 +45,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "ActionMappingWrapper",
+    "BatchVectorEnv",
     "CompatWrapper",
     "RemoteVectorEnv",
     "V_GYM_CHANGED",

@@ -28,6 +28,28 @@ from parl.env.compat_wrapper import CompatWrapper
 __all__ = ["RmsEnv", "get_ob_rms", "wrap_rms"]
 
 
+class SampleRunningMeanStd(RunningMeanStd):
+    """gymnasium's ``RunningMeanStd`` with the update from one sample done without
+    ``np.mean``/``np.var`` (the wrappers update from a batch of one on every step, and those
+    generic reductions were a third of a normalised MuJoCo step). The mean of one sample is the
+    sample and its variance ``(x - x)^2`` (0, or NaN for an infinite value), exactly what the
+    reductions return, so the statistics are bit for bit gymnasium's."""
+
+    def update(self, x: np.ndarray) -> None:
+        x = np.asarray(x)
+        if x.ndim == 0 or x.shape[0] != 1:
+            super().update(x)
+            return
+        sample = x[0]
+        self.update_from_moments(sample, np.square(sample - sample), 1)
+
+    @classmethod
+    def like(cls, rms: RunningMeanStd) -> SampleRunningMeanStd:
+        new = cls(shape=np.shape(rms.mean), dtype=np.asarray(rms.mean).dtype)
+        new.mean, new.var, new.count = rms.mean, rms.var, rms.count
+        return new
+
+
 def _rms_to_dict(rms: RunningMeanStd) -> dict[str, Any]:
     return {"mean": np.array(rms.mean), "var": np.array(rms.var), "count": float(rms.count)}
 
@@ -127,6 +149,11 @@ def wrap_rms(
         env = NormalizeReward(env, gamma=0.99 if gamma is None else gamma)
         env = ClipReward(env, -clip, clip)
     wrapped: Any = _CompatRmsEnv(env) if compat else RmsEnv(env)
+    obs_norm = wrapped._obs_norm()
+    obs_norm.obs_rms = SampleRunningMeanStd.like(obs_norm.obs_rms)
+    reward_norm = get_wrapper_by_cls(wrapped, NormalizeReward)
+    if reward_norm is not None:
+        reward_norm.return_rms = SampleRunningMeanStd.like(reward_norm.return_rms)
     if test:
         wrapped.eval()
         wrapped.set_ob_rms(ob_rms)

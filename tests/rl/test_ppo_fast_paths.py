@@ -1,0 +1,431 @@
+"""The fast paths of PPO against their references: closed-form log-probabilities, entropies and
+samples against ``torch.distributions``; one pass for policy and value against two calls; the
+multi-tensor gradient clip against ``clip_grad_norm_``; the PPO example's stacked MLP against two
+``nn.Sequential`` MLPs; ``BatchVectorEnv`` against gymnasium's ``SyncVectorEnv``."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.distributions import Categorical, Independent, Normal
+
+import parl
+from parl.algorithms import PPO
+from parl.algorithms.action_dists import (
+    categorical_log_prob_entropy,
+    categorical_sample,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+)
+from parl.env import BatchVectorEnv
+
+from .conftest import REPO_ROOT
+
+
+def _example_model_module() -> Any:
+    """examples/PPO/model.py under a name of its own (the examples' module names collide)."""
+    spec = importlib.util.spec_from_file_location(
+        "ppo_example_model", REPO_ROOT / "examples" / "PPO" / "model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- closed forms -------------------------------------------------------------------------------
+def test_categorical_closed_forms_match_torch_distributions() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 5, generator=gen) * 3
+    action = torch.randint(0, 5, (64,), generator=gen)
+    log_prob, entropy = categorical_log_prob_entropy(logits, action)
+    dist = Categorical(logits=logits)
+    torch.testing.assert_close(log_prob, dist.log_prob(action))
+    torch.testing.assert_close(entropy, dist.entropy())
+    leaf = logits.clone().requires_grad_()
+    log_prob, entropy = categorical_log_prob_entropy(leaf, action)
+    assert log_prob.requires_grad and entropy.requires_grad
+    log_prob, reported = categorical_log_prob_entropy(leaf, action, entropy_grad=False)
+    assert log_prob.requires_grad and not reported.requires_grad
+    assert torch.equal(reported, entropy.detach())
+    # a masked action (logit -inf) adds nothing to the entropy, and gives no NaN
+    masked = logits.clone()
+    masked[:, 0] = -math.inf
+    _, entropy = categorical_log_prob_entropy(masked, action.clamp(min=1))
+    assert torch.isfinite(entropy).all()
+    torch.testing.assert_close(entropy, Categorical(logits=masked).entropy())
+
+
+@pytest.mark.parametrize("std_shape", [(1, 3), (32, 3), (32, 1), (3,)])
+def test_gaussian_closed_forms_match_torch_distributions(std_shape: tuple[int, ...]) -> None:
+    gen = torch.Generator().manual_seed(1)
+    mean = torch.randn(32, 3, generator=gen)
+    std = torch.rand(std_shape, generator=gen) + 0.1
+    action = mean + torch.randn(32, 3, generator=gen) * 2
+    reference = Independent(Normal(mean, std.expand_as(mean)), 1)
+    log_std = std.log()
+    torch.testing.assert_close(gaussian_log_prob(mean, std, action), reference.log_prob(action))
+    torch.testing.assert_close(
+        gaussian_log_prob(mean, std, action, log_std), reference.log_prob(action)
+    )
+    entropy = gaussian_entropy(mean, log_std)
+    assert entropy.shape == (32,)
+    torch.testing.assert_close(entropy, reference.entropy())
+
+
+def test_samples_are_the_draws_of_torch_distributions() -> None:
+    logits = torch.randn(200, 4)
+    mean, std = torch.randn(50, 2), torch.rand(1, 2) + 0.5
+    torch.manual_seed(7)
+    fast = categorical_sample(logits), gaussian_sample(mean, std)
+    torch.manual_seed(7)
+    reference = Categorical(logits=logits).sample(), Normal(mean, std.expand_as(mean)).sample()
+    assert fast[0].dtype == torch.int64 and torch.equal(fast[0], reference[0])
+    assert torch.equal(fast[1], reference[1])
+
+
+# -- PPO ------------------------------------------------------------------------------------------
+class TwoHeads(parl.Model):
+    """A shared trunk with ``policy``, ``value`` and, unless ``one_pass=False``,
+    ``policy_and_value``; ``passes`` counts trunk evaluations."""
+
+    def __init__(self, continuous: bool) -> None:
+        super().__init__()
+        self.continuous = continuous
+        self.trunk = nn.Sequential(nn.Linear(3, 16), nn.Tanh())
+        self.pi = nn.Linear(16, 2)
+        self.v = nn.Linear(16, 1)
+        self.log_std = nn.Parameter(torch.full((1, 2), -0.5))
+        self.passes = 0
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        self.passes += 1
+        return self.trunk(obs)
+
+    def _policy(self, features: torch.Tensor) -> Any:
+        out = self.pi(features)
+        return (out, self.log_std.exp()) if self.continuous else out
+
+    def policy(self, obs: torch.Tensor) -> Any:
+        return self._policy(self._features(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(self._features(obs))
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        features = self._features(obs)
+        return self._policy(features), self.v(features)
+
+
+class TwoCalls(parl.Model):
+    """The same network seen through ``policy`` and ``value`` only (no ``policy_and_value``)."""
+
+    def __init__(self, inner: TwoHeads) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def policy(self, obs: torch.Tensor) -> Any:
+        return self.inner.policy(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.inner.value(obs)
+
+
+def _batch(continuous: bool) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    action = (
+        torch.randn(16, 2, generator=gen)
+        if continuous
+        else torch.randint(0, 2, (16,), generator=gen).float()
+    )
+    return {
+        "batch_obs": torch.randn(16, 3, generator=gen),
+        "batch_action": action,
+        "batch_value": torch.randn(16, generator=gen),
+        "batch_return": torch.randn(16, generator=gen),
+        "batch_logprob": torch.randn(16, generator=gen) - 1.0,
+        "batch_adv": torch.randn(16, generator=gen),
+    }
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_one_pass_for_policy_and_value_gives_the_two_calls_results(continuous: bool) -> None:
+    torch.manual_seed(0)
+    one = TwoHeads(continuous)
+    two = TwoCalls(copy.deepcopy(one))
+    alg_one = PPO(one, continuous_action=continuous, entropy_coef=0.01, device="cpu")
+    alg_two = PPO(two, continuous_action=continuous, entropy_coef=0.01, device="cpu")
+    batch = _batch(continuous)
+    for _ in range(3):
+        before = one.passes
+        result_one = alg_one.learn(**batch)
+        assert one.passes == before + 1  # the trunk ran once for both heads
+        result_two = alg_two.learn(**batch)
+        np.testing.assert_allclose(
+            [*result_one, result_one.approx_kl, result_one.clip_frac],
+            [*result_two, result_two.approx_kl, result_two.clip_frac],
+            rtol=1e-5,
+            atol=1e-7,
+        )
+    for p_one, p_two in zip(one.parameters(), two.inner.parameters(), strict=True):
+        torch.testing.assert_close(p_one, p_two)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_ppo_sample_is_the_reference_draw(continuous: bool) -> None:
+    """``PPO.sample`` (closed forms) draws the action ``torch.distributions`` would draw at the
+    same seed, with its log-probability and entropy."""
+    torch.manual_seed(0)
+    model = TwoHeads(continuous)
+    alg = PPO(model, continuous_action=continuous, device="cpu")
+    obs = torch.randn(256, 3)
+    torch.manual_seed(11)
+    value, action, log_prob, entropy = alg.sample(obs)
+    with torch.no_grad():
+        out = model.policy(obs)
+        dist = (
+            Independent(Normal(out[0], out[1].expand_as(out[0])), 1)
+            if continuous
+            else Categorical(logits=out)
+        )
+        torch.manual_seed(11)
+        expected = dist.sample()
+        torch.testing.assert_close(value, model.value(obs).squeeze(-1))
+    assert torch.equal(action, expected)
+    torch.testing.assert_close(log_prob, dist.log_prob(expected))
+    torch.testing.assert_close(entropy, dist.entropy())
+
+
+def test_gradient_clip_matches_clip_grad_norm() -> None:
+    torch.manual_seed(0)
+    model = TwoHeads(continuous=True)
+    alg = PPO(model, continuous_action=True, max_grad_norm=0.05, device="cpu")
+    mean, std = model.policy(torch.randn(8, 3))
+    (mean.pow(2).sum() * 10 + std.sum() + model.value(torch.randn(8, 3)).sum()).backward()
+    reference = [p.grad.clone() for p in model.parameters()]
+    total = torch.linalg.vector_norm(torch.cat([g.flatten() for g in reference]))
+    assert total > 0.05  # so the clip below does something
+    clipped = [g * (0.05 / (total + 1e-6)) for g in reference]
+    twin = copy.deepcopy(model)
+    for param, other in zip(model.parameters(), twin.parameters(), strict=True):
+        other.grad = param.grad.clone()
+    alg._clip_grad_norm()
+    nn.utils.clip_grad_norm_(twin.parameters(), 0.05)
+    for param, expected, other in zip(model.parameters(), clipped, twin.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, expected)
+        torch.testing.assert_close(param.grad, other.grad)
+
+
+# -- the example's stacked MLP ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("continuous", "hidden", "activation"), [(False, (64, 64), "tanh"), (True, (32, 16, 8), "relu")]
+)
+def test_stacked_mlp_is_two_separate_mlps(
+    continuous: bool, hidden: tuple[int, ...], activation: str
+) -> None:
+    """Same initial weights as two ``nn.Sequential`` MLPs built with the same random draws, and
+    the same outputs."""
+    module = _example_model_module()
+    torch.manual_seed(5)
+    model = module.MLPModel(4, 3, continuous, hidden, activation, -1.0)
+    torch.manual_seed(5)
+    sizes = [4, *hidden]
+    actor = module._mlp(sizes, 3, 0.01, activation)
+    critic = module._mlp(sizes, 1, 1.0, activation)
+    obs = torch.randn(10, 4)
+    policy, value = model.policy_and_value(obs)
+    torch.testing.assert_close(value, critic(obs))
+    torch.testing.assert_close(model.value(obs), critic(obs))
+    if continuous:
+        torch.testing.assert_close(policy[0], actor(obs))
+        torch.testing.assert_close(policy[1], torch.full((1, 3), math.exp(-1.0)))
+    else:
+        torch.testing.assert_close(policy, actor(obs))
+        torch.testing.assert_close(model.policy(obs), actor(obs))
+    with pytest.raises(ValueError, match="hidden"):
+        module.MLPModel(4, 3, hidden_sizes=())
+
+
+# -- BatchVectorEnv -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mode", [gym.vector.AutoresetMode.SAME_STEP, gym.vector.AutoresetMode.NEXT_STEP]
+)
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_batch_vector_env_steps_like_sync_vector_env(
+    mode: gym.vector.AutoresetMode, vectorize: bool
+) -> None:
+    """Same observations, rewards, ends, final observations and episode statistics as
+    ``SyncVectorEnv`` over ``RecordEpisodeStatistics(CartPole)`` for the same seed and actions
+    (short episodes: random actions, and ``max_episode_steps=30`` for truncations)."""
+
+    def make() -> gym.Env:
+        return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=30))
+
+    reference = gym.vector.SyncVectorEnv([make] * 6, autoreset_mode=mode)
+    ours = BatchVectorEnv("CartPole-v1", 6, mode, vectorize=vectorize, max_episode_steps=30)
+    obs_ref, _ = reference.reset(seed=21)
+    obs, _ = ours.reset(seed=21)
+    np.testing.assert_array_equal(obs, obs_ref)
+    rng = np.random.default_rng(0)
+    episodes = truncations = 0
+    for _ in range(300):
+        actions = rng.integers(0, 2, 6)
+        expected, got = reference.step(actions), ours.step(actions)
+        for want, have in zip(expected[:4], got[:4], strict=True):
+            np.testing.assert_array_equal(have, want)
+        truncations += int(got[3].sum())
+        info_ref, info = expected[4], got[4]
+        if mode is gym.vector.AutoresetMode.SAME_STEP:
+            assert ("final_obs" in info) == ("final_obs" in info_ref)
+            if "final_obs" not in info:
+                continue
+            mask = info_ref["_final_obs"]
+            np.testing.assert_array_equal(info["_final_obs"], mask)
+            for k in np.flatnonzero(mask):
+                np.testing.assert_array_equal(info["final_obs"][k], info_ref["final_obs"][k])
+            info_ref, info = info_ref["final_info"], info["final_info"]
+        assert ("episode" in info) == ("episode" in info_ref)
+        if "episode" in info:
+            mask = info_ref["_episode"]
+            np.testing.assert_array_equal(info["_episode"], mask)
+            for key in ("r", "l"):
+                np.testing.assert_array_equal(
+                    info["episode"][key][mask], info_ref["episode"][key][mask]
+                )
+            episodes += int(mask.sum())
+    assert episodes > 20 and truncations > 0
+    reference.close()
+    ours.close()
+
+
+def test_batch_vector_env_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="num_envs"):
+        BatchVectorEnv("CartPole-v1", 0)
+    with pytest.raises(TypeError, match="env_id"):
+        BatchVectorEnv(gym.make, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="auto-reset"):
+        BatchVectorEnv("CartPole-v1", 2, gym.vector.AutoresetMode.DISABLED)
+    env = BatchVectorEnv("CartPole-v1", 2)
+    with pytest.raises(ValueError, match="seeds"):
+        env.reset(seed=[1, 2, 3])
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_direct_adam_step_is_torch_adam_step(continuous: bool) -> None:
+    """PPO's direct fused-Adam call updates the weights and Adam's state exactly as
+    ``optimizer.step()`` does, and a restored optimizer state is used (not a stale copy)."""
+    torch.manual_seed(0)
+    model = TwoHeads(continuous)
+    twin = copy.deepcopy(model)
+    fast = PPO(model, continuous_action=continuous, device="cpu")
+    reference = PPO(twin, continuous_action=continuous, device="cpu")
+    reference._adam_step = reference.optimizer.step  # type: ignore[method-assign]
+    batch = _batch(continuous)
+    for i in range(4):
+        fast.learn(**batch, lr=1e-3 * (i + 1))
+        reference.learn(**batch, lr=1e-3 * (i + 1))
+    for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p_fast, p_ref)
+    state_fast, state_ref = fast.optimizer.state_dict(), reference.optimizer.state_dict()
+    for key, value in state_ref["state"].items():
+        assert int(state_fast["state"][key]["step"]) == int(value["step"]) == 4
+        assert torch.equal(state_fast["state"][key]["exp_avg_sq"], value["exp_avg_sq"])
+    # fresh state tensors (copies: load_state_dict may keep the tensors it is given)
+    fast.optimizer.load_state_dict(copy.deepcopy(state_ref))
+    reference.optimizer.load_state_dict(copy.deepcopy(state_ref))
+    fast.learn(**batch)
+    reference.learn(**batch)
+    for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p_fast, p_ref)
+
+
+def test_single_sample_running_statistics_are_gymnasiums() -> None:
+    from gymnasium.wrappers.utils import RunningMeanStd
+
+    from parl.env.mujoco_wrappers import SampleRunningMeanStd
+
+    rng = np.random.default_rng(0)
+    for shape, dtype in (((5,), np.float32), ((), np.float64)):
+        reference, ours = (
+            RunningMeanStd(shape=shape, dtype=dtype),
+            SampleRunningMeanStd(shape=shape, dtype=dtype),
+        )
+        for i in range(200):
+            x = (rng.normal(size=(1, *shape)) * (i + 1)).astype(dtype)
+            reference.update(x)
+            ours.update(x)
+        batch = rng.normal(size=(7, *shape)).astype(dtype)  # a batch takes gymnasium's path
+        reference.update(batch)
+        ours.update(batch)
+        assert np.array_equal(ours.mean, reference.mean) and np.array_equal(ours.var, reference.var)
+        assert ours.count == reference.count and np.asarray(ours.mean).dtype == dtype
+
+
+def test_batch_vector_env_from_env_fns_steps_like_sync_vector_env() -> None:
+    """The PPO example's normalised MuJoCo env (``wrap_rms``) in ``BatchVectorEnv.from_env_fns``
+    and in ``SyncVectorEnv``: the same observations, rewards, final observations, raw episode
+    returns and running statistics (``call`` reaches the envs' methods)."""
+    from parl.env.mujoco_wrappers import wrap_rms
+
+    def make() -> gym.Env:
+        env = gym.make("HalfCheetah-v5", max_episode_steps=40)
+        return wrap_rms(gym.wrappers.ClipAction(env), 0.98, compat=False)
+
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    reference = gym.vector.SyncVectorEnv([make] * 2, autoreset_mode=mode)
+    ours = BatchVectorEnv.from_env_fns([make] * 2, mode)
+    np.testing.assert_array_equal(ours.reset(seed=4)[0], reference.reset(seed=4)[0])
+    rng = np.random.default_rng(1)
+    episodes = 0
+    for _ in range(100):
+        actions = rng.uniform(-1.5, 1.5, (2, 6)).astype(np.float32)
+        expected, got = reference.step(actions), ours.step(actions)
+        for want, have in zip(expected[:4], got[:4], strict=True):
+            np.testing.assert_array_equal(have, want)
+        if "final_obs" in expected[4]:
+            mask = expected[4]["_final_obs"]
+            np.testing.assert_array_equal(got[4]["_final_obs"], mask)
+            for k in np.flatnonzero(mask):
+                np.testing.assert_array_equal(got[4]["final_obs"][k], expected[4]["final_obs"][k])
+            returns, ref_returns = (
+                got[4]["final_info"]["episode"]["r"],
+                expected[4]["final_info"]["episode"]["r"],
+            )
+            np.testing.assert_array_equal(returns[mask], ref_returns[mask])
+            episodes += int(mask.sum())
+    assert episodes == 4
+    state, ref_state = ours.call("get_rms_state")[1], reference.call("get_rms_state")[1]
+    for key in ("ob_rms", "ret_rms"):
+        np.testing.assert_array_equal(state[key]["mean"], ref_state[key]["mean"])
+        np.testing.assert_array_equal(state[key]["var"], ref_state[key]["var"])
+    reference.close()
+    ours.close()
+
+
+def test_clipped_surrogate_has_torch_mins_loss_and_gradient() -> None:
+    """Against ``-min(A r, A clip(r)).mean()`` on ratios inside the clip range (ties), above and
+    below it, exactly on its bounds, with positive, negative and zero advantages."""
+    from parl.algorithms.ppo import clipped_surrogate_loss
+
+    gen = torch.Generator().manual_seed(2)
+    ratio = torch.cat(
+        [torch.rand(200, generator=gen) * 2.0, torch.tensor([0.8, 1.2, 1.0, 0.5, 1.5])]
+    )
+    adv = torch.cat([torch.randn(200, generator=gen), torch.tensor([1.0, -1.0, 0.0, 0.0, -2.0])])
+    r_fast, r_ref = ratio.clone().requires_grad_(), ratio.clone().requires_grad_()
+    fast = clipped_surrogate_loss(r_fast, adv, 0.2)
+    reference = -torch.min(adv * r_ref, adv * r_ref.clamp(0.8, 1.2)).mean()
+    fast.backward()
+    reference.backward()
+    assert torch.equal(fast, reference)
+    assert torch.equal(r_fast.grad, r_ref.grad)
+    assert (r_ref.grad == 0).any() and (r_ref.grad != 0).any()  # both cases occur
