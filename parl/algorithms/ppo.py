@@ -30,6 +30,9 @@ from parl.utils.validation import check_bool, check_float
 
 __all__ = ["PPO", "PPOLearnResult", "clipped_surrogate_loss"]
 
+# the kernel torch's own fused Adam calls (private: PPO falls back to step() if it changed)
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
+
 
 class PPOLearnResult(tuple):
     """``(value_loss, action_loss, entropy)`` as PARL's ``PPO.learn`` returns them, plus the
@@ -306,6 +309,8 @@ class PPO(Algorithm):
         coef = (self.max_grad_norm / (total + 1e-6)).clamp_(max=1.0)
         torch._foreach_mul_(grads, coef)
 
+    _direct_adam = True  # torch's private fused-Adam kernel takes the arguments used below
+
     def _adam_step(self) -> None:
         """``self.optimizer.step()``; once Adam's state exists, as the one fused kernel call that
         torch's fused Adam makes, without the per-call Python of ``Optimizer.step`` (hooks,
@@ -316,8 +321,10 @@ class PPO(Algorithm):
         group = opt.param_groups[0]
         params = [p for p in self._params if p.grad is not None]  # as step(): others unchanged
         states = [opt.state.get(p) for p in params]
+        fused_adam = _FUSED_ADAM if PPO._direct_adam else None
         if (
-            len(opt.param_groups) != 1
+            fused_adam is None
+            or len(opt.param_groups) != 1
             or not group.get("fused")
             or group["amsgrad"]
             or group["maximize"]
@@ -331,11 +338,28 @@ class PPO(Algorithm):
         steps = [state["step"] for state in states]  # type: ignore[index]
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
-        torch._fused_adam_(
+        try:
+            self._fused_adam(fused_adam, params, states, steps, group, beta1, beta2)
+        except (TypeError, RuntimeError):  # a torch whose private kernel takes other arguments
+            torch._foreach_sub_(steps, 1)
+            PPO._direct_adam = False
+            opt.step()
+
+    @staticmethod
+    def _fused_adam(
+        fused_adam: Any,
+        params: list[torch.Tensor],
+        states: list[Any],
+        steps: list[torch.Tensor],
+        group: dict[str, Any],
+        beta1: float,
+        beta2: float,
+    ) -> None:
+        fused_adam(
             params,
             [p.grad for p in params],
-            [state["exp_avg"] for state in states],  # type: ignore[index]
-            [state["exp_avg_sq"] for state in states],  # type: ignore[index]
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
             [],
             steps,
             amsgrad=False,

@@ -348,6 +348,35 @@ def test_direct_adam_step_is_torch_adam_step(continuous: bool) -> None:
         assert torch.equal(p_fast, p_ref)
 
 
+def test_a_torch_whose_private_adam_kernel_changed_falls_back_to_step(monkeypatch) -> None:
+    """The direct call uses a private torch kernel; if a torch version takes other arguments,
+    PPO counts the step back and uses ``optimizer.step()`` from then on, with the same
+    weights and state as the reference."""
+
+    def changed(*args: object, **kwargs: object) -> None:
+        raise TypeError("_fused_adam_() got an unexpected keyword argument 'beta1'")
+
+    import parl.algorithms.ppo as ppo_module
+
+    monkeypatch.setattr(ppo_module, "_FUSED_ADAM", changed)
+    monkeypatch.setattr(PPO, "_direct_adam", True)
+    torch.manual_seed(0)
+    model = TwoHeads(True)
+    twin = copy.deepcopy(model)
+    fast = PPO(model, continuous_action=True, device="cpu")
+    reference = PPO(twin, continuous_action=True, device="cpu")
+    reference._adam_step = reference.optimizer.step  # type: ignore[method-assign]
+    batch = _batch(True)
+    for _ in range(3):
+        fast.learn(**batch)
+        reference.learn(**batch)
+    assert PPO._direct_adam is False
+    for p_fast, p_ref in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p_fast, p_ref)
+    for state in fast.optimizer.state_dict()["state"].values():
+        assert int(state["step"]) == 3
+
+
 def test_single_sample_running_statistics_are_gymnasiums() -> None:
     from gymnasium.wrappers.utils import RunningMeanStd
 
