@@ -111,6 +111,11 @@ class RayHead(NamedTuple):
     env: dict[str, str]  # environment for its clients: RAY_ADDRESS, no token auth
 
 
+# `ray start --block` takes about 30 s to end on SIGTERM here; its processes die as fast on
+# SIGKILL (the group), and its files are in its own temp folder, removed below
+HEAD_STOP_S = 3.0
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     """A Ray head of its own (``ray start --head --block`` on loopback, 2 CPUs, its own temp
@@ -144,7 +149,7 @@ def ray_head():
         if head.poll() is None:
             os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=30)
+            head.wait(timeout=HEAD_STOP_S)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
