@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from parl.env.env_batch import EnvBatch, EnvList, Infos
+from parl.env.env_batch import EnvBatch, EnvList, Infos, reset_seeds
 from parl.env.fast_envs import fast_builder
 
 __all__ = ["BatchVectorEnv"]
@@ -115,14 +115,7 @@ class BatchVectorEnv(gymnasium.vector.VectorEnv):
         self, *, seed: int | list[int | None] | None = None, options: dict | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every env; ``seed=s`` gives env ``i`` the seed ``s + i``."""
-        if seed is None or isinstance(seed, int):
-            seeds: list[int | None] = [
-                None if seed is None else seed + i for i in range(self.num_envs)
-            ]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(f"reset needs {self.num_envs} seeds, got {len(seeds)}")
+        seeds = reset_seeds(seed, self.num_envs)
         infos = self.batch.reset(seeds, options, self._obs)
         self._returns[:] = 0.0
         self._lengths[:] = 0

@@ -132,3 +132,14 @@ class EnvList:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def reset_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
+    """The per-env seeds of a vector env's ``reset(seed=...)``: ``s + i`` for env ``i`` from one
+    int, or a list with one seed (or None) per env."""
+    if seed is None or isinstance(seed, int):
+        return [None if seed is None else seed + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"reset needs {num_envs} seeds, got {len(seeds)}")
+    return seeds

@@ -31,7 +31,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
-from parl.env.env_batch import EnvList, Infos
+from parl.env.env_batch import EnvList, Infos, reset_seeds
 from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
 from parl.remote.context import actors_share_memory
@@ -250,14 +250,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every env; ``seed=s`` gives env ``i`` the seed ``s + i``."""
-        if seed is None or isinstance(seed, int):
-            seeds: list[int | None] = [
-                None if seed is None else seed + i for i in range(self.num_envs)
-            ]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(f"reset needs {self.num_envs} seeds, got {len(seeds)}")
+        seeds = reset_seeds(seed, self.num_envs)
         self._idle("reset()")
         futures = [
             w.reset(seeds[r.start : r.stop], options, self._values)
