@@ -1,7 +1,9 @@
 """Distributed training figures of issue 12: sample throughput with 1 vs 2 actors (IMPALA on
-Pong, ES on HalfCheetah-v5), the actors' transfer share, and CartPole learning runs.
+Pong, ES on HalfCheetah-v5), the actors' transfer share, and CartPole learning runs; with
+``--mujoco``, only the learning runs of IMPALA and A2C (Gaussian policies) on HalfCheetah-v5.
 
     nice -n 10 .venv/bin/python scripts/bench_distributed.py [--quick] [--seconds 20]
+    .venv/bin/python scripts/bench_distributed.py --mujoco --plot_dir docs/curves   # ~30 min
 
 Each measurement runs in a fresh interpreter (the examples' modules share names), with
 ``torch.set_num_threads(1)``. Throughput is measured after a warm-up, with 1 and 2 actors
@@ -111,7 +113,7 @@ print("RESULT" + json.dumps({{"history": result.history, "seconds": result.secon
 """
 
 
-def run(folder: str, body: str, timeout: float = 900, **fields: Any) -> dict[str, Any]:
+def run(folder: str, body: str, timeout: float = 3600, **fields: Any) -> dict[str, Any]:
     code = PRELUDE.format(folder=str(EXAMPLES / folder)) + body.format(**fields)
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT
@@ -185,13 +187,56 @@ def learning(name: str, folder: str, args: list[str], seeds: list[int]) -> None:
               flush=True)  # fmt: skip
 
 
+def mujoco_learning(steps: int, seeds: list[int], logroot: str, plot_dir: str | None) -> None:
+    """IMPALA and A2C on HalfCheetah-v5 with their examples' MuJoCo configurations, one run at a
+    time (2 actors and the learner share the 2 cores); greedy evaluations of 3 episodes."""
+    random_return = -0.3 * 1000  # about -280 to -300 for uniform random actions over 1,000 steps
+    for name in ("IMPALA", "A2C"):
+        runs = []
+        for seed in seeds:
+            logdir = os.path.join(logroot, name, f"seed{seed}")
+            extra = ["--no_progress"] if name == "A2C" else []
+            out = run(name, LEARN, args=["--env", "HalfCheetah-v5", "--max_sample_steps",
+                                         str(steps), "--seed", str(seed), "--logdir", logdir,
+                                         *extra])  # fmt: skip
+            history = out["history"]
+            marks = [h for h in history if h[0] >= steps // 4][:1] + [
+                h for h in history if h[0] >= steps // 2
+            ][:1] + history[-1:]  # fmt: skip
+            shown = ", ".join(f"{mean:.0f} at {at:,}" for at, mean in marks)
+            print(f"{name} HalfCheetah-v5 seed {seed}: evaluation {shown} steps; best "
+                  f"{max(m for _, m in history):.0f}; {out['seconds']:.0f} s "
+                  f"({out['steps'] / out['seconds']:.0f} steps/s); random play about "
+                  f"{random_return:.0f}", flush=True)  # fmt: skip
+            runs.append(f"{logdir}:seed {seed}")
+        if plot_dir:
+            sys.path.insert(0, str(ROOT / "scripts"))
+            import plot_curves
+
+            plot_curves.main([*runs, "--tag", "eval/episode_reward", "--out",
+                              os.path.join(plot_dir, f"{name.lower()}_halfcheetah.svg"),
+                              "--title", f"{name} on HalfCheetah-v5, 2 actors, greedy evaluation",
+                              "--y_title", "mean return of 3 episodes"])  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="short runs, one repeat")
     parser.add_argument("--skip_learning", action="store_true")
+    parser.add_argument("--mujoco", action="store_true",
+                        help="only IMPALA and A2C learning runs on HalfCheetah-v5")  # fmt: skip
+    parser.add_argument("--mujoco_steps", type=int, default=1_000_000)
+    parser.add_argument("--mujoco_seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--logroot", default="/tmp/bench_distributed")
+    parser.add_argument("--plot_dir", default=None, help="write the MuJoCo curves here (SVG)")
     args = parser.parse_args()
+    if args.mujoco:
+        print(f"calibration: sum(range(1000)) {calibration():.1f} µs; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+        mujoco_learning(args.mujoco_steps, args.mujoco_seeds, args.logroot, args.plot_dir)
+        return
     seconds, repeats = (5.0, 1) if args.quick else (args.seconds, args.repeats)
     print(f"calibration: sum(range(1000)) {calibration():.1f} µs; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip

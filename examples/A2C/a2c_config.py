@@ -1,5 +1,6 @@
 """Hyperparameters of the A2C example (PARL's names). ``cartpole_config`` trains in about a
-minute; ``atari_config`` is PARL's Atari setting (``actor_num`` lowered to 2)."""
+minute; ``atari_config`` is PARL's Atari setting (``actor_num`` lowered to 2); ``mujoco_config``
+trains a Gaussian policy on a MuJoCo task (PARL's A2C is discrete only)."""
 
 from __future__ import annotations
 
@@ -34,4 +35,22 @@ atari_config: dict[str, Any] = {
     "vf_loss_coeff": 0.5,
     "eval_episodes": 3,
     "test_every_steps": 200_000,
+}
+
+mujoco_config: dict[str, Any] = {
+    "env_name": "HalfCheetah-v5",
+    "actor_num": 2,
+    "env_num": 4,
+    "sample_batch_steps": 8,
+    "max_sample_steps": 1_000_000,
+    "gamma": 0.99,
+    "lambda": 0.9,
+    "start_lr": 7e-4,
+    "entropy_coeff_scheduler": [(0, 0.0)],
+    "vf_loss_coeff": 0.4,
+    "max_grad_norm": 40.0,
+    "hidden": 64,
+    "log_std_init": -0.5,
+    "eval_episodes": 3,
+    "test_every_steps": 50_000,
 }

@@ -15,34 +15,49 @@ import gymnasium as gym
 import numpy as np
 import torch
 from agent import A2CAgent, make_env
-from model import AtariModel, CartpoleModel
+from model import AtariModel, CartpoleModel, MujocoModel
 
 import parl
 from parl.algorithms import A2C
 from parl.utils.rl_utils import calc_gae
-from parl.utils.weight_sync import SharedWeights, load_flat_parameters
+from parl.utils.weight_sync import SharedWeights, load_flat_state
 
 FIELDS = ("obs", "actions", "advantages", "target_values")
 
 
-def build_agent(config: dict[str, Any], obs_space: gym.Space, act_dim: int) -> A2CAgent:
-    if config["env_name"].startswith("CartPole"):
-        assert obs_space.shape is not None
-        model: Any = CartpoleModel(int(obs_space.shape[0]), act_dim)
+def action_shape(space: gym.Space) -> tuple[int, ...]:
+    """The shape of one action: ``()`` for Discrete, ``(d,)`` for a 1-d Box."""
+    if isinstance(space, gym.spaces.Discrete):
+        return ()
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return space.shape
+    raise TypeError(f"A2C's example handles Discrete and 1-d Box actions, not {space}")
+
+
+def build_agent(config: dict[str, Any], obs_space: gym.Space, action_space: gym.Space) -> A2CAgent:
+    assert obs_space.shape is not None
+    continuous = action_shape(action_space) != ()
+    if continuous:
+        model: Any = MujocoModel(int(obs_space.shape[0]), action_space.shape[0],
+                                 config.get("hidden", 64), config.get("log_std_init", -0.5))  # fmt: skip
+    elif config["env_name"].startswith("CartPole"):
+        model = CartpoleModel(int(obs_space.shape[0]), int(action_space.n))  # type: ignore[attr-defined]
     else:
-        model = AtariModel(act_dim)
-    return A2CAgent(A2C(model, config, device=config.get("device", "cpu")), config)
+        model = AtariModel(int(action_space.n))  # type: ignore[attr-defined]
+    alg = A2C(model, config, continuous_action=continuous, device=config.get("device", "cpu"))
+    return A2CAgent(alg, config)
 
 
 def batch_arrays(
-    config: dict[str, Any], obs_space: gym.Space, alloc: Any = np.empty
+    config: dict[str, Any], obs_space: gym.Space, action_space: gym.Space, alloc: Any = np.empty
 ) -> dict[str, np.ndarray]:
     """One actor's batch: ``(sample_batch_steps * env_num, ...)``, time-major."""
     n = config["sample_batch_steps"] * config["env_num"]
     assert obs_space.shape is not None
+    shape = action_shape(action_space)
     return {
         "obs": alloc((n, *obs_space.shape), obs_space.dtype),
-        "actions": alloc(n, np.int64),
+        "actions": alloc((n, *shape), np.float32 if shape else np.int64),
         "advantages": alloc(n, np.float32),
         "target_values": alloc(n, np.float32),
     }
@@ -63,10 +78,10 @@ class Actor:
         mode = gym.vector.AutoresetMode.SAME_STEP
         self.envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
         self.obs, _ = self.envs.reset(seed=seed)
-        space = self.envs.single_observation_space
-        self.agent = build_agent(config, space, int(self.envs.single_action_space.n))
+        space, action_space = self.envs.single_observation_space, self.envs.single_action_space
+        self.agent = build_agent(config, space, action_space)
         self.weights = weights
-        self.out = slot if slot is not None else batch_arrays(config, space)
+        self.out = slot if slot is not None else batch_arrays(config, space, action_space)
         self.shared = slot is not None
         self.times = {"weights": 0.0, "sampling": 0.0}
         self.born: float | None = None
@@ -79,7 +94,7 @@ class Actor:
         start = time.perf_counter()
         self.born = start if self.born is None else self.born
         if flat_weights is not None:
-            load_flat_parameters(self.agent.alg.model, flat_weights)
+            load_flat_state(self.agent.alg.model, flat_weights)
         elif self.weights is not None:
             self.weights.pull(self.agent.alg.model)
         synced = time.perf_counter()
@@ -89,7 +104,8 @@ class Actor:
             self.config["gamma"],
         )
         obs_view = self.out["obs"].reshape(steps, n, *self.obs.shape[1:])
-        actions, rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(4))
+        rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(3))
+        actions = np.zeros((steps, n, *self.out["actions"].shape[1:]), np.float32)
         episodes: list[float] = []
         for t in range(steps):
             obs_view[t] = self.obs
@@ -104,7 +120,7 @@ class Actor:
         advantages = calc_gae(
             rewards, values, self.agent.value(self.obs), gamma, self.config["lambda"], dones
         )
-        self.out["actions"][:] = actions.reshape(-1)
+        self.out["actions"][:] = actions.reshape(self.out["actions"].shape)
         self.out["advantages"][:] = advantages.reshape(-1)
         self.out["target_values"][:] = (advantages + values).reshape(-1)
         sampled = time.perf_counter()

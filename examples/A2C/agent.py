@@ -1,4 +1,7 @@
-"""A2C's agent (PARL's AtariAgent) and the envs of the example, shared by learner and actors."""
+"""A2C's agent (PARL's AtariAgent) and the envs of the example, shared by learner and actors.
+
+A model with an observation normaliser (``obs_norm``, the MuJoCo model) has its statistics
+updated from each training batch before the update; actors get them with the weights."""
 
 from __future__ import annotations
 
@@ -13,9 +16,15 @@ from parl.algorithms import A2C
 from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
 
 
+def is_mujoco(env_name: str) -> bool:
+    return "mujoco" in str(gym.spec(env_name).entry_point)
+
+
 def make_env(env_name: str, test: bool = False) -> gym.Env:
     if env_name.startswith("CartPole"):
         return gym.wrappers.RecordEpisodeStatistics(gym.make(env_name))
+    if is_mujoco(env_name):  # the Gaussian samples are clipped here, learned unclipped
+        return gym.wrappers.ClipAction(gym.wrappers.RecordEpisodeStatistics(gym.make(env_name)))
     from parl.env.atari_wrappers import wrap_deepmind
 
     return wrap_deepmind(gym.make(env_name), obs_format="NCHW", test=test, compat=False)
@@ -48,9 +57,14 @@ class A2CAgent(parl.Agent):
         lr = self.lr_scheduler.value
         self.lr_scheduler.step(obs.shape[0])
         entropy_coeff = self.entropy_coeff_scheduler.step()
+        obs_tensor = self._obs(obs)
+        obs_norm = getattr(self.alg.model, "obs_norm", None)
+        if obs_norm is not None:
+            obs_norm.update(obs_tensor)
+        continuous = self.alg.continuous_action
         total, pi, vf, entropy = self.alg.learn(
-            self._obs(obs),
-            self.to_tensor(actions, dtype=torch.int64),
+            obs_tensor,
+            self.to_tensor(actions, dtype=torch.float32 if continuous else torch.int64),
             self.to_tensor(advantages),
             self.to_tensor(target_values),
             lr,

@@ -1,6 +1,7 @@
-"""Synchronous A2C (PARL's A2C example) on CartPole (default) or an Atari game.
+"""Synchronous A2C (PARL's A2C example) on CartPole (default), an Atari game or a MuJoCo task.
 
     python examples/A2C/train.py                                  # CartPole-v1, 2 actors
+    python examples/A2C/train.py --env HalfCheetah-v5             # Gaussian policy
     python examples/A2C/train.py --env PongNoFrameskip-v4 --actor_num 2
     python examples/A2C/train.py --env PongNoFrameskip-v4 --xparl_addr localhost:8010
     python examples/A2C/train.py --mode vector_env --actor_num 2  # envs on actors, acting here
@@ -25,23 +26,26 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from a2c_config import atari_config, cartpole_config
+from a2c_config import atari_config, cartpole_config, mujoco_config
 from actor import FIELDS, Actor, batch_arrays, build_agent
-from agent import A2CAgent, make_env
+from agent import A2CAgent, is_mujoco, make_env
 from tqdm import tqdm
 
 import parl
 from parl.env import RemoteVectorEnv
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.rl_utils import calc_gae
-from parl.utils.weight_sync import SharedWeights, flat_parameters
+from parl.utils.weight_sync import SharedWeights, flat_state
 
 
 def evaluate(agent: A2CAgent, env: gym.Env, episodes: int, seed: int) -> float:
     returns: list[float] = []
     obs, _ = env.reset(seed=seed)
     while len(returns) < episodes:
-        obs, _, terminated, truncated, info = env.step(int(agent.predict(obs[None])[0]))
+        action = agent.predict(obs[None])[0]
+        obs, _, terminated, truncated, info = env.step(
+            action if agent.alg.continuous_action else int(action)
+        )
         if "episode" in info:
             returns.append(float(info["episode"]["r"]))
         if terminated or truncated:
@@ -90,7 +94,9 @@ class VectorEnvSampler:
         n = obs.shape[0]
         with self.times.section("sampling"):
             batch_obs = np.zeros((steps, n) + obs.shape[1:], obs.dtype)
-            actions, rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(4))
+            rewards, dones, values = (np.zeros((steps, n), np.float32) for _ in range(3))
+            act_shape = self.envs.single_action_space.shape
+            actions = np.zeros((steps, n, *act_shape), np.float32)
             for t in range(steps):
                 batch_obs[t] = obs
                 action, values[t] = self.agent.sample(obs)
@@ -104,7 +110,7 @@ class VectorEnvSampler:
         self.obs = obs
         return {
             "obs": batch_obs.reshape((-1,) + obs.shape[1:]),
-            "actions": actions.reshape(-1),
+            "actions": actions.reshape(steps * n, *act_shape),
             "advantages": advantages.reshape(-1),
             "target_values": (advantages + values).reshape(-1),
         }
@@ -129,10 +135,12 @@ class ActorSampler:
             parl.connect("local", preload=["torch", "gymnasium"])
         else:
             parl.connect(config["xparl_addr"])
-        space = make_env(config["env_name"]).observation_space
+        probe = make_env(config["env_name"])
+        space, action_space = probe.observation_space, probe.action_space
+        probe.close()
         self.weights = SharedWeights(agent.alg.model) if self.shared else None
         self.slots = [
-            batch_arrays(config, space, parl.shm.empty) if self.shared else None
+            batch_arrays(config, space, action_space, parl.shm.empty) if self.shared else None
             for _ in range(config["actor_num"])
         ]
         self.actors = [
@@ -143,7 +151,7 @@ class ActorSampler:
         self.episode_returns: list[float] = []
 
     def collect(self) -> dict[str, np.ndarray]:
-        flat = None if self.shared else flat_parameters(self.agent.alg.model)
+        flat = None if self.shared else flat_state(self.agent.alg.model)
         futures = []
         for i, actor in enumerate(self.actors):
             try:  # a death noticed earlier shows when the call is sent
@@ -193,7 +201,7 @@ class Learner:
         set_seed(config["seed"])
         self.eval_env = make_env(config["env_name"], test=True)
         self.agent = build_agent(
-            config, self.eval_env.observation_space, int(self.eval_env.action_space.n)
+            config, self.eval_env.observation_space, self.eval_env.action_space
         )
         self.times = TimeBreakdown()
         if config["mode"] not in ("actors", "vector_env"):
@@ -286,7 +294,10 @@ def main(argv: list[str] | None = None) -> TrainResult:
     parser.add_argument("--logdir", default=None)
     parser.add_argument("--no_progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
-    base = cartpole_config if args.env.startswith("CartPole") else atari_config
+    if args.env.startswith("CartPole"):
+        base = cartpole_config
+    else:
+        base = mujoco_config if is_mujoco(args.env) else atari_config
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"A2C_{args.env}"))

@@ -24,15 +24,21 @@ from model import build_model
 import parl
 from parl.algorithms import IMPALA
 from parl.env.atari_wrappers import MonitorEnv, get_wrapper_by_cls
-from parl.utils.weight_sync import SharedWeights, load_flat_parameters
+from parl.utils.weight_sync import SharedWeights, load_flat_state
 
 FIELDS = ("obs", "actions", "behaviour_logits", "rewards", "dones")
+
+
+def is_mujoco(env_name: str) -> bool:
+    return "mujoco" in str(gym.spec(env_name).entry_point)
 
 
 def make_env(config: dict[str, Any], test: bool = False) -> gym.Env:
     name = config["env_name"]
     if name.startswith("CartPole"):
         return MonitorEnv(gym.make(name))
+    if is_mujoco(name):  # the policy's Gaussian samples are clipped here, learned unclipped
+        return gym.wrappers.ClipAction(MonitorEnv(gym.make(name)))
     from parl.env.atari_wrappers import wrap_deepmind
 
     env = gym.make(name)
@@ -40,28 +46,44 @@ def make_env(config: dict[str, Any], test: bool = False) -> gym.Env:
                          compat=False)  # fmt: skip
 
 
-def build_algorithm(config: dict[str, Any], obs_shape: tuple[int, ...], act_dim: int) -> IMPALA:
+def action_layout(space: gym.Space) -> tuple[bool, tuple[int, ...], Any, int]:
+    """``(continuous, shape of one action, its dtype, width of the behaviour logits)``."""
+    if isinstance(space, gym.spaces.Discrete):
+        return False, (), np.int64, int(space.n)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return True, space.shape, np.float32, 2 * space.shape[0]
+    raise TypeError(f"IMPALA's example handles Discrete and 1-d Box actions, not {space}")
+
+
+def build_algorithm(
+    config: dict[str, Any], obs_shape: tuple[int, ...], action_space: gym.Space
+) -> IMPALA:
+    continuous, shape, _, _ = action_layout(action_space)
+    act_dim = shape[0] if continuous else int(action_space.n)  # type: ignore[attr-defined]
     return IMPALA(
-        build_model(config, obs_shape, act_dim),
+        build_model(config, obs_shape, act_dim, continuous),
         sample_batch_steps=config["sample_batch_steps"],
         gamma=config["gamma"],
         vf_loss_coeff=config["vf_loss_coeff"],
         clip_rho_threshold=config["clip_rho_threshold"],
         clip_pg_rho_threshold=config["clip_pg_rho_threshold"],
+        max_grad_norm=config.get("max_grad_norm", 40.0),
+        continuous_action=continuous,
         device="cpu",
     )
 
 
 def trajectory_arrays(
-    config: dict[str, Any], obs_space: gym.Space, act_dim: int, alloc: Any = np.empty
+    config: dict[str, Any], obs_space: gym.Space, action_space: gym.Space, alloc: Any = np.empty
 ) -> dict[str, np.ndarray]:
     """Arrays of one trajectory batch, ``(env_num * T, ...)``, trajectory-major."""
     n = config["env_num"] * config["sample_batch_steps"]
     assert obs_space.shape is not None
+    _, action_shape, action_dtype, width = action_layout(action_space)
     return {
         "obs": alloc((n, *obs_space.shape), obs_space.dtype),
-        "actions": alloc(n, np.int64),
-        "behaviour_logits": alloc((n, act_dim), np.float32),
+        "actions": alloc((n, *action_shape), action_dtype),
+        "behaviour_logits": alloc((n, width), np.float32),
         "rewards": alloc(n, np.float32),
         "dones": alloc(n, np.float32),
     }
@@ -81,11 +103,10 @@ class Actor:
         fns = [functools.partial(make_env, config)] * config["env_num"]
         self.envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self.obs, _ = self.envs.reset(seed=seed)
-        obs_space = self.envs.single_observation_space
-        act_dim = int(self.envs.single_action_space.n)
-        self.agent = ImpalaAgent(build_algorithm(config, obs_space.shape, act_dim))
+        obs_space, action_space = self.envs.single_observation_space, self.envs.single_action_space
+        self.agent = ImpalaAgent(build_algorithm(config, obs_space.shape, action_space))
         self.weights, self.slots = weights, slots
-        self.private = None if slots else trajectory_arrays(config, obs_space, act_dim)
+        self.private = None if slots else trajectory_arrays(config, obs_space, action_space)
         self.times = {"weights": 0.0, "sampling": 0.0}
         self.born: float | None = None  # the first sample call's start
 
@@ -94,7 +115,7 @@ class Actor:
 
     def _sync(self, flat_weights: np.ndarray | None) -> None:
         if flat_weights is not None:
-            load_flat_parameters(self.agent.alg.model, flat_weights)
+            load_flat_state(self.agent.alg.model, flat_weights)
         elif self.weights is not None:
             self.weights.pull(self.agent.alg.model)
 

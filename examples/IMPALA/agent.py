@@ -1,4 +1,6 @@
-"""IMPALA's agent (PARL's AtariAgent): numpy in and out, actions drawn from the policy."""
+"""IMPALA's agent (PARL's AtariAgent): numpy in and out, actions drawn from the policy; a model
+with an observation normaliser (``obs_norm``) has its statistics updated from each training
+batch before the update."""
 
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ class ImpalaAgent(parl.Agent):
         return self.to_tensor(obs, dtype=None if obs.dtype == np.uint8 else torch.float32)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(actions (N,) int64, behaviour_logits (N, act_dim) float32)``."""
+        """``(actions (N,) int64, behaviour_logits (N, act_dim) float32)``; continuous:
+        ``(actions (N, d) float32, concat(mean, log_std) (N, 2 * d))``."""
+        if self.alg.continuous_action:
+            actions, params = self.alg.sample(self._obs(obs))
+            return self.to_numpy(actions), self.to_numpy(params)
         probs, logits = self.alg.sample(self._obs(obs))
         actions = torch.multinomial(probs, 1).squeeze(-1)
         return self.to_numpy(actions), self.to_numpy(logits)
@@ -39,9 +45,14 @@ class ImpalaAgent(parl.Agent):
         entropy_coeff: float,
     ) -> tuple[float, float, float, float, float]:
         """``(total_loss, pi_loss, vf_loss, entropy, kl)`` as floats."""
+        obs_tensor = self._obs(obs)
+        obs_norm = getattr(self.alg.model, "obs_norm", None)
+        if obs_norm is not None:
+            obs_norm.update(obs_tensor)
+        continuous = self.alg.continuous_action
         loss, kl = self.alg.learn(
-            self._obs(obs),
-            self.to_tensor(actions, dtype=torch.int64),
+            obs_tensor,
+            self.to_tensor(actions, dtype=torch.float32 if continuous else torch.int64),
             self.to_tensor(behaviour_logits),
             self.to_tensor(rewards),
             self.to_tensor(dones),

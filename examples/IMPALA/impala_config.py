@@ -1,5 +1,6 @@
 """Hyperparameters of the IMPALA example, PARL's names. ``cartpole_config`` solves CartPole-v1 in
-a few minutes on 2 cores; ``atari_config`` is PARL's Pong setting (``actor_num`` lowered to 2)."""
+a few minutes on 2 cores; ``atari_config`` is PARL's Pong setting (``actor_num`` lowered to 2);
+``mujoco_config`` trains a Gaussian policy on a MuJoCo task (PARL has no continuous IMPALA)."""
 
 from __future__ import annotations
 
@@ -39,5 +40,26 @@ atari_config: dict[str, Any] = {
     "clip_pg_rho_threshold": 1.0,
     "test_every_steps": 500_000,
     "eval_episodes": 1,
+    "log_metrics_interval_s": 30,
+}
+
+mujoco_config: dict[str, Any] = {
+    "env_name": "HalfCheetah-v5",
+    "actor_num": 2,
+    "env_num": 4,
+    "sample_batch_steps": 16,
+    "train_batch_size": 64,  # one actor's trajectory batch per update (4 envs x 16 steps)
+    "max_sample_steps": 1_000_000,
+    "gamma": 0.99,
+    "lr_scheduler": [(0, 1e-3)],
+    "entropy_coeff_scheduler": [(0, 0.0)],
+    "vf_loss_coeff": 0.5,
+    "clip_rho_threshold": 1.0,
+    "clip_pg_rho_threshold": 1.0,
+    "max_grad_norm": 40.0,
+    "hidden": 64,
+    "log_std_init": -0.5,
+    "test_every_steps": 50_000,
+    "eval_episodes": 3,
     "log_metrics_interval_s": 30,
 }

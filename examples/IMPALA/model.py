@@ -1,4 +1,5 @@
-"""IMPALA models: ``policy`` (logits), ``value`` and ``policy_and_value`` (one pass for both)."""
+"""IMPALA models: ``policy`` (logits, or a Gaussian's ``(mean, std)``), ``value`` and
+``policy_and_value`` (one pass for both)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from torch import nn
 
 import parl
+from parl.utils import ObsNormalizer
 
 
 class _ActorCritic(parl.Model):
@@ -81,7 +83,48 @@ class AtariModel(_ActorCritic):
         return self.trunk(obs.float() / 255.0)
 
 
-def build_model(config: dict[str, Any], obs_shape: tuple[int, ...], act_dim: int) -> parl.Model:
+class MujocoModel(parl.Model):
+    """A Gaussian policy for continuous control: separate 64-64 tanh networks for the mean and the
+    value, a state-independent log-std, and the observations normalised inside the model
+    (``obs_norm``: the learner updates its statistics, the actors get them with the weights)."""
+
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: int = 64, log_std_init: float = -0.5
+    ) -> None:
+        super().__init__()
+        self.obs_norm = ObsNormalizer(obs_dim)
+        self.mean_net = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, act_dim),
+        )  # fmt: skip
+        self.value_net = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )  # fmt: skip
+        with torch.no_grad():  # small initial means: the first actions stay near 0
+            self.mean_net[-1].weight.mul_(0.01)
+            self.mean_net[-1].bias.zero_()
+        self.log_std = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean_net(self.obs_norm(obs)), self.log_std.exp()
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_net(self.obs_norm(obs)).squeeze(-1)
+
+    def policy_and_value(
+        self, obs: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        x = self.obs_norm(obs)
+        return (self.mean_net(x), self.log_std.exp()), self.value_net(x).squeeze(-1)
+
+
+def build_model(
+    config: dict[str, Any], obs_shape: tuple[int, ...], act_dim: int, continuous: bool = False
+) -> parl.Model:
+    if continuous:
+        return MujocoModel(int(obs_shape[0]), act_dim, config.get("hidden", 64),
+                           config.get("log_std_init", -0.5))  # fmt: skip
     if config["env_name"].startswith("CartPole"):
         return CartpoleModel(int(obs_shape[0]), act_dim)
     return AtariModel(act_dim, config.get("env_dim", 42))

@@ -2,6 +2,7 @@
 
     python examples/IMPALA/train.py                                  # CartPole-v1, 2 actors
     python examples/IMPALA/train.py --env PongNoFrameskip-v4 --actor_num 2
+    python examples/IMPALA/train.py --env HalfCheetah-v5             # Gaussian policy, MuJoCo
     python examples/IMPALA/train.py --xparl_addr localhost:8010 --actor_num 8   # on a cluster
 
 The learner keeps two ``sample`` calls in flight per actor (one per trajectory slot), takes
@@ -22,14 +23,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from actor import FIELDS, Actor, build_algorithm, make_env, trajectory_arrays
+from actor import FIELDS, Actor, build_algorithm, is_mujoco, make_env, trajectory_arrays
 from agent import ImpalaAgent
-from impala_config import atari_config, cartpole_config
+from impala_config import atari_config, cartpole_config, mujoco_config
 
 import parl
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.scheduler import PiecewiseScheduler
-from parl.utils.weight_sync import SharedWeights, flat_parameters
+from parl.utils.weight_sync import SharedWeights, flat_state
 
 
 @dataclass
@@ -49,8 +50,8 @@ class Learner:
         self.config = config
         set_seed(config["seed"])
         self.eval_env = make_env(config, test=True)
-        obs_space, act_dim = self.eval_env.observation_space, int(self.eval_env.action_space.n)
-        self.agent = ImpalaAgent(build_algorithm(config, obs_space.shape, act_dim))
+        obs_space, action_space = self.eval_env.observation_space, self.eval_env.action_space
+        self.agent = ImpalaAgent(build_algorithm(config, obs_space.shape, action_space))
         self.lr_scheduler = PiecewiseScheduler(config["lr_scheduler"])
         self.entropy_coeff_scheduler = PiecewiseScheduler(config["entropy_coeff_scheduler"])
         self.times = TimeBreakdown()
@@ -70,7 +71,10 @@ class Learner:
         self.slots: list[list[dict[str, np.ndarray]]] = []
         for i in range(config["actor_num"]):
             slots = (
-                [trajectory_arrays(config, obs_space, act_dim, parl.shm.empty) for _ in range(2)]
+                [
+                    trajectory_arrays(config, obs_space, action_space, parl.shm.empty)
+                    for _ in range(2)
+                ]
                 if self.shared
                 else []
             )
@@ -91,7 +95,7 @@ class Learner:
         """Queue actor ``i``'s next trajectory batch (with the weights, on a cluster)."""
         flat = None
         if not self.shared and self.sent_version[i] != self.version:
-            flat = flat_parameters(self.agent.alg.model)
+            flat = flat_state(self.agent.alg.model)
             self.sent_version[i] = self.version
         future = self.actors[i].sample(slot if self.shared else None, flat)
         self.futures[future] = (i, slot)
@@ -158,8 +162,9 @@ class Learner:
         returns: list[float] = []
         obs, _ = self.eval_env.reset(seed=self.config["seed"] + 10_000)
         while len(returns) < episodes:
+            action = self.agent.predict(obs[None])[0]
             obs, _, terminated, truncated, info = self.eval_env.step(
-                int(self.agent.predict(obs[None])[0])
+                action if self.agent.alg.continuous_action else int(action)
             )
             if "episode" in info:
                 returns.append(float(info["episode"]["r"]))
@@ -238,6 +243,7 @@ def main(argv: list[str] | None = None) -> TrainResult:
     parser.add_argument("--env_num", type=int, default=None)
     parser.add_argument("--sample_batch_steps", type=int, default=None)
     parser.add_argument("--train_batch_size", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None, help="a constant learning rate")
     parser.add_argument("--xparl_addr", default=None)
     parser.add_argument("--transport", choices=["shm", "values"], default=None)
     parser.add_argument("--max_sample_steps", type=int, default=None)
@@ -248,9 +254,14 @@ def main(argv: list[str] | None = None) -> TrainResult:
     parser.add_argument("--logdir", default=None)
     parser.add_argument("--no_tensorboard", dest="tensorboard", action="store_false")
     args = parser.parse_args(argv)
-    base = cartpole_config if args.env.startswith("CartPole") else atari_config
+    if args.env.startswith("CartPole"):
+        base = cartpole_config
+    else:
+        base = mujoco_config if is_mujoco(args.env) else atari_config
     config = {**base, "env_name": args.env}
-    config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
+    config.update({k: v for k, v in vars(args).items() if v is not None and k not in ("env", "lr")})
+    if args.lr is not None:
+        config["lr_scheduler"] = [(0, args.lr)]
     config.setdefault("logdir", os.path.join("train_log", f"IMPALA_{args.env}"))
     torch.set_num_threads(1)
     return train(config)

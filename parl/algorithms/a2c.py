@@ -1,8 +1,11 @@
 """Advantage Actor-Critic (Mnih et al. 2016, https://arxiv.org/abs/1602.01783), synchronous,
-for discrete actions, following PARL 2.x's torch API: ``A2C(model, config)``.
+following PARL 2.x's torch API: ``A2C(model, config)``.
 
-The model provides ``policy(obs) -> logits (B, act_dim)``, ``value(obs) -> (B,)`` and
-``policy_and_value(obs) -> (logits, values)`` (one forward pass for both, used when sampling).
+The model provides ``policy(obs)``, ``value(obs) -> (B,)`` and ``policy_and_value(obs) ->
+(policy, values)`` (one forward pass for both, used when sampling). ``policy`` returns logits
+``(B, act_dim)`` for discrete actions (PARL's case), or ``(mean (B, d), std)`` (``std``
+broadcastable to the mean) for a diagonal Gaussian policy when ``config["continuous_action"]``
+is true.
 """
 
 from __future__ import annotations
@@ -13,15 +16,26 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributions import Categorical
 
+from parl.algorithms.action_dists import (
+    categorical_log_prob_entropy,
+    categorical_sample,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+)
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float
+from parl.utils.validation import check_bool, check_float
 
 __all__ = ["A2C"]
 
-_DEFAULTS = {"vf_loss_coeff": 0.5, "learning_rate": 1e-3, "max_grad_norm": 40.0}
+_DEFAULTS = {
+    "vf_loss_coeff": 0.5,
+    "learning_rate": 1e-3,
+    "max_grad_norm": 40.0,
+    "continuous_action": False,
+}
 
 
 def _config_value(config: Mapping[str, Any], name: str, aliases: tuple[str, ...] = ()) -> Any:
@@ -41,7 +55,8 @@ class A2C(Algorithm):
     Args:
         model: a ``parl.Model`` with ``policy``, ``value`` and ``policy_and_value``.
         config: PARL's config dict; read keys: ``vf_loss_coeff`` (0.5), ``learning_rate``
-            (or PARL's ``start_lr``; 1e-3) and ``max_grad_norm`` (40). Missing keys take the
+            (or PARL's ``start_lr``; 1e-3), ``max_grad_norm`` (40) and ``continuous_action``
+            (False: a Gaussian policy on ``(mean, std)`` when true). Missing keys take the
             defaults in brackets; keyword arguments of the same names override the dict.
         device: ``"auto"``, ``"cpu"``, ``"cuda:0"``...; the model is moved there.
     """
@@ -57,6 +72,7 @@ class A2C(Algorithm):
         vf_loss_coeff: float | None = None,
         learning_rate: float | None = None,
         max_grad_norm: float | None = None,
+        continuous_action: bool | None = None,
         device: str | torch.device = "auto",
     ) -> None:
         if config is not None and not isinstance(config, Mapping):
@@ -88,6 +104,13 @@ class A2C(Algorithm):
             low_open=True,
             owner=owner,
         )
+        self.continuous_action = check_bool(
+            "continuous_action",
+            _config_value(config, "continuous_action")
+            if continuous_action is None
+            else continuous_action,
+            owner=owner,
+        )
         self.config = config
         super().__init__(model, device=get_device(device))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.learning_rate)
@@ -103,20 +126,25 @@ class A2C(Algorithm):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One Adam step; returns ``(total_loss, pi_loss, vf_loss, entropy)`` (detached sums).
 
-        Shapes: ``obs (B, *obs_shape)``, ``actions (B,)`` integer, ``advantages (B,)``,
-        ``target_values (B,)``. ``lr`` sets the learning rate from now on (PARL passes the
+        Shapes: ``obs (B, *obs_shape)``, ``actions (B,)`` integer (``(B, d)`` float for a
+        Gaussian policy), ``advantages (B,)``, ``target_values (B,)``. ``lr`` sets the learning rate from now on (PARL passes the
         value of its linear schedule at every call).
         """
         if lr is not None:
             lr = check_float("lr", lr, low=0.0, low_open=True, owner="A2C.learn")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        logits, values = self.model.policy_and_value(obs)
-        log_probs = F.log_softmax(logits, dim=-1)
-        chosen = log_probs.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+        policy, values = self.model.policy_and_value(obs)
+        if self.continuous_action:
+            mean, log_std = self._gaussian(policy)
+            actions = actions.float().reshape(mean.shape)
+            chosen = gaussian_log_prob(mean, log_std.exp(), actions, log_std)
+            entropies = gaussian_entropy(mean, log_std)
+        else:
+            chosen, entropies = categorical_log_prob_entropy(policy, actions.long().reshape(-1))
         pi_loss = -(chosen * advantages).sum()
         vf_loss = 0.5 * (values.reshape(-1) - target_values).pow(2).sum()
-        entropy = -(log_probs.exp() * log_probs).sum()
+        entropy = entropies.sum()
         total_loss = pi_loss + self.vf_loss_coeff * vf_loss + entropy_coeff * entropy
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -125,23 +153,44 @@ class A2C(Algorithm):
         self.optimizer.step()
         return total_loss.detach(), pi_loss.detach(), vf_loss.detach(), entropy.detach()
 
+    def _gaussian(self, policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean (B, d), log_std (B, d))`` of the model's ``(mean, std)``."""
+        if not (isinstance(policy, tuple | list) and len(policy) == 2):
+            raise TypeError(
+                "A2C(continuous_action=True): model.policy(obs) must return (mean, std), got "
+                f"{type(policy).__name__}; return logits and leave continuous_action False for "
+                "discrete actions"
+            )
+        mean, std = policy
+        return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
+
     @torch.no_grad()
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actions (B,) int64, values (B,))``, actions drawn from the policy."""
-        logits, values = self.model.policy_and_value(obs)
-        actions = Categorical(logits=logits, validate_args=False).sample()
-        return actions, values
+        """``(actions, values (B,))``, actions drawn from the policy: ``(B,)`` int64, or
+        ``(B, d)`` float for a Gaussian policy (not clipped to the action space)."""
+        policy, values = self.model.policy_and_value(obs)
+        if self.continuous_action:
+            mean, log_std = self._gaussian(policy)
+            return gaussian_sample(mean, log_std.exp()), values
+        return categorical_sample(policy), values
 
     @torch.no_grad()
     def prob_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(action probabilities (B, act_dim), values (B,))``."""
+        """``(action probabilities (B, act_dim), values (B,))`` (discrete actions)."""
+        if self.continuous_action:
+            raise TypeError(
+                "A2C.prob_and_value: a Gaussian policy has no action probabilities; use sample()"
+            )
         logits, values = self.model.policy_and_value(obs)
         return F.softmax(logits, dim=-1), values
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The most likely action, ``(B,)``."""
-        return self.model.policy(obs).argmax(dim=-1)
+        """The greedy action: the most likely one ``(B,)``, or the mean ``(B, d)``."""
+        policy = self.model.policy(obs)
+        if self.continuous_action:
+            return self._gaussian(policy)[0]
+        return policy.argmax(dim=-1)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,15 @@
-"""IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561) with V-trace targets, for
-discrete actions, following PARL 2.x's API:
-``IMPALA(model, sample_batch_steps, gamma, vf_loss_coeff, clip_rho_threshold,
-clip_pg_rho_threshold)`` and ``learn(obs, actions, behaviour_logits, rewards, dones,
-learning_rate, entropy_coeff)``.
+"""IMPALA (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561) with V-trace targets,
+following PARL 2.x's API: ``IMPALA(model, sample_batch_steps, gamma, vf_loss_coeff,
+clip_rho_threshold, clip_pg_rho_threshold)`` and ``learn(obs, actions, behaviour_logits, rewards,
+dones, learning_rate, entropy_coeff)``.
 
-The model provides ``policy(obs) -> logits (N, act_dim)`` and ``value(obs) -> (N,)``; a model
-that also has ``policy_and_value(obs)`` is run once per batch instead of twice.
+The model provides ``policy(obs)`` and ``value(obs) -> (N,)``; a model that also has
+``policy_and_value(obs)`` is run once per batch instead of twice. ``policy`` returns logits
+``(N, act_dim)`` for discrete actions (PARL's case), or ``(mean (N, d), std)`` with ``std``
+broadcastable to the mean for continuous ones (``continuous_action=True``, a diagonal Gaussian, as
+:class:`~parl.algorithms.PPO`'s models). For a Gaussian policy the "behaviour logits" an actor
+records are the distribution's parameters, ``concat(mean, log(std))``, ``(N, 2 * d)``: with them
+the learner computes the behaviour log-probability and the exact KL.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from parl.algorithms.action_dists import gaussian_entropy, gaussian_log_prob, gaussian_sample
 from parl.algorithms.vtrace import VTraceReturns, from_log_probs
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float, check_int
+from parl.utils.validation import check_bool, check_float, check_int
 
 __all__ = ["IMPALA", "VTraceLoss"]
 
@@ -56,6 +61,8 @@ class IMPALA(Algorithm):
         clip_pg_rho_threshold: the clip of the importance weight in the policy gradient.
         max_grad_norm: global gradient-norm clip (PARL: 40).
         learning_rate: Adam's initial rate (``learn`` sets it at every call).
+        continuous_action: a diagonal Gaussian policy on ``policy(obs) -> (mean, std)``
+            instead of a categorical one on logits.
         device: ``"auto"``, ``"cpu"``, ``"cuda:0"``...; the model is moved there.
     """
 
@@ -73,9 +80,11 @@ class IMPALA(Algorithm):
         *,
         max_grad_norm: float = 40.0,
         learning_rate: float = 1e-3,
+        continuous_action: bool = False,
         device: str | torch.device = "auto",
     ) -> None:
         owner = "IMPALA"
+        self.continuous_action = check_bool("continuous_action", continuous_action, owner=owner)
         self.sample_batch_steps = check_int(
             "sample_batch_steps",
             50 if sample_batch_steps is None else sample_batch_steps,
@@ -109,13 +118,58 @@ class IMPALA(Algorithm):
         super().__init__(model, device=get_device(device))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate)
 
-    def _policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _policy_and_value(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         both = getattr(self.model, "policy_and_value", None)
         if callable(both):
-            logits, values = both(obs)
+            policy, values = both(obs)
         else:
-            logits, values = self.model.policy(obs), self.model.value(obs)
-        return logits, values.reshape(-1)
+            policy, values = self.model.policy(obs), self.model.value(obs)
+        return policy, values.reshape(-1)
+
+    def _gaussian(self, policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean (N, d), log_std (N, d))`` of the model's ``(mean, std)``."""
+        if not (isinstance(policy, tuple | list) and len(policy) == 2):
+            raise TypeError(
+                "IMPALA(continuous_action=True): model.policy(obs) must return (mean, std), got "
+                f"{type(policy).__name__}; return logits and pass continuous_action=False for "
+                "discrete actions"
+            )
+        mean, std = policy
+        return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
+
+    def _action_terms(
+        self, policy: Any, actions: torch.Tensor, behaviour: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per step: ``(target log-prob, behaviour log-prob, entropy, KL(target || behaviour))``."""
+        behaviour = behaviour.float()
+        if self.continuous_action:
+            mean, log_std = self._gaussian(policy)
+            d = mean.shape[-1]
+            if behaviour.shape[-1] != 2 * d:
+                raise ValueError(
+                    f"IMPALA.learn: behaviour_logits has {behaviour.shape[-1]} columns; a Gaussian "
+                    f"policy over {d} action dimensions records 2 * {d}: concat(mean, log_std)"
+                )
+            b_mean, b_log_std = behaviour[:, :d], behaviour[:, d:]
+            actions = actions.float().reshape(mean.shape)
+            std, b_std = log_std.exp(), b_log_std.exp()
+            target_lp = gaussian_log_prob(mean, std, actions, log_std)
+            behaviour_lp = gaussian_log_prob(b_mean, b_std, actions, b_log_std)
+            entropies = gaussian_entropy(mean, log_std)
+            kl = (
+                b_log_std - log_std + (std.square() + (mean - b_mean).square()) / (2 * b_std.square())
+                - 0.5
+            ).sum(-1)  # fmt: skip
+            return target_lp, behaviour_lp, entropies, kl
+        log_probs = F.log_softmax(policy, dim=-1)
+        behaviour_log_probs = F.log_softmax(behaviour, dim=-1)
+        actions = actions.long().reshape(-1, 1)
+        target_lp = log_probs.gather(-1, actions).squeeze(-1)
+        behaviour_lp = behaviour_log_probs.gather(-1, actions).squeeze(-1)
+        probs = log_probs.exp()
+        entropies = -(probs * log_probs).sum(-1)
+        kl = (probs * (log_probs - behaviour_log_probs)).sum(-1)
+        return target_lp, behaviour_lp, entropies, kl
 
     def learn(
         self,
@@ -131,7 +185,9 @@ class IMPALA(Algorithm):
 
         Shapes (``N = B * T``, trajectory-major): ``obs (N, *obs_shape)``, ``actions (N,)``
         integer, ``behaviour_logits (N, act_dim)`` (the actor's logits when it chose the
-        action), ``rewards (N,)``, ``dones (N,)`` (the episode ended after this step).
+        action), ``rewards (N,)``, ``dones (N,)`` (the episode ended after this step). With
+        ``continuous_action``: ``actions (N, d)`` float (as sampled, before any clipping to the
+        action space) and ``behaviour_logits (N, 2 * d)``, the actor's ``concat(mean, log_std)``.
         ``kl`` is the mean KL(target || behaviour), a measure of how stale the actors were.
         """
         steps = self.sample_batch_steps
@@ -144,15 +200,11 @@ class IMPALA(Algorithm):
             "learning_rate", learning_rate, low=0.0, low_open=True, owner="IMPALA.learn"
         )
         n_traj = obs.shape[0] // steps
-        logits, values = self._policy_and_value(obs)
-        log_probs = F.log_softmax(logits, dim=-1)
-        behaviour_log_probs = F.log_softmax(behaviour_logits.float(), dim=-1)
-        actions = actions.long().reshape(-1, 1)
-        target_lp = log_probs.gather(-1, actions).squeeze(-1)
-        behaviour_lp = behaviour_log_probs.gather(-1, actions).squeeze(-1)
-        probs = log_probs.exp()
-        entropies = -(probs * log_probs).sum(-1)
-        kl = (probs * (log_probs - behaviour_log_probs)).sum(-1).mean()
+        policy, values = self._policy_and_value(obs)
+        target_lp, behaviour_lp, entropies, kls = self._action_terms(
+            policy, actions, behaviour_logits
+        )
+        kl = kls.mean()
 
         def split(x: torch.Tensor) -> torch.Tensor:
             return _time_major(x, n_traj, steps)
@@ -187,14 +239,23 @@ class IMPALA(Algorithm):
 
     @torch.no_grad()
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(probs (N, act_dim), logits (N, act_dim))`` of the current policy, as PARL's."""
-        logits = self.model.policy(obs)
-        return F.softmax(logits, dim=-1), logits
+        """Discrete: ``(probs (N, act_dim), logits (N, act_dim))`` of the current policy, as
+        PARL's (the agent draws the action). Continuous: ``(actions (N, d), behaviour_logits
+        (N, 2 * d))``, actions drawn from the Gaussian and its ``concat(mean, log_std)``."""
+        policy = self.model.policy(obs)
+        if self.continuous_action:
+            mean, log_std = self._gaussian(policy)
+            actions = gaussian_sample(mean, log_std.exp())
+            return actions, torch.cat([mean, log_std], dim=-1)
+        return F.softmax(policy, dim=-1), policy
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The most likely action, ``(N,)``."""
-        return self.model.policy(obs).argmax(dim=-1)
+        """The greedy action: the most likely one ``(N,)``, or the mean ``(N, d)``."""
+        policy = self.model.policy(obs)
+        if self.continuous_action:
+            return self._gaussian(policy)[0]
+        return policy.argmax(dim=-1)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "get_ip_address": ("parl.utils.machine_info", "get_ip_address"),
     "TimeBreakdown": ("parl.utils.time_breakdown", "TimeBreakdown"),
     "SharedWeights": ("parl.utils.weight_sync", "SharedWeights"),
+    "ObsNormalizer": ("parl.utils.obs_norm", "ObsNormalizer"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
     from parl.utils.machine_info import get_gpu_count, get_ip_address
+    from parl.utils.obs_norm import ObsNormalizer
     from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.returns import calc_discount_sum_rewards, calc_gae
@@ -77,4 +79,4 @@ __all__ = [
     "worker_seed",
 ]
 __all__ += ["PrioritizedReplayMemory"]
-__all__ += ["SharedWeights", "TimeBreakdown"]
+__all__ += ["ObsNormalizer", "SharedWeights", "TimeBreakdown"]

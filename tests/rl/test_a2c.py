@@ -75,3 +75,49 @@ def test_a2c_config_keys_defaults_and_api() -> None:
         A2C(OnlyPolicy())
     with pytest.raises(ValueError, match="vf_loss_coeff"):
         A2C(FixedModel(), {"vf_loss_coeff": -1.0})
+
+
+class GaussianNet(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean = nn.Linear(3, 2)
+        self.log_std = nn.Parameter(torch.tensor([[-0.5, 0.3]]))
+        self.v = nn.Linear(3, 1)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean(obs), self.log_std.exp()
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+def test_a2c_gaussian_losses_match_torch_distributions() -> None:
+    torch.manual_seed(1)
+    model = GaussianNet()
+    alg = A2C(model, {"continuous_action": True, "vf_loss_coeff": 0.5}, device="cpu")
+    obs, actions = torch.randn(6, 3), torch.randn(6, 2)
+    advantages, targets = torch.randn(6), torch.randn(6)
+    with torch.no_grad():
+        mean, std = model.policy(obs)
+        dist = torch.distributions.Normal(mean, std.expand_as(mean))
+        expected_pi = -(dist.log_prob(actions).sum(-1) * advantages).sum()
+        expected_vf = 0.5 * (model.value(obs) - targets).pow(2).sum()
+        expected_entropy = dist.entropy().sum()
+    total, pi, vf, entropy = alg.learn(obs, actions, advantages, targets, 1e-3, -0.01)
+    assert float(pi) == pytest.approx(float(expected_pi), rel=1e-5)
+    assert float(vf) == pytest.approx(float(expected_vf), rel=1e-5)
+    assert float(entropy) == pytest.approx(float(expected_entropy), rel=1e-5)
+    assert float(total) == pytest.approx(
+        float(expected_pi + 0.5 * expected_vf - 0.01 * expected_entropy), rel=1e-5
+    )
+    sampled, values = alg.sample(obs)
+    assert sampled.shape == (6, 2) and sampled.dtype == torch.float32 and values.shape == (6,)
+    torch.testing.assert_close(alg.predict(obs), model.policy(obs)[0].detach())
+    with pytest.raises(TypeError, match="no action probabilities"):
+        alg.prob_and_value(obs)
+    assert A2C(GaussianNet(), continuous_action=True, device="cpu").continuous_action
+    with pytest.raises(TypeError, match="must return \\(mean, std\\)"):
+        A2C(FixedModel(), {"continuous_action": True}, device="cpu").sample(torch.zeros(2, 4))

@@ -135,3 +135,42 @@ def test_es_runs_end_to_end_on_cartpole_and_halfcheetah(
          *small, "--logdir", str(tmp_path / "h")],
     )  # fmt: skip
     assert cheetah["train_steps"] == 1 and cheetah["sample_steps"] >= 4000  # 1,000-step episodes
+
+
+@pytest.mark.parametrize("transport", ["shm", "values"])
+def test_impala_and_a2c_run_a_gaussian_policy_on_halfcheetah(
+    run_python: RunPython, tmp_path: Path, transport: str
+) -> None:
+    """MuJoCo: a Gaussian policy, float actions in the trajectory slots (or by value), and the
+    model's observation statistics updated by the learner and saved with the checkpoint."""
+    logdir = tmp_path / "impala"
+    result = _run_main(
+        run_python,
+        IMPALA_DIR,
+        ["--env", "HalfCheetah-v5", "--max_sample_steps", "1000", "--test_every_steps", "600",
+         "--eval_episodes", "1", "--transport", transport, "--logdir", str(logdir)],
+    )  # fmt: skip
+    assert result["train_steps"] >= 10 and len(result["history"]) == 1
+    _assert_time_breakdown(result, {"waiting", "learning", "batching", "publishing"}, logdir)
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(IMPALA_DIR)!r})
+from model import MujocoModel
+state = torch.load({str(logdir / "model.ckpt")!r})
+model = MujocoModel(17, 6)
+model.load_state_dict(state)
+print("COUNT", float(model.obs_norm.count), float(model.obs_norm.var.mean()))
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    count, var = (float(x) for x in proc.stdout.split("COUNT")[1].split())
+    assert count >= 10 * 64 and var != 1.0  # updated from every training batch
+    if transport == "shm":
+        a2c = _run_main(
+            run_python,
+            A2C_DIR,
+            ["--env", "HalfCheetah-v5", "--max_sample_steps", "1500", "--test_every_steps",
+             "1000", "--no_progress", "--logdir", str(tmp_path / "a2c")],
+        )  # fmt: skip
+        assert a2c["train_steps"] >= 20 and len(a2c["history"]) == 1
+        _assert_time_breakdown(a2c, {"waiting", "learning", "publishing"}, tmp_path / "a2c")

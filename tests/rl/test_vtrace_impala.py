@@ -195,3 +195,81 @@ def test_impala_off_policy_kl_defaults_and_errors() -> None:
         IMPALA(FixedModel(), gamma=-0.5)
     with pytest.raises(TypeError, match="value"):
         IMPALA(nn.Linear(2, 2))
+
+
+class GaussianModel(parl.Model):
+    """A linear Gaussian policy with a state-independent std, and a linear value."""
+
+    def __init__(self, obs_dim: int = 3, act_dim: int = 2) -> None:
+        super().__init__()
+        self.mean = nn.Linear(obs_dim, act_dim)
+        self.log_std = nn.Parameter(torch.tensor([[-0.3, 0.2]]))
+        self.v = nn.Linear(obs_dim, 1)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean(obs), self.log_std.exp()
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs).squeeze(-1)
+
+
+def test_impala_gaussian_loss_terms_match_torch_distributions() -> None:
+    """Continuous actions: log-probabilities, entropy and KL from ``torch.distributions``, V-trace
+    from the reference function; the learner's terms must agree."""
+    torch.manual_seed(3)
+    model = GaussianModel()
+    alg = IMPALA(model, sample_batch_steps=4, gamma=0.9, continuous_action=True, device="cpu")
+    n, steps = 8, 4
+    obs, rewards = torch.randn(n, 3), torch.randn(n)
+    dones = torch.tensor([0, 0, 1, 0, 0, 0, 0, 0], dtype=torch.float32)
+    b_mean, b_log_std = torch.randn(n, 2) * 0.3, torch.full((n, 2), -0.1)
+    actions = b_mean + b_log_std.exp() * torch.randn(n, 2)
+    with torch.no_grad():
+        mean, std = model.policy(obs)
+        target = torch.distributions.Normal(mean, std.expand_as(mean))
+        behaviour = torch.distributions.Normal(b_mean, b_log_std.exp())
+        target_lp, behaviour_lp = (
+            target.log_prob(actions).sum(-1),
+            behaviour.log_prob(actions).sum(-1),
+        )
+        expected_kl = torch.distributions.kl_divergence(target, behaviour).sum(-1).mean()
+        expected_entropy = target.entropy().sum(-1).reshape(2, steps)[:, :-1].sum()
+        values = model.value(obs)
+
+        def tm(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(2, steps).T
+
+        returns = from_importance_weights(
+            tm(target_lp - behaviour_lp)[:-1], (1 - tm(dones)[:-1]) * 0.9, tm(rewards)[:-1],
+            tm(values)[:-1], tm(values)[-1],
+        )  # fmt: skip
+        expected_pi = -(tm(target_lp)[:-1] * returns.pg_advantages).sum()
+        expected_vf = 0.5 * (tm(values)[:-1] - returns.vs).pow(2).sum()
+    loss, kl = alg.learn(
+        obs, actions, torch.cat([b_mean, b_log_std], -1), rewards, dones, 1e-3, -0.01
+    )
+    assert float(kl) == pytest.approx(float(expected_kl), rel=1e-5)
+    assert float(loss.entropy) == pytest.approx(float(expected_entropy), rel=1e-5)
+    assert float(loss.pi_loss) == pytest.approx(float(expected_pi), rel=1e-5)
+    assert float(loss.vf_loss) == pytest.approx(float(expected_vf), rel=1e-5)
+
+
+def test_impala_gaussian_sample_predict_and_errors() -> None:
+    torch.manual_seed(0)
+    model = GaussianModel()
+    alg = IMPALA(model, sample_batch_steps=2, continuous_action=True, device="cpu")
+    obs = torch.randn(5, 3)
+    actions, params = alg.sample(obs)
+    mean, std = model.policy(obs)
+    assert actions.shape == (5, 2) and params.shape == (5, 4)
+    torch.testing.assert_close(params[:, :2], mean.detach())
+    torch.testing.assert_close(params[:, 2:], std.log().expand(5, 2).detach())
+    torch.testing.assert_close(alg.predict(obs), mean.detach())
+    # a sample is a draw around the mean, not the mean itself
+    assert not torch.allclose(actions, mean.detach())
+    with pytest.raises(ValueError, match="2 \\* 2: concat\\(mean, log_std\\)"):
+        alg.learn(torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2),
+                  torch.zeros(2), 1e-3, 0.0)  # fmt: skip
+    discrete_model = IMPALA(FixedModel(), continuous_action=True, device="cpu")
+    with pytest.raises(TypeError, match="must return \\(mean, std\\)"):
+        discrete_model.sample(torch.zeros(2, 1))

@@ -12,7 +12,14 @@ from torch import nn
 
 import parl
 from parl.utils import SharedWeights, TimeBreakdown
-from parl.utils.weight_sync import flat_parameters, load_flat_parameters
+from parl.utils.weight_sync import (
+    flat_parameters,
+    flat_state,
+    load_flat_parameters,
+    load_flat_state,
+    parameter_count,
+    state_size,
+)
 
 
 @parl.remote_class
@@ -84,3 +91,34 @@ def test_time_breakdown_shares_and_report() -> None:
     with times.section("waiting"):
         pass
     assert times.seconds["waiting"] >= 0.0
+
+
+def test_flat_state_carries_floating_buffers_and_skips_integer_ones() -> None:
+    """An actor normalises as the learner does: BatchNorm's running statistics (floating
+    buffers) travel with the weights; its integer ``num_batches_tracked`` does not."""
+    torch.manual_seed(0)
+    a, b = (
+        nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)),
+        nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)),
+    )
+    a.train()
+    a(torch.randn(16, 3) * 5 + 2)  # moves a's running mean and variance
+    flat = flat_state(a)
+    assert flat.size == state_size(a) == parameter_count(a) + 8
+    load_flat_state(b, flat)
+    torch.testing.assert_close(b[1].running_mean, a[1].running_mean)
+    torch.testing.assert_close(b[1].running_var, a[1].running_var)
+    assert int(b[1].num_batches_tracked) == 0
+    with pytest.raises(ValueError, match="has 32 state values"):
+        load_flat_state(b, flat_parameters(a))
+
+
+def test_shared_weights_publish_buffers() -> None:
+    torch.manual_seed(0)
+    learner, actor = nn.BatchNorm1d(2), nn.BatchNorm1d(2)
+    weights = SharedWeights(learner)
+    learner(torch.tensor([[1.0, 10.0], [3.0, 30.0]]))
+    weights.publish(learner)
+    assert weights.pull(actor)
+    torch.testing.assert_close(actor.running_mean, learner.running_mean)
+    assert float(actor.running_mean[1]) != 0.0
