@@ -5,6 +5,7 @@ all measured in the same run, with ratios.
     pip install envpool==1.2.5                 # optional: the native vector-env ceiling
     python scripts/bench_onpolicy.py                       # everything, about 5 minutes
     python scripts/bench_onpolicy.py --only vector         # vector envs only
+    python scripts/bench_onpolicy.py --only roundtrip      # the 2-env step round trip only
     python scripts/bench_onpolicy.py --only cartpole --seeds 0 1 2 3 4
     python scripts/bench_onpolicy.py --only halfcheetah --cheetah_rounds 3
 
@@ -319,13 +320,14 @@ def _rounds(
     )
 
 
-def bench_vector(seconds: float, rounds: int = 3) -> None:
+def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> None:
     """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
-    (8 envs as in the issue, and as many envs as ours); then the 2-env round trip."""
+    (8 envs as in the issue, and as many envs as ours); then the 2-env round trip (alone when
+    ``throughput`` is false)."""
     from parl.env import RemoteVectorEnv
 
     have_envpool = importlib.util.find_spec("envpool") is not None
-    for env_id, per in (("CartPole-v1", 64), ("HalfCheetah-v5", 16)):
+    for env_id, per in (("CartPole-v1", 64), ("HalfCheetah-v5", 16)) if throughput else ():
         n = 2 * per
         fns = [functools.partial(gym.make, env_id)] * n
         makers: dict[str, tuple[Any, int]] = {
@@ -357,6 +359,11 @@ def bench_vector(seconds: float, rounds: int = 3) -> None:
             functools.partial(RemoteVectorEnv.make, "CartPole-v1", 2, 2, infos=False),
             2,
         ),
+        # one wake-up per step instead of two: what a 2-env CartPole should use
+        "make(), 1 actor x 2 envs": (
+            functools.partial(RemoteVectorEnv.make, "CartPole-v1", 2, 1, infos=False),
+            2,
+        ),
         "env_fns, 2 actors x 1 env": (functools.partial(RemoteVectorEnv, fns2, 2, infos=False), 2),
         "gymnasium AsyncVectorEnv, 2 envs": (functools.partial(gym.vector.AsyncVectorEnv, fns2), 2),
     }
@@ -371,7 +378,9 @@ def bench_vector(seconds: float, rounds: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("cartpole", "halfcheetah", "vector"), default=None)
+    parser.add_argument(
+        "--only", choices=("cartpole", "halfcheetah", "vector", "roundtrip"), default=None
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cheetah_steps", type=int, default=2048)
     parser.add_argument("--cheetah_rounds", type=int, default=1, help="ours and SB3 in turn")
@@ -379,8 +388,8 @@ def main() -> None:
     parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.only in (None, "vector"):
-        bench_vector(args.vector_seconds, args.vector_rounds)
+    if args.only in (None, "vector", "roundtrip"):
+        bench_vector(args.vector_seconds, args.vector_rounds, args.only != "roundtrip")
     if args.only in (None, "cartpole"):
         bench_cartpole(args.seeds)
     if args.only in (None, "halfcheetah"):

@@ -31,9 +31,7 @@ def _children() -> set[int]:
     """Our descendants, less the processes of a Ray that a test module started (its daemons
     and idle workers come and go by themselves); a Ray actor's worker counts."""
     return {
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if _alive(p) and not _ray_daemon(p)
+        p.pid for p in psutil.Process().children(recursive=True) if _alive(p) and not _ray_daemon(p)
     }
 
 

@@ -167,4 +167,3 @@ def _in_group(process: psutil.Process, pgid: int) -> bool:
         return os.getpgid(process.pid) == pgid
     except (ProcessLookupError, PermissionError):
         return False
-

@@ -129,8 +129,9 @@ def main():
             run_train_episode(agent, env, rpm)
             episode += 1
         eval_reward = run_evaluate_episodes(agent, env)
-        logger.info("episode:{}    e_greed:{}   Test reward:{}".format(
-            episode, agent.e_greed, eval_reward))
+        logger.info(
+            "episode:{}    e_greed:{}   Test reward:{}".format(episode, agent.e_greed, eval_reward)
+        )
     agent.save("./model.ckpt")
     print("final test reward", eval_reward)
 
