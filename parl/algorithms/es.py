@@ -106,10 +106,15 @@ class ES(Algorithm):
         and the ``noise_indices (N,)`` of the ``eps`` used."""
         rewards = np.asarray(noisy_rewards, np.float64)
         indices = np.asarray(noise_indices, np.int64).reshape(-1)
-        if rewards.ndim != 2 or rewards.shape[1] != 2 or len(rewards) != len(indices):
+        if (
+            rewards.ndim != 2
+            or rewards.shape[1] != 2
+            or len(rewards) != len(indices)
+            or len(rewards) == 0  # nothing to rank: 0 / 0 would make every weight NaN
+        ):
             raise ValueError(
                 f"ES.learn: noisy_rewards must be (N, 2) (mirrored pairs) and noise_indices "
-                f"(N,), got {rewards.shape} and {np.shape(noise_indices)}"
+                f"(N,) with N >= 1, got {rewards.shape} and {np.shape(noise_indices)}"
             )
         ranks = compute_centered_ranks(rewards)
         weights = (ranks[:, 0] - ranks[:, 1]).astype(np.float32)

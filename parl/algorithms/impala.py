@@ -20,7 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parl.algorithms.action_dists import gaussian_entropy, gaussian_log_prob, gaussian_sample
+from parl.algorithms.action_dists import (
+    check_finite_loss,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+)
 from parl.algorithms.vtrace import VTraceReturns, from_log_probs
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
@@ -137,6 +142,17 @@ class IMPALA(Algorithm):
         mean, std = policy
         return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
 
+    def _logits(self, policy: Any) -> torch.Tensor:
+        """The model's logits ``(N, act_dim)``; a ``(mean, std)`` pair means a Gaussian model
+        used without ``continuous_action=True`` (torch would fail on the tuple obscurely)."""
+        if not isinstance(policy, torch.Tensor):
+            raise TypeError(
+                "IMPALA: model.policy(obs) returned a "
+                f"{type(policy).__name__}, not logits; a Gaussian policy returning (mean, std) "
+                "needs IMPALA(..., continuous_action=True)"
+            )
+        return policy
+
     def _action_terms(
         self, policy: Any, actions: torch.Tensor, behaviour: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -161,7 +177,14 @@ class IMPALA(Algorithm):
                 - 0.5
             ).sum(-1)  # fmt: skip
             return target_lp, behaviour_lp, entropies, kl
-        log_probs = F.log_softmax(policy, dim=-1)
+        logits = self._logits(policy)
+        if behaviour.shape != logits.shape:
+            raise ValueError(
+                f"IMPALA.learn: behaviour_logits has shape {tuple(behaviour.shape)}, the model's "
+                f"logits {tuple(logits.shape)}; pass the actor's logits for every step, "
+                "(N, act_dim)"
+            )
+        log_probs = F.log_softmax(logits, dim=-1)
         behaviour_log_probs = F.log_softmax(behaviour, dim=-1)
         actions = actions.long().reshape(-1, 1)
         target_lp = log_probs.gather(-1, actions).squeeze(-1)
@@ -225,6 +248,7 @@ class IMPALA(Algorithm):
         vf_loss = 0.5 * (values_t[:-1] - returns.vs).pow(2).sum()
         entropy = entropies_t[:-1].sum()
         total_loss = pi_loss + self.vf_loss_coeff * vf_loss + entropy_coeff * entropy
+        check_finite_loss("IMPALA.learn", total_loss, pi_loss, vf_loss, entropy)
 
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
@@ -247,7 +271,8 @@ class IMPALA(Algorithm):
             mean, log_std = self._gaussian(policy)
             actions = gaussian_sample(mean, log_std.exp())
             return actions, torch.cat([mean, log_std], dim=-1)
-        return F.softmax(policy, dim=-1), policy
+        logits = self._logits(policy)
+        return F.softmax(logits, dim=-1), logits
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
@@ -255,7 +280,7 @@ class IMPALA(Algorithm):
         policy = self.model.policy(obs)
         if self.continuous_action:
             return self._gaussian(policy)[0]
-        return policy.argmax(dim=-1)
+        return self._logits(policy).argmax(dim=-1)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,154 @@
+"""Regressions found reviewing issue 12 (IMPALA, A2C, ES): model/flag mix-ups get clear errors,
+per-step columns are not broadcast into (B, B) losses, a NaN loss never reaches the weights, an
+empty ES batch is refused, and ES's checkpoint keeps the observation statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import parl
+from parl.algorithms import A2C, ES, IMPALA
+from parl.algorithms.es_noise import SharedNoiseTable
+
+from .conftest import REPO_ROOT, RunPython
+
+N, T = 8, 4  # 2 trajectories of 4 steps
+
+
+class Discrete(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pi, self.v = nn.Linear(4, 3), nn.Linear(4, 1)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+class Gaussian(Discrete):
+    def __init__(self, log_std: float = 0.0) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.full((1, 3), log_std))
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return self.pi(obs), self.log_std.exp()
+
+
+def _obs() -> torch.Tensor:
+    return torch.randn(N, 4, generator=torch.Generator().manual_seed(0))
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a2c_takes_column_advantages_per_step_not_as_a_b_by_b_matrix() -> None:
+    obs, actions = _obs(), torch.arange(N) % 3
+    advantages, targets = torch.linspace(-1, 1, N), torch.linspace(0, 2, N)
+    model = Discrete()
+    start = _state(model)
+    flat = A2C(model, device="cpu").learn(obs, actions, advantages, targets)
+    model.load_state_dict(start)
+    column = A2C(model, device="cpu").learn(obs, actions, advantages[:, None], targets[:, None])
+    for a, b in zip(flat, column, strict=True):  # was (B,) * (B, 1) -> (B, B): 8x the loss
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match=r"A2C.learn: advantages has shape \(4,\).*8 steps"):
+        A2C(Discrete(), device="cpu").learn(obs, actions, advantages[:4], targets)
+
+
+def test_a_gaussian_model_without_continuous_action_names_the_flag() -> None:
+    obs = _obs()
+    impala = IMPALA(Gaussian(), T, device="cpu")
+    a2c = A2C(Gaussian(), device="cpu")
+    calls = [
+        lambda: impala.sample(obs),
+        lambda: impala.predict(obs),
+        lambda: impala.learn(
+            obs,
+            torch.zeros(N, dtype=torch.long),
+            torch.zeros(N, 3),
+            torch.zeros(N),
+            torch.zeros(N),
+            1e-3,
+            -0.01,
+        ),  # fmt: skip
+        lambda: a2c.sample(obs),
+        lambda: a2c.predict(obs),
+        lambda: a2c.learn(obs, torch.zeros(N, dtype=torch.long), torch.zeros(N), torch.zeros(N)),
+    ]
+    for call in calls:  # was AttributeError: 'tuple' object has no attribute 'log_softmax'
+        with pytest.raises(TypeError, match=r"returned a tuple, not logits.*continuous_action"):
+            call()
+
+
+def test_impala_rejects_behaviour_logits_of_another_width() -> None:
+    alg, obs = IMPALA(Discrete(), T, device="cpu"), _obs()
+    for behaviour in (torch.zeros(N, 5), torch.zeros(N)):  # wider; one log-prob per step
+        with pytest.raises(ValueError, match=r"behaviour_logits has shape .*logits \(8, 3\)"):
+            alg.learn(obs, torch.zeros(N, dtype=torch.long), behaviour, torch.zeros(N),
+                      torch.zeros(N), 1e-3, -0.01)  # fmt: skip
+
+
+def test_a_nan_loss_raises_and_leaves_the_weights_alone() -> None:
+    obs = _obs()
+    impala = IMPALA(Gaussian(log_std=-200.0), T, continuous_action=True, device="cpu")
+    actions, behaviour = impala.sample(obs)  # std 0: actions == mean, z = 0 / 0
+    before = _state(impala.model)
+    with pytest.raises(FloatingPointError, match="IMPALA.learn: the loss is nan.*not updated"):
+        impala.learn(obs, actions, behaviour, torch.zeros(N), torch.zeros(N), 1e-3, -0.01)
+    a2c = A2C(Gaussian(log_std=-200.0), continuous_action=True, device="cpu")
+    a2c.model.load_state_dict(before)
+    with pytest.raises(FloatingPointError, match="A2C.learn: the loss is nan"):
+        a2c.learn(obs, actions, torch.ones(N), torch.ones(N))
+    for model in (impala.model, a2c.model):  # before the fix: every weight NaN
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(value, before[name])
+
+
+def test_es_refuses_an_empty_batch_instead_of_nan_weights() -> None:
+    model = nn.Linear(3, 2)
+    es = ES(model, SharedNoiseTable(1000, 0, shared=False))
+    before = _state(model)
+    with pytest.raises(ValueError, match=r"N >= 1, got \(0, 2\)"):
+        es.learn(np.zeros((0, 2)), np.zeros(0, np.int64))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name])
+
+
+def test_es_checkpoint_keeps_the_observation_statistics(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """The ES policy acts on filtered observations: model.ckpt alone could not be replayed."""
+    code = f"""
+import sys
+import numpy as np
+sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
+from agent import ESAgent, make_env
+from es_config import mujoco_config
+from parl.algorithms.es_noise import SharedNoiseTable
+
+config = {{**mujoco_config, "env_name": "Pendulum-v1"}}
+noise = SharedNoiseTable(10_000, 0, shared=False)
+env = make_env(config)
+trained = ESAgent(config, env, noise)
+trained.obs_filter(np.random.default_rng(0).normal(5.0, 3.0, (500, 3)))
+path = trained.save({str(tmp_path / "model.ckpt")!r})
+restored = ESAgent(config, env, noise)
+restored.restore(path)
+obs = np.array([4.0, 6.0, 1.0])
+print("SAME", np.allclose(trained.obs_filter(obs, update=False),
+                          restored.obs_filter(obs, update=False)), restored.obs_filter.state.n)
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SAME True 500" in proc.stdout, proc.stdout
