@@ -30,10 +30,18 @@ def compute_centered_ranks(x: np.ndarray) -> np.ndarray:
     """Ranks of ``x`` (any shape) over all its elements, scaled to [-0.5, 0.5].
 
     ``[[10, -3], [7, 100]]`` -> ranks ``[[2, 0], [1, 3]]`` -> ``[[1/6, -1/2], [-1/6, 1/2]]``.
+    Equal values share their mean rank: a mirrored pair with equal returns (every episode of a
+    solved CartPole lasts 500 steps) then weighs 0, instead of the order of the array deciding
+    that ``+eps`` lost, which moved the policy along random noise (Adam scales even that
+    tiny gradient up to a full step).
     """
     x = np.asarray(x)
-    ranks = np.empty(x.size, np.float32)
-    ranks[x.ravel().argsort(kind="stable")] = np.arange(x.size, dtype=np.float32)
+    flat = x.ravel()
+    ranks = np.empty(x.size, np.float64)
+    ranks[flat.argsort(kind="stable")] = np.arange(x.size, dtype=np.float64)
+    _, group, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    ranks = (np.bincount(group, weights=ranks) / counts)[group].astype(np.float32)
     if x.size > 1:
         ranks /= x.size - 1
     return (ranks - 0.5).reshape(x.shape)

@@ -13,6 +13,7 @@ from torch import nn
 
 import parl
 from parl.algorithms import A2C, ES, IMPALA
+from parl.algorithms.es import compute_centered_ranks
 from parl.algorithms.es_noise import SharedNoiseTable
 
 from .conftest import REPO_ROOT, RunPython
@@ -135,6 +136,7 @@ import numpy as np
 sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
 from agent import ESAgent, make_env
 from es_config import mujoco_config
+from parl.algorithms.es import compute_centered_ranks
 from parl.algorithms.es_noise import SharedNoiseTable
 
 config = {{**mujoco_config, "env_name": "Pendulum-v1"}}
@@ -152,3 +154,16 @@ print("SAME", np.allclose(trained.obs_filter(obs, update=False),
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SAME True 500" in proc.stdout, proc.stdout
+
+
+def test_es_pairs_with_equal_returns_do_not_move_the_policy() -> None:
+    """A solved CartPole: every episode returns 500; ties used to rank +eps below -eps."""
+    model = nn.Linear(3, 2)
+    es = ES(model, SharedNoiseTable(1000, 0, shared=False), l2_coeff=0.0)
+    before = _state(model)
+    result = es.learn(np.full((6, 2), 500.0), np.arange(6) * 10)
+    assert result.gradient_norm == 0.0
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name])
+    ranks = compute_centered_ranks(np.array([[3.0, 1.0], [3.0, 2.0]]))  # the 3s share rank 2.5
+    np.testing.assert_allclose(ranks, [[1 / 3, -0.5], [1 / 3, -1 / 6]], rtol=1e-6)
