@@ -222,6 +222,13 @@ class IMPALA(Algorithm):
         learning_rate = check_float(
             "learning_rate", learning_rate, low=0.0, low_open=True, owner="IMPALA.learn"
         )
+        for name, tensor in (("actions", actions), ("behaviour_logits", behaviour_logits),
+                             ("rewards", rewards), ("dones", dones)):  # fmt: skip
+            if tensor.dim() == 0 or tensor.shape[0] != obs.shape[0]:
+                raise ValueError(
+                    f"IMPALA.learn: {name} has shape {tuple(tensor.shape)}, but obs has "
+                    f"{obs.shape[0]} steps; every field holds one row per step"
+                )
         n_traj = obs.shape[0] // steps
         policy, values = self._policy_and_value(obs)
         target_lp, behaviour_lp, entropies, kls = self._action_terms(

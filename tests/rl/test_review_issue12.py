@@ -167,3 +167,14 @@ def test_es_pairs_with_equal_returns_do_not_move_the_policy() -> None:
         torch.testing.assert_close(value, before[name])
     ranks = compute_centered_ranks(np.array([[3.0, 1.0], [3.0, 2.0]]))  # the 3s share rank 2.5
     np.testing.assert_allclose(ranks, [[1 / 3, -0.5], [1 / 3, -1 / 6]], rtol=1e-6)
+
+
+def test_impala_names_a_field_with_the_wrong_number_of_steps() -> None:
+    alg, obs = IMPALA(Discrete(), T, device="cpu"), _obs()
+    fields = [torch.zeros(N, dtype=torch.long), torch.zeros(N, 3), torch.zeros(N), torch.zeros(N)]
+    for i, name in enumerate(("actions", "behaviour_logits", "rewards", "dones")):
+        short = [f[: N // 2] if j == i else f for j, f in enumerate(fields)]
+        # was: RuntimeError: shape '[2, 4]' is invalid for input of size 4
+        with pytest.raises(ValueError, match=rf"{name} has shape \(4.*obs has 8 steps"):
+            alg.learn(obs, *short, 1e-3, -0.01)
+    alg.learn(obs, fields[0], fields[1], fields[2][:, None], fields[3][:, None], 1e-3, -0.01)
