@@ -190,6 +190,13 @@ class IMPALA(Algorithm):
         target_lp = log_probs.gather(-1, actions).squeeze(-1)
         behaviour_lp = behaviour_log_probs.gather(-1, actions).squeeze(-1)
         probs = log_probs.exp()
+        # a masked action (logit -inf) has p = 0 and log p = -inf: clamped, as
+        # Categorical.entropy does, it adds 0 to the entropy and the KL instead of 0 * -inf = NaN
+        lowest = torch.finfo(log_probs.dtype).min
+        log_probs, behaviour_log_probs = (
+            log_probs.clamp(min=lowest),
+            behaviour_log_probs.clamp(min=lowest),
+        )
         entropies = -(probs * log_probs).sum(-1)
         kl = (probs * (log_probs - behaviour_log_probs)).sum(-1)
         return target_lp, behaviour_lp, entropies, kl

@@ -178,3 +178,23 @@ def test_impala_names_a_field_with_the_wrong_number_of_steps() -> None:
         with pytest.raises(ValueError, match=rf"{name} has shape \(4.*obs has 8 steps"):
             alg.learn(obs, *short, 1e-3, -0.01)
     alg.learn(obs, fields[0], fields[1], fields[2][:, None], fields[3][:, None], 1e-3, -0.01)
+
+
+class Masked(Discrete):
+    """The third action is never allowed: its logit is -inf (action masking)."""
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(obs).masked_fill(torch.tensor([False, False, True]), float("-inf"))
+
+
+def test_impala_learns_with_masked_actions() -> None:
+    alg, obs = IMPALA(Masked(), T, device="cpu"), _obs()
+    probs, logits = alg.sample(obs)
+    actions = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(0)).squeeze(-1)
+    loss, kl = alg.learn(obs, actions, logits, torch.ones(N), torch.zeros(N), 1e-3, -0.01)
+    # was: entropy NaN (0 * -inf), and the step made every weight NaN
+    p = probs[:, :2]
+    per_step = -(p * p.log()).sum(-1).reshape(N // T, T)
+    torch.testing.assert_close(loss.entropy, per_step[:, :-1].sum())  # last step: bootstrap only
+    assert float(kl) == 0.0
+    assert all(torch.isfinite(v).all() for v in alg.model.state_dict().values())
