@@ -198,3 +198,22 @@ def test_impala_learns_with_masked_actions() -> None:
     torch.testing.assert_close(loss.entropy, per_step[:, :-1].sum())  # last step: bootstrap only
     assert float(kl) == 0.0
     assert all(torch.isfinite(v).all() for v in alg.model.state_dict().values())
+
+
+@pytest.mark.parametrize(
+    ("example", "args"),
+    [("IMPALA", ["--max_sample_steps", "1000"]), ("ES", ["--noise_size", "100000"])],
+)
+def test_zero_actors_is_refused_not_a_hang(
+    run_python: RunPython, tmp_path: Path, example: str, args: list[str]
+) -> None:
+    """ES used to loop forever waiting for episodes; IMPALA failed inside parl.wait."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
+import train
+train.main(["--env", "CartPole-v1", "--actor_num", "0", "--logdir", {str(tmp_path)!r}, *{args!r}])
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode != 0
+    assert f"ValueError: {example} needs --actor_num 1 or more, got 0" in proc.stderr, proc.stderr
