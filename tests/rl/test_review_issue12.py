@@ -217,3 +217,40 @@ train.main(["--env", "CartPole-v1", "--actor_num", "0", "--logdir", {str(tmp_pat
     proc = run_python(code, timeout=60)
     assert proc.returncode != 0
     assert f"ValueError: {example} needs --actor_num 1 or more, got 0" in proc.stderr, proc.stderr
+
+
+def _run_example(run_python: RunPython, example: str, argv: list[str]) -> str:
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
+torch.set_num_threads(1)
+import train
+result = train.main({argv!r})
+print("STEPS", result.sample_steps)
+"""
+    proc = run_python(code, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+def test_a2c_example_starts_on_pong(run_python: RunPython, tmp_path: Path) -> None:
+    """README: ``examples/A2C/train.py --env PongNoFrameskip-v4``; it failed at once with
+    NameNotFound: the Atari ids were registered only when the wrappers were first imported."""
+    out = _run_example(
+        run_python,
+        "A2C",
+        ["--env", "PongNoFrameskip-v4", "--actor_num", "1", "--env_num", "1",
+         "--max_sample_steps", "20", "--test_every_steps", "1000000", "--no_progress",
+         "--logdir", str(tmp_path)],
+    )  # fmt: skip
+    assert "STEPS 20" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("example", ["IMPALA", "A2C"])
+def test_an_env_of_no_supported_kind_is_named(
+    run_python: RunPython, tmp_path: Path, example: str
+) -> None:
+    """Pendulum-v1 went to the Atari wrappers: AttributeError 'get_action_meanings'."""
+    argv = ["--env", "Pendulum-v1", "--max_sample_steps", "100", "--logdir", str(tmp_path)]
+    out = _run_example(run_python, example, argv)
+    assert f"ValueError: {example}'s example runs CartPole, MuJoCo" in out, out[-3000:]
+    assert "Pendulum-v1 (gymnasium.envs.classic_control" in out
