@@ -33,24 +33,18 @@ def is_mujoco(env_name: str) -> bool:
     return "mujoco" in str(gym.spec(env_name).entry_point)
 
 
-def _check_atari(name: str, example: str) -> None:
-    """Everything but CartPole and MuJoCo goes to the Atari wrappers: say so, instead of their
-    AttributeError on, say, Pendulum-v1."""
-    entry_point = str(gym.spec(name).entry_point)
-    if "ale_py" not in entry_point:
-        raise ValueError(
-            f"{example}'s example runs CartPole, MuJoCo (HalfCheetah-v5...) and Atari "
-            f"(PongNoFrameskip-v4...) envs; {name} ({entry_point}) is none of them"
-        )
-
-
 def make_env(config: dict[str, Any], test: bool = False) -> gym.Env:
     name = config["env_name"]
     if name.startswith("CartPole"):
         return MonitorEnv(gym.make(name))
     if is_mujoco(name):  # the policy's Gaussian samples are clipped here, learned unclipped
         return gym.wrappers.ClipAction(MonitorEnv(gym.make(name)))
-    _check_atari(name, "IMPALA")
+    entry_point = str(gym.spec(name).entry_point)
+    if "ale_py" not in entry_point:  # the Atari wrappers would fail obscurely on, say, Pendulum
+        raise ValueError(
+            f"IMPALA's example runs CartPole, MuJoCo (HalfCheetah-v5...) and Atari "
+            f"(PongNoFrameskip-v4...) envs; {name} ({entry_point}) is none of them"
+        )
     from parl.env.atari_wrappers import wrap_deepmind
 
     env = gym.make(name)
