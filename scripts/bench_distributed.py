@@ -187,10 +187,28 @@ def learning(name: str, folder: str, args: list[str], seeds: list[int]) -> None:
               flush=True)  # fmt: skip
 
 
+def _random_return(env_id: str, episodes: int = 5) -> float:
+    """The mean return of uniformly random actions: where learning starts from."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    returns = []
+    for i in range(episodes):
+        env.reset(seed=i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    env.close()
+    return statistics.mean(returns)
+
+
 def mujoco_learning(steps: int, seeds: list[int], logroot: str, plot_dir: str | None) -> None:
     """IMPALA and A2C on HalfCheetah-v5 with their examples' MuJoCo configurations, one run at a
     time (2 actors and the learner share the 2 cores); greedy evaluations of 3 episodes."""
-    random_return = -0.3 * 1000  # about -280 to -300 for uniform random actions over 1,000 steps
+    random_return = _random_return("HalfCheetah-v5")
     for name in ("IMPALA", "A2C"):
         runs = []
         for seed in seeds:
@@ -206,7 +224,7 @@ def mujoco_learning(steps: int, seeds: list[int], logroot: str, plot_dir: str | 
             shown = ", ".join(f"{mean:.0f} at {at:,}" for at, mean in marks)
             print(f"{name} HalfCheetah-v5 seed {seed}: evaluation {shown} steps; best "
                   f"{max(m for _, m in history):.0f}; {out['seconds']:.0f} s "
-                  f"({out['steps'] / out['seconds']:.0f} steps/s); random play about "
+                  f"({out['steps'] / out['seconds']:.0f} steps/s); random actions "
                   f"{random_return:.0f}", flush=True)  # fmt: skip
             runs.append(f"{logdir}:seed {seed}")
         if plot_dir:

@@ -13,6 +13,7 @@ import torch
 
 import parl
 from parl.algorithms import A2C
+from parl.env.atari_wrappers import wrap_deepmind  # importing it registers the Atari ids
 from parl.utils.scheduler import LinearDecayScheduler, PiecewiseScheduler
 
 
@@ -25,7 +26,12 @@ def make_env(env_name: str, test: bool = False) -> gym.Env:
         return gym.wrappers.RecordEpisodeStatistics(gym.make(env_name))
     if is_mujoco(env_name):  # the Gaussian samples are clipped here, learned unclipped
         return gym.wrappers.ClipAction(gym.wrappers.RecordEpisodeStatistics(gym.make(env_name)))
-    from parl.env.atari_wrappers import wrap_deepmind
+    entry_point = str(gym.spec(env_name).entry_point)
+    if "ale_py" not in entry_point:  # the Atari wrappers would fail obscurely on, say, Pendulum
+        raise ValueError(
+            f"A2C's example runs CartPole, MuJoCo (HalfCheetah-v5...) and Atari "
+            f"(PongNoFrameskip-v4...) envs; {env_name} ({entry_point}) is none of them"
+        )
 
     return wrap_deepmind(gym.make(env_name), obs_format="NCHW", test=test, compat=False)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -12,7 +14,7 @@ from model import CartpoleModel, MujocoModel
 import parl
 from parl.algorithms import ES
 from parl.algorithms.es_noise import SharedNoiseTable
-from parl.utils.obs_filter import MeanStdFilter
+from parl.utils.obs_filter import MeanStdFilter, RunningStat
 
 
 def make_env(config: dict[str, Any]) -> gym.Env:
@@ -38,6 +40,25 @@ class ESAgent(parl.Agent):
         super().__init__(algorithm)
         self.config = config
         self.obs_filter = MeanStdFilter(obs_dim)
+
+    def save(self, save_path: str | os.PathLike[str], model: torch.nn.Module | None = None) -> Path:
+        """The model, and beside it (``<save_path>.obs_filter.npz``) the observation statistics
+        it was trained with: the policy only works on observations normalised by them."""
+        path = super().save(save_path, model)
+        state = self.obs_filter.state
+        np.savez(f"{path}.obs_filter.npz", n=state.n, mean=state.mean, m2=state.m2)
+        return path
+
+    def restore(
+        self,
+        save_path: str | os.PathLike[str],
+        model: torch.nn.Module | None = None,
+        map_location: Any = None,
+    ) -> None:
+        """Load :meth:`save`'s model and its observation statistics."""
+        super().restore(save_path, model, map_location)
+        with np.load(f"{os.fspath(save_path)}.obs_filter.npz") as stats:
+            self.obs_filter.sync(RunningStat(int(stats["n"]), stats["mean"], stats["m2"]))
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         out = self.alg.predict(torch.as_tensor(obs, dtype=torch.float32)).numpy()

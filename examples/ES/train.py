@@ -44,6 +44,8 @@ class TrainResult:
 
 class Learner:
     def __init__(self, config: dict[str, Any]) -> None:
+        if config["actor_num"] < 1:  # no actor: nothing would ever arrive
+            raise ValueError(f"ES needs --actor_num 1 or more, got {config['actor_num']}")
         self.config = config
         set_seed(config["seed"])
         self.shared = not config.get("xparl_addr")

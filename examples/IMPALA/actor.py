@@ -39,6 +39,12 @@ def make_env(config: dict[str, Any], test: bool = False) -> gym.Env:
         return MonitorEnv(gym.make(name))
     if is_mujoco(name):  # the policy's Gaussian samples are clipped here, learned unclipped
         return gym.wrappers.ClipAction(MonitorEnv(gym.make(name)))
+    entry_point = str(gym.spec(name).entry_point)
+    if "ale_py" not in entry_point:  # the Atari wrappers would fail obscurely on, say, Pendulum
+        raise ValueError(
+            f"IMPALA's example runs CartPole, MuJoCo (HalfCheetah-v5...) and Atari "
+            f"(PongNoFrameskip-v4...) envs; {name} ({entry_point}) is none of them"
+        )
     from parl.env.atari_wrappers import wrap_deepmind
 
     env = gym.make(name)

@@ -47,6 +47,8 @@ class Learner:
     """Creates the actors, gathers their trajectories and trains; ``step()`` is one update."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        if config["actor_num"] < 1:  # no actor: nothing would ever arrive
+            raise ValueError(f"IMPALA needs --actor_num 1 or more, got {config['actor_num']}")
         self.config = config
         set_seed(config["seed"])
         self.eval_env = make_env(config, test=True)

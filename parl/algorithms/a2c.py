@@ -20,6 +20,7 @@ from torch import nn
 from parl.algorithms.action_dists import (
     categorical_log_prob_entropy,
     categorical_sample,
+    check_finite_loss,
     gaussian_entropy,
     gaussian_log_prob,
     gaussian_sample,
@@ -43,6 +44,17 @@ def _config_value(config: Mapping[str, Any], name: str, aliases: tuple[str, ...]
         if key in config:
             return config[key]
     return _DEFAULTS[name]
+
+
+def _per_step(name: str, tensor: torch.Tensor, batch: int) -> torch.Tensor:
+    """``tensor`` as ``(B,)``: a ``(B, 1)`` column would broadcast against the ``(B,)``
+    log-probabilities into a ``(B, B)`` matrix and silently give a wrong loss."""
+    if tensor.numel() != batch:
+        raise ValueError(
+            f"A2C.learn: {name} has shape {tuple(tensor.shape)}, but obs has {batch} steps; "
+            f"pass one value per step, ({batch},)"
+        )
+    return tensor.reshape(batch)
 
 
 class A2C(Algorithm):
@@ -134,6 +146,8 @@ class A2C(Algorithm):
             lr = check_float("lr", lr, low=0.0, low_open=True, owner="A2C.learn")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
+        advantages = _per_step("advantages", advantages, obs.shape[0])
+        target_values = _per_step("target_values", target_values, obs.shape[0])
         policy, values = self.model.policy_and_value(obs)
         if self.continuous_action:
             mean, log_std = self._gaussian(policy)
@@ -141,11 +155,13 @@ class A2C(Algorithm):
             chosen = gaussian_log_prob(mean, log_std.exp(), actions, log_std)
             entropies = gaussian_entropy(mean, log_std)
         else:
-            chosen, entropies = categorical_log_prob_entropy(policy, actions.long().reshape(-1))
+            logits = self._logits(policy)
+            chosen, entropies = categorical_log_prob_entropy(logits, actions.long().reshape(-1))
         pi_loss = -(chosen * advantages).sum()
         vf_loss = 0.5 * (values.reshape(-1) - target_values).pow(2).sum()
         entropy = entropies.sum()
         total_loss = pi_loss + self.vf_loss_coeff * vf_loss + entropy_coeff * entropy
+        check_finite_loss("A2C.learn", total_loss, pi_loss, vf_loss, entropy)
 
         self.optimizer.zero_grad(set_to_none=True)
         total_loss.backward()
@@ -164,6 +180,17 @@ class A2C(Algorithm):
         mean, std = policy
         return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
 
+    def _logits(self, policy: Any) -> torch.Tensor:
+        """The model's logits ``(B, act_dim)``; a ``(mean, std)`` pair means a Gaussian model
+        used without ``continuous_action`` (torch would fail on the tuple obscurely)."""
+        if not isinstance(policy, torch.Tensor):
+            raise TypeError(
+                f"A2C: model.policy(obs) returned a {type(policy).__name__}, not logits; a "
+                "Gaussian policy returning (mean, std) needs continuous_action=True (in the "
+                "config or as a keyword)"
+            )
+        return policy
+
     @torch.no_grad()
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actions, values (B,))``, actions drawn from the policy: ``(B,)`` int64, or
@@ -172,7 +199,7 @@ class A2C(Algorithm):
         if self.continuous_action:
             mean, log_std = self._gaussian(policy)
             return gaussian_sample(mean, log_std.exp()), values
-        return categorical_sample(policy), values
+        return categorical_sample(self._logits(policy)), values
 
     @torch.no_grad()
     def prob_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,8 +208,8 @@ class A2C(Algorithm):
             raise TypeError(
                 "A2C.prob_and_value: a Gaussian policy has no action probabilities; use sample()"
             )
-        logits, values = self.model.policy_and_value(obs)
-        return F.softmax(logits, dim=-1), values
+        policy, values = self.model.policy_and_value(obs)
+        return F.softmax(self._logits(policy), dim=-1), values
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
@@ -190,7 +217,7 @@ class A2C(Algorithm):
         policy = self.model.policy(obs)
         if self.continuous_action:
             return self._gaussian(policy)[0]
-        return policy.argmax(dim=-1)
+        return self._logits(policy).argmax(dim=-1)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

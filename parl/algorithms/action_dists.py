@@ -20,6 +20,7 @@ import torch
 __all__ = [
     "categorical_log_prob_entropy",
     "categorical_sample",
+    "check_finite_loss",
     "gaussian_entropy",
     "gaussian_log_prob",
     "gaussian_sample",
@@ -84,3 +85,19 @@ def gaussian_sample(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """An action ``(B, d)`` drawn from ``N(mean, std^2)`` (``Normal(mean, std).sample()``'s
     ``torch.normal`` call on the expanded arguments)."""
     return torch.normal(mean, std.expand_as(mean))
+
+
+def check_finite_loss(
+    owner: str, total_loss: torch.Tensor, pi_loss: torch.Tensor, vf_loss: torch.Tensor,
+    entropy: torch.Tensor,
+) -> None:  # fmt: skip
+    """Raise ``FloatingPointError`` before a NaN or infinite loss reaches the optimizer: one such
+    step turns every weight into NaN, and the actors that load them fail far from the cause."""
+    if bool(torch.isfinite(total_loss)):
+        return
+    raise FloatingPointError(
+        f"{owner}: the loss is {total_loss.item()} (pi_loss {pi_loss.item()}, vf_loss "
+        f"{vf_loss.item()}, entropy {entropy.item()}); the model was not updated. Look for a "
+        "standard deviation of 0 or inf (bound log_std), NaN/inf observations or rewards, or "
+        "behaviour_logits of the wrong kind"
+    )

@@ -30,10 +30,18 @@ def compute_centered_ranks(x: np.ndarray) -> np.ndarray:
     """Ranks of ``x`` (any shape) over all its elements, scaled to [-0.5, 0.5].
 
     ``[[10, -3], [7, 100]]`` -> ranks ``[[2, 0], [1, 3]]`` -> ``[[1/6, -1/2], [-1/6, 1/2]]``.
+    Equal values share their mean rank: a mirrored pair with equal returns (every episode of a
+    solved CartPole lasts 500 steps) then weighs 0, instead of the order of the array deciding
+    that ``+eps`` lost, which moved the policy along random noise (Adam scales even that
+    tiny gradient up to a full step).
     """
     x = np.asarray(x)
-    ranks = np.empty(x.size, np.float32)
-    ranks[x.ravel().argsort(kind="stable")] = np.arange(x.size, dtype=np.float32)
+    flat = x.ravel()
+    ranks = np.empty(x.size, np.float64)
+    ranks[flat.argsort(kind="stable")] = np.arange(x.size, dtype=np.float64)
+    _, group, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    ranks = (np.bincount(group, weights=ranks) / counts)[group].astype(np.float32)
     if x.size > 1:
         ranks /= x.size - 1
     return (ranks - 0.5).reshape(x.shape)
@@ -106,10 +114,15 @@ class ES(Algorithm):
         and the ``noise_indices (N,)`` of the ``eps`` used."""
         rewards = np.asarray(noisy_rewards, np.float64)
         indices = np.asarray(noise_indices, np.int64).reshape(-1)
-        if rewards.ndim != 2 or rewards.shape[1] != 2 or len(rewards) != len(indices):
+        if (
+            rewards.ndim != 2
+            or rewards.shape[1] != 2
+            or len(rewards) != len(indices)
+            or len(rewards) == 0  # nothing to rank: 0 / 0 would make every weight NaN
+        ):
             raise ValueError(
                 f"ES.learn: noisy_rewards must be (N, 2) (mirrored pairs) and noise_indices "
-                f"(N,), got {rewards.shape} and {np.shape(noise_indices)}"
+                f"(N,) with N >= 1, got {rewards.shape} and {np.shape(noise_indices)}"
             )
         ranks = compute_centered_ranks(rewards)
         weights = (ranks[:, 0] - ranks[:, 1]).astype(np.float32)

@@ -20,7 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parl.algorithms.action_dists import gaussian_entropy, gaussian_log_prob, gaussian_sample
+from parl.algorithms.action_dists import (
+    check_finite_loss,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+)
 from parl.algorithms.vtrace import VTraceReturns, from_log_probs
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
@@ -137,6 +142,17 @@ class IMPALA(Algorithm):
         mean, std = policy
         return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
 
+    def _logits(self, policy: Any) -> torch.Tensor:
+        """The model's logits ``(N, act_dim)``; a ``(mean, std)`` pair means a Gaussian model
+        used without ``continuous_action=True`` (torch would fail on the tuple obscurely)."""
+        if not isinstance(policy, torch.Tensor):
+            raise TypeError(
+                "IMPALA: model.policy(obs) returned a "
+                f"{type(policy).__name__}, not logits; a Gaussian policy returning (mean, std) "
+                "needs IMPALA(..., continuous_action=True)"
+            )
+        return policy
+
     def _action_terms(
         self, policy: Any, actions: torch.Tensor, behaviour: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -161,12 +177,26 @@ class IMPALA(Algorithm):
                 - 0.5
             ).sum(-1)  # fmt: skip
             return target_lp, behaviour_lp, entropies, kl
-        log_probs = F.log_softmax(policy, dim=-1)
+        logits = self._logits(policy)
+        if behaviour.shape != logits.shape:
+            raise ValueError(
+                f"IMPALA.learn: behaviour_logits has shape {tuple(behaviour.shape)}, the model's "
+                f"logits {tuple(logits.shape)}; pass the actor's logits for every step, "
+                "(N, act_dim)"
+            )
+        log_probs = F.log_softmax(logits, dim=-1)
         behaviour_log_probs = F.log_softmax(behaviour, dim=-1)
         actions = actions.long().reshape(-1, 1)
         target_lp = log_probs.gather(-1, actions).squeeze(-1)
         behaviour_lp = behaviour_log_probs.gather(-1, actions).squeeze(-1)
         probs = log_probs.exp()
+        # a masked action (logit -inf) has p = 0 and log p = -inf: clamped, as
+        # Categorical.entropy does, it adds 0 to the entropy and the KL instead of 0 * -inf = NaN
+        lowest = torch.finfo(log_probs.dtype).min
+        log_probs, behaviour_log_probs = (
+            log_probs.clamp(min=lowest),
+            behaviour_log_probs.clamp(min=lowest),
+        )
         entropies = -(probs * log_probs).sum(-1)
         kl = (probs * (log_probs - behaviour_log_probs)).sum(-1)
         return target_lp, behaviour_lp, entropies, kl
@@ -199,6 +229,13 @@ class IMPALA(Algorithm):
         learning_rate = check_float(
             "learning_rate", learning_rate, low=0.0, low_open=True, owner="IMPALA.learn"
         )
+        for name, tensor in (("actions", actions), ("behaviour_logits", behaviour_logits),
+                             ("rewards", rewards), ("dones", dones)):  # fmt: skip
+            if tensor.dim() == 0 or tensor.shape[0] != obs.shape[0]:
+                raise ValueError(
+                    f"IMPALA.learn: {name} has shape {tuple(tensor.shape)}, but obs has "
+                    f"{obs.shape[0]} steps; every field holds one row per step"
+                )
         n_traj = obs.shape[0] // steps
         policy, values = self._policy_and_value(obs)
         target_lp, behaviour_lp, entropies, kls = self._action_terms(
@@ -225,6 +262,7 @@ class IMPALA(Algorithm):
         vf_loss = 0.5 * (values_t[:-1] - returns.vs).pow(2).sum()
         entropy = entropies_t[:-1].sum()
         total_loss = pi_loss + self.vf_loss_coeff * vf_loss + entropy_coeff * entropy
+        check_finite_loss("IMPALA.learn", total_loss, pi_loss, vf_loss, entropy)
 
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
@@ -247,7 +285,8 @@ class IMPALA(Algorithm):
             mean, log_std = self._gaussian(policy)
             actions = gaussian_sample(mean, log_std.exp())
             return actions, torch.cat([mean, log_std], dim=-1)
-        return F.softmax(policy, dim=-1), policy
+        logits = self._logits(policy)
+        return F.softmax(logits, dim=-1), logits
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
@@ -255,7 +294,7 @@ class IMPALA(Algorithm):
         policy = self.model.policy(obs)
         if self.continuous_action:
             return self._gaussian(policy)[0]
-        return policy.argmax(dim=-1)
+        return self._logits(policy).argmax(dim=-1)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:

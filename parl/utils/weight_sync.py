@@ -10,7 +10,7 @@ actor's own read. Actors on other hosts cannot share memory: send them
 :func:`flat_parameters` with one ``set_weights`` call per update instead.
 
 The buffer holds the model's *state*, not only its parameters: the floating-point buffers too
-(BatchNorm's running statistics, an :class:`~parl.utils.obs_filter.ObsNormalizer`'s mean and
+(BatchNorm's running statistics, an :class:`~parl.utils.obs_norm.ObsNormalizer`'s mean and
 variance), so an actor normalises its inputs exactly as the learner does. :func:`flat_state`
 and :func:`load_flat_state` are the same vector for the by-value path.
 
