@@ -46,6 +46,11 @@ class Learner:
     def __init__(self, config: dict[str, Any]) -> None:
         if config["actor_num"] < 1:  # no actor: nothing would ever arrive
             raise ValueError(f"ES needs --actor_num 1 or more, got {config['actor_num']}")
+        if config["min_episodes_per_batch"] < 1 and config["min_steps_per_batch"] < 1:
+            raise ValueError(
+                "ES needs --min_episodes_per_batch or --min_steps_per_batch of 1 or more: an "
+                "update with no episodes has nothing to learn from"
+            )
         self.config = config
         set_seed(config["seed"])
         self.shared = not config.get("xparl_addr")

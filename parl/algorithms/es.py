@@ -124,6 +124,13 @@ class ES(Algorithm):
                 f"ES.learn: noisy_rewards must be (N, 2) (mirrored pairs) and noise_indices "
                 f"(N,) with N >= 1, got {rewards.shape} and {np.shape(noise_indices)}"
             )
+        if not np.all(np.isfinite(rewards)):
+            bad = np.argwhere(~np.isfinite(rewards))[0]
+            raise ValueError(
+                f"ES.learn: noisy_rewards[{bad[0]}, {bad[1]}] is {rewards[tuple(bad)]}; a NaN or "
+                f"infinite return would rank as the best (or worst) and steer the update. Check "
+                f"the environment's rewards (or clip them) before ES.learn"
+            )
         ranks = compute_centered_ranks(rewards)
         weights = (ranks[:, 0] - ranks[:, 1]).astype(np.float32)
         dim = self.weights_total_size

@@ -37,7 +37,9 @@ class ObsNormalizer(nn.Module):
         if clip <= 0:
             raise ValueError(f"ObsNormalizer: clip must be > 0, got {clip}")
         self.shape, self.clip, self.epsilon = shape, float(clip), float(epsilon)
-        self.register_buffer("count", torch.tensor(1e-4))
+        # float64: a float32 count stops growing exactly past 2**24 observations; actors only
+        # read mean and var, so the float32 copy SharedWeights sends them is enough
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
 

@@ -254,3 +254,39 @@ def test_an_env_of_no_supported_kind_is_named(
     out = _run_example(run_python, example, argv)
     assert f"ValueError: {example}'s example runs CartPole, MuJoCo" in out, out[-3000:]
     assert "Pendulum-v1 (gymnasium.envs.classic_control" in out
+
+
+def test_es_refuses_non_finite_returns() -> None:
+    """A NaN return sorts as the largest value: it would rank as the best episode."""
+    model = torch.nn.Linear(2, 1)
+    table = SharedNoiseTable(10_000, seed=1, shared=False)
+    es = ES(model, table, noise_stdev=0.02, stepsize=0.01)
+    before = [p.detach().clone() for p in model.parameters()]
+    rewards = np.array([[1.0, 2.0], [float("nan"), 0.0]])
+    with pytest.raises(ValueError, match=r"noisy_rewards\[1, 0\] is nan"):
+        es.learn(rewards, np.array([0, 5]))
+    for p, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p, b)
+
+
+def test_obs_normalizer_counts_past_float32_precision() -> None:
+    from parl.utils import ObsNormalizer
+
+    norm = ObsNormalizer(1)
+    norm.count.fill_(2.0**25)
+    norm.update(torch.zeros(1, 1))
+    assert float(norm.count) == 2.0**25 + 1  # a float32 count would stay at 2**25
+
+
+def test_es_with_no_minimum_batch_is_refused(run_python: RunPython, tmp_path: Path) -> None:
+    """Both minimums at 0 made an update with no episodes: numpy's "need at least one array"."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
+import train
+train.main(["--env", "CartPole-v1", "--min_episodes_per_batch", "0", "--min_steps_per_batch",
+            "0", "--noise_size", "100000", "--logdir", {str(tmp_path)!r}])
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode != 0
+    assert "ValueError: ES needs --min_episodes_per_batch or --min_steps_per_batch" in proc.stderr
