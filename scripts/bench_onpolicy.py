@@ -374,6 +374,12 @@ def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> No
     _print_rows(
         "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls, cpu
     )
+    async_us = latency["gymnasium AsyncVectorEnv, 2 envs"]
+    for name in ("make(), 1 actor x 2 envs", "make(), 2 actors x 1 env"):
+        line = f"  {name} / AsyncVectorEnv: {latency[name] / async_us:.2f}x (target <= 0.3x)"
+        if have_envpool:
+            line += f"; / EnvPool: {latency[name] / latency['EnvPool, 2 envs, 2 threads']:.2f}x"
+        print(line)
 
 
 def main() -> None:
