@@ -4,6 +4,11 @@ issue 10 and draws the evaluation curves.
 
     python scripts/quality_onpolicy.py                                   # both tasks, seeds 0 1 2
     python scripts/quality_onpolicy.py --env Hopper-v5 --seeds 0 --steps 100000 --parallel 1
+    python scripts/quality_onpolicy.py --report --plot_dir docs/curves   # from finished runs
+
+``--report`` trains nothing: it reads the evaluations the runs under ``--logroot`` wrote to
+TensorBoard (runs may come from several invocations, e.g. one seed at a time) and prints the
+table, counting only runs that reached ``--steps``.
 
 Each seed runs in its own interpreter (one torch thread), ``--parallel`` at a time; each writes
 TensorBoard events (and a checkpoint) under ``--logroot/<env>/seed<k>``. The configurations are
@@ -103,6 +108,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2, help="seeds trained at once")
     parser.add_argument("--logroot", default="/tmp/quality_onpolicy")
     parser.add_argument("--plot_dir", default=None, help="write <env>.svg curves here")
+    parser.add_argument("--report", action="store_true", help="only the table of finished runs")
     parser.add_argument("--one", nargs=2, metavar=("ENV", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child: one seed, its result as the last line of stdout
@@ -112,6 +118,10 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         return
 
+    if args.report:
+        results = finished_runs(args.env, args.seeds, args.steps, args.logroot)
+        report(results, args)
+        return
     jobs = [(env_id, seed) for env_id in args.env for seed in args.seeds]
     results: list[dict[str, Any]] = []
     running: list[tuple[tuple[str, int], subprocess.Popen]] = []
@@ -133,24 +143,53 @@ def main() -> None:
         print(f"{env_id} seed {seed}: {last[1]:.1f} after {last[0]:,} steps "
               f"({result['steps'] / result['train_seconds']:.0f} steps/s)", flush=True)  # fmt: skip
         results.append(result)
+    report(results, args)
 
+
+def finished_runs(
+    envs: list[str], seeds: list[int], steps: int, logroot: str
+) -> list[dict[str, Any]]:
+    """The runs under ``logroot`` whose last evaluation is at ``steps`` or later."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import plot_curves
+
+    results = []
+    for env_id in envs:
+        for seed in seeds:
+            folder = os.path.join(logroot, env_id, f"seed{seed}")
+            try:
+                points = plot_curves.read_scalars(folder, "eval/episode_reward")
+            except SystemExit:  # no folder, or no evaluation yet
+                points = []
+            if points and points[-1][0] >= steps - 1024:  # the last rollout may stop short
+                results.append({"env": env_id, "seed": seed, "evaluations": points})
+            else:
+                print(f"{env_id} seed {seed}: not finished under {logroot}", flush=True)
+    return results
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"\nPPO, rl-zoo configurations, {args.steps:,} steps, 10 deterministic episodes at the end"
     )
     for env_id in args.env:
         finals = [r["evaluations"][-1][1] for r in results if r["env"] == env_id]
+        if not finals:
+            continue
         mean = statistics.mean(finals)
         spread = statistics.stdev(finals) if len(finals) > 1 else 0.0
         verdict = "met" if mean >= TARGETS[env_id] else "not met"
+        partial = ""
+        if len(finals) < len(args.seeds):
+            partial, verdict = f" ({len(finals)} of {len(args.seeds)} seeds)", f"{verdict} so far"
         print(f"  {env_id}: seeds {', '.join(f'{f:.0f}' for f in finals)}; mean {mean:.0f} "
-              f"(sd {spread:.0f}); target >= {TARGETS[env_id]:.0f}: {verdict}")  # fmt: skip
+              f"(sd {spread:.0f}){partial}; target >= {TARGETS[env_id]:.0f}: {verdict}")  # fmt: skip
         if args.plot_dir:
             sys.path.insert(0, str(ROOT / "scripts"))
             import plot_curves
 
-            runs = [
-                f"{os.path.join(args.logroot, env_id, f'seed{s}')}:seed {s}" for s in args.seeds
-            ]
+            seeds = [r["seed"] for r in results if r["env"] == env_id]
+            runs = [f"{os.path.join(args.logroot, env_id, f'seed{k}')}:seed {k}" for k in seeds]
             plot_curves.main([*runs, "--tag", "eval/episode_reward", "--out",
                               os.path.join(args.plot_dir, f"ppo_{env_id}.svg"), "--title",
                               f"PPO on {env_id} (rl-zoo configuration), deterministic evaluation",

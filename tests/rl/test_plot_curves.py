@@ -59,3 +59,34 @@ def test_a_missing_tag_is_named(tmp_path: Path) -> None:
         plot_curves.main(
             [str(tmp_path / "a"), "--tag", "eval/return", "--out", str(tmp_path / "x.svg")]
         )
+
+
+def test_quality_report_counts_only_finished_runs(tmp_path: Path) -> None:
+    """``quality_onpolicy.py --report`` builds the table from runs of earlier invocations: a
+    seed whose evaluations stop short of ``--steps`` (still training, or killed) is left out
+    and the verdict says how many seeds it rests on."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "runs" / "HalfCheetah-v5"
+    for seed, values, last_step in ((0, [100.0, 3500.0], 4096), (1, [50.0, 2900.0], 4096),
+                                    (2, [80.0], 2048)):  # fmt: skip
+        summary.set_dir(root / f"seed{seed}")
+        for i, value in enumerate(values):
+            summary.add_scalar("eval/episode_reward", value, last_step // len(values) * (i + 1))
+        summary.close()
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "quality_onpolicy.py"), "--report",
+         "--env", "HalfCheetah-v5", "--steps", "4096", "--logroot", str(tmp_path / "runs"),
+         "--plot_dir", str(tmp_path / "pics")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "HalfCheetah-v5 seed 2: not finished" in proc.stdout
+    assert "seeds 3500, 2900; mean 3200 (sd 424) (2 of 3 seeds); target >= 3000: met so far" in (
+        proc.stdout
+    )
+    lines = (
+        ET.parse(tmp_path / "pics" / "ppo_HalfCheetah-v5.svg").getroot().findall(f"{SVG}polyline")
+    )
+    assert len(lines) == 2
