@@ -109,6 +109,11 @@ class ES(Algorithm):
         """``sigma * eps`` for the noise at ``noise_index`` (add or subtract it: mirrored)."""
         return self.noise_stdev * self.noise.get(int(noise_index), self.weights_total_size)
 
+    def named_optimizers(self) -> dict[str, Any]:
+        """The numpy ES optimizer too: ``Agent.save_checkpoint`` then keeps its moments and
+        step count (it has ``state_dict``/``load_state_dict`` as torch optimizers do)."""
+        return {**super().named_optimizers(), "es_optimizer": self.es_optimizer}
+
     def learn(self, noisy_rewards: np.ndarray, noise_indices: np.ndarray) -> ESLearnResult:
         """One ES update from ``noisy_rewards (N, 2)`` (return with ``+eps``, with ``-eps``)
         and the ``noise_indices (N,)`` of the ``eps`` used."""

@@ -8,7 +8,11 @@ ES estimates a gradient from returns (no autograd), so the step is taken on the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
+import torch
 
 from parl.utils.validation import check_float, check_int
 
@@ -38,6 +42,34 @@ class ESOptimizer:
     def _step(self, gradient: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def _moments(self) -> dict[str, np.ndarray]:
+        """The running vectors a training checkpoint must keep (none for plain SGD)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``t`` and the moment vectors, as tensors: ``Agent.save_checkpoint`` stores this like
+        a torch optimizer's (its files load with ``weights_only``, which refuses numpy arrays)."""
+        moments = {name: torch.from_numpy(v.copy()) for name, v in self._moments().items()}
+        return {"type": type(self).__name__, "t": self.t, **moments}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; a different optimizer or size is a ValueError."""
+        name = type(self).__name__
+        if state.get("type") != name:
+            raise ValueError(f"the checkpoint holds a {state.get('type')} ES optimizer, not {name}")
+        arrays = {}
+        for key in self._moments():
+            value = np.asarray(state[key], np.float32)
+            if value.shape != (self.dim,):
+                raise ValueError(
+                    f"{name}: the checkpoint's {key!r} has shape {value.shape}, this optimizer "
+                    f"steps {self.dim} weights"
+                )
+            arrays[key] = value.copy()
+        self.t = int(state["t"])
+        for key, value in arrays.items():
+            setattr(self, key, value)
+
 
 class SGD(ESOptimizer):
     """``step = -stepsize * gradient``."""
@@ -60,6 +92,9 @@ class Momentum(ESOptimizer):
         self.v = self.momentum * self.v + (1.0 - self.momentum) * gradient
         return -self.stepsize * self.v
 
+    def _moments(self) -> dict[str, np.ndarray]:
+        return {"v": self.v}
+
 
 class Adam(ESOptimizer):
     """Adam (Kingma & Ba 2015) with the bias correction folded into the step size."""
@@ -76,6 +111,9 @@ class Adam(ESOptimizer):
         self.m = self.beta1 * self.m + (1 - self.beta1) * gradient
         self.v = self.beta2 * self.v + (1 - self.beta2) * gradient * gradient
         return -a * self.m / (np.sqrt(self.v) + self.epsilon)
+
+    def _moments(self) -> dict[str, np.ndarray]:
+        return {"m": self.m, "v": self.v}
 
 
 _OPTIMIZERS: dict[str, type[ESOptimizer]] = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
