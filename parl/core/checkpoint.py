@@ -15,6 +15,7 @@ interrupted save leaves either the previous file or the new one, never half of o
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import tempfile
@@ -200,6 +201,20 @@ def _check_names(
         )
 
 
+def _snapshot(
+    models: Mapping[str, nn.Module], optimizers: Mapping[str, Any], schedulers: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Copies of every ``state_dict``, to put back if a restore fails half-way."""
+    return {
+        "models": {
+            name: {k: v.detach().clone() for k, v in model.state_dict().items()}
+            for name, model in models.items()
+        },
+        "optimizers": {name: copy.deepcopy(opt.state_dict()) for name, opt in optimizers.items()},
+        "lr_schedulers": {name: copy.deepcopy(s.state_dict()) for name, s in schedulers.items()},
+    }
+
+
 def load_training_checkpoint(
     path: PathLike,
     models: Mapping[str, nn.Module],
@@ -227,15 +242,25 @@ def load_training_checkpoint(
             what=f"{source}, model {name!r}",
             owner=type(model).__name__,
         )
-    for name, model in models.items():
-        model.load_state_dict(payload["models"][name])
-    for name, optimizer in optimizers.items():
-        try:
-            optimizer.load_state_dict(payload["optimizers"][name])
-        except ValueError as exc:
-            raise ValueError(f"{source}: optimizer {name!r} does not fit: {exc}") from None
-    for name, scheduler in lr_schedulers.items():
-        scheduler.load_state_dict(payload["lr_schedulers"][name])
+    # an optimizer or scheduler that does not fit shows only when loading it: keep what was
+    # there, so that a failed restore leaves the algorithm as it was, not half restored
+    before = _snapshot(models, optimizers, lr_schedulers)
+    try:
+        for name, model in models.items():
+            model.load_state_dict(payload["models"][name])
+        for name, optimizer in optimizers.items():
+            try:
+                optimizer.load_state_dict(payload["optimizers"][name])
+            except ValueError as exc:
+                raise ValueError(f"{source}: optimizer {name!r} does not fit: {exc}") from None
+        for name, scheduler in lr_schedulers.items():
+            scheduler.load_state_dict(payload["lr_schedulers"][name])
+    except BaseException:
+        for kind, objects in (("models", models), ("optimizers", optimizers),
+                              ("lr_schedulers", lr_schedulers)):  # fmt: skip
+            for name, obj in objects.items():
+                obj.load_state_dict(before[kind][name])
+        raise
     if restore_rng:
         restore_rng_state(payload["rng"])
     return TrainingState(counters=dict(payload["counters"]), extra=dict(payload["extra"]))

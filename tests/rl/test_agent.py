@@ -199,3 +199,22 @@ def test_learning_rate_scheduler_is_checkpointed(make_agent: MakeAgent, tmp_path
 def test_policy_gradient_on_cpu_by_name() -> None:
     alg = PolicyGradient(PolicyNet(), lr=0.01, device="cpu")
     assert alg.device == torch.device("cpu")
+
+
+def test_a_restore_that_fails_on_the_optimizer_leaves_the_model_unchanged(
+    make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """The models fit but the optimizer does not (other parameter groups): the error names the
+    optimizer, and the model keeps its own weights instead of the checkpoint's."""
+    source = make_agent(seed=1)
+    _train_steps(source, 2)
+    source.save_checkpoint(tmp_path / "c.pt")
+    target = make_agent(seed=2)
+    params = list(target.alg.model.parameters())
+    target.alg.optimizer = torch.optim.Adam([{"params": params[:1]}, {"params": params[1:]}])
+    before = target.get_weights()
+    assert not np.array_equal(before["model.fc1.weight"], source.get_weights()["model.fc1.weight"])
+    with pytest.raises(ValueError, match="optimizer 'optimizer' does not fit"):
+        target.restore_checkpoint(tmp_path / "c.pt")
+    for name, array in target.get_weights().items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
