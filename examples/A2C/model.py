@@ -9,6 +9,14 @@ import parl
 from parl.utils import ObsNormalizer
 
 
+def _mlp(inputs: int, outputs: int, hidden: int) -> nn.Sequential:
+    """Two tanh layers of ``hidden`` units, then a linear output."""
+    return nn.Sequential(
+        nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+        nn.Linear(hidden, outputs),
+    )  # fmt: skip
+
+
 class _ActorCritic(parl.Model):
     trunk: nn.Module
 
@@ -37,14 +45,8 @@ class CartpoleModel(parl.Model):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64) -> None:
         super().__init__()
-        self.policy_net = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-            nn.Linear(hidden, act_dim),
-        )  # fmt: skip
-        self.value_net = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-            nn.Linear(hidden, 1),
-        )  # fmt: skip
+        self.policy_net = _mlp(obs_dim, act_dim, hidden)
+        self.value_net = _mlp(obs_dim, 1, hidden)
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.policy_net(obs)
@@ -87,14 +89,8 @@ class MujocoModel(parl.Model):
     ) -> None:
         super().__init__()
         self.obs_norm = ObsNormalizer(obs_dim)
-        self.mean_net = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-            nn.Linear(hidden, act_dim),
-        )  # fmt: skip
-        self.value_net = nn.Sequential(
-            nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-            nn.Linear(hidden, 1),
-        )  # fmt: skip
+        self.mean_net = _mlp(obs_dim, act_dim, hidden)
+        self.value_net = _mlp(obs_dim, 1, hidden)
         with torch.no_grad():  # small initial means: the first actions stay near 0
             self.mean_net[-1].weight.mul_(0.01)
             self.mean_net[-1].bias.zero_()

@@ -23,7 +23,9 @@ from parl.algorithms.action_dists import (
     check_finite_loss,
     gaussian_entropy,
     gaussian_log_prob,
+    gaussian_mean_log_std,
     gaussian_sample,
+    logits_of,
 )
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
@@ -170,26 +172,10 @@ class A2C(Algorithm):
         return total_loss.detach(), pi_loss.detach(), vf_loss.detach(), entropy.detach()
 
     def _gaussian(self, policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean (B, d), log_std (B, d))`` of the model's ``(mean, std)``."""
-        if not (isinstance(policy, tuple | list) and len(policy) == 2):
-            raise TypeError(
-                "A2C(continuous_action=True): model.policy(obs) must return (mean, std), got "
-                f"{type(policy).__name__}; return logits and leave continuous_action False for "
-                "discrete actions"
-            )
-        mean, std = policy
-        return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
+        return gaussian_mean_log_std(policy, "A2C")
 
     def _logits(self, policy: Any) -> torch.Tensor:
-        """The model's logits ``(B, act_dim)``; a ``(mean, std)`` pair means a Gaussian model
-        used without ``continuous_action`` (torch would fail on the tuple obscurely)."""
-        if not isinstance(policy, torch.Tensor):
-            raise TypeError(
-                f"A2C: model.policy(obs) returned a {type(policy).__name__}, not logits; a "
-                "Gaussian policy returning (mean, std) needs continuous_action=True (in the "
-                "config or as a keyword)"
-            )
-        return policy
+        return logits_of(policy, "A2C")
 
     @torch.no_grad()
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

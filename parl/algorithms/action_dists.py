@@ -14,6 +14,7 @@ on the expanded mean and std), so the same seed gives the same actions.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -21,6 +22,8 @@ __all__ = [
     "categorical_log_prob_entropy",
     "categorical_sample",
     "check_finite_loss",
+    "gaussian_mean_log_std",
+    "logits_of",
     "gaussian_entropy",
     "gaussian_log_prob",
     "gaussian_sample",
@@ -101,3 +104,28 @@ def check_finite_loss(
         "standard deviation of 0 or inf (bound log_std), NaN/inf observations or rewards, or "
         "behaviour_logits of the wrong kind"
     )
+
+
+def gaussian_mean_log_std(policy: Any, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean (B, d), log_std (B, d))`` of a model's ``policy(obs) -> (mean, std)``, where
+    ``std`` is a float or a tensor broadcastable to the mean; ``owner`` (``"IMPALA"``...) names
+    the algorithm in the error a model returning something else gets."""
+    if not (isinstance(policy, tuple | list) and len(policy) == 2):
+        raise TypeError(
+            f"{owner}(continuous_action=True): model.policy(obs) must return (mean, std), got "
+            f"{type(policy).__name__}; return logits and leave continuous_action False for "
+            "discrete actions"
+        )
+    mean, std = policy
+    return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
+
+
+def logits_of(policy: Any, owner: str) -> torch.Tensor:
+    """A model's logits ``(B, act_dim)``; a ``(mean, std)`` pair means a Gaussian model used
+    without ``continuous_action`` (torch would otherwise fail on the tuple obscurely)."""
+    if not isinstance(policy, torch.Tensor):
+        raise TypeError(
+            f"{owner}: model.policy(obs) returned a {type(policy).__name__}, not logits; a "
+            "Gaussian policy returning (mean, std) needs continuous_action=True"
+        )
+    return policy

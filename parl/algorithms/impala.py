@@ -24,7 +24,9 @@ from parl.algorithms.action_dists import (
     check_finite_loss,
     gaussian_entropy,
     gaussian_log_prob,
+    gaussian_mean_log_std,
     gaussian_sample,
+    logits_of,
 )
 from parl.algorithms.vtrace import VTraceReturns, from_log_probs
 from parl.core.algorithm import Algorithm
@@ -132,26 +134,10 @@ class IMPALA(Algorithm):
         return policy, values.reshape(-1)
 
     def _gaussian(self, policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean (N, d), log_std (N, d))`` of the model's ``(mean, std)``."""
-        if not (isinstance(policy, tuple | list) and len(policy) == 2):
-            raise TypeError(
-                "IMPALA(continuous_action=True): model.policy(obs) must return (mean, std), got "
-                f"{type(policy).__name__}; return logits and pass continuous_action=False for "
-                "discrete actions"
-            )
-        mean, std = policy
-        return mean, torch.as_tensor(std, device=mean.device).log().expand_as(mean)
+        return gaussian_mean_log_std(policy, "IMPALA")
 
     def _logits(self, policy: Any) -> torch.Tensor:
-        """The model's logits ``(N, act_dim)``; a ``(mean, std)`` pair means a Gaussian model
-        used without ``continuous_action=True`` (torch would fail on the tuple obscurely)."""
-        if not isinstance(policy, torch.Tensor):
-            raise TypeError(
-                "IMPALA: model.policy(obs) returned a "
-                f"{type(policy).__name__}, not logits; a Gaussian policy returning (mean, std) "
-                "needs IMPALA(..., continuous_action=True)"
-            )
-        return policy
+        return logits_of(policy, "IMPALA")
 
     def _action_terms(
         self, policy: Any, actions: torch.Tensor, behaviour: torch.Tensor
