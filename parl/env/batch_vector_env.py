@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from parl.env.env_batch import EnvBatch, EnvList, Infos, reset_seeds
+from parl.env.env_batch import EnvBatch, EnvList, Infos, per_env_values, reset_seeds
 from parl.env.fast_envs import fast_builder
 
 __all__ = ["BatchVectorEnv"]
@@ -191,11 +191,7 @@ class BatchVectorEnv(gymnasium.vector.VectorEnv):
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
-        self.batch.set_attr(name, list(values))
+        self.batch.set_attr(name, per_env_values(values, self.num_envs))
 
     def close_extras(self, **kwargs: Any) -> None:
         self.batch.close()

@@ -143,3 +143,13 @@ def reset_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[
     if len(seeds) != num_envs:
         raise ValueError(f"reset needs {num_envs} seeds, got {len(seeds)}")
     return seeds
+
+
+def per_env_values(values: Any, num_envs: int) -> list[Any]:
+    """The values of a vector env's ``set_attr(name, values)``: one value per env from a list or
+    tuple of ``num_envs``, or any other value given to every env."""
+    if not isinstance(values, (list, tuple)):
+        return [values] * num_envs
+    if len(values) != num_envs:
+        raise ValueError(f"set_attr needs {num_envs} values, got {len(values)}")
+    return list(values)

@@ -31,7 +31,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
-from parl.env.env_batch import EnvList, Infos, reset_seeds
+from parl.env.env_batch import EnvList, Infos, per_env_values, reset_seeds
 from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
 from parl.remote.context import actors_share_memory
@@ -365,10 +365,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"set_attr needs {self.num_envs} values, got {len(values)}")
+        values = per_env_values(values, self.num_envs)
         self._idle("set_attr()")
         parl.get(
             [

@@ -458,3 +458,16 @@ def test_clipped_surrogate_has_torch_mins_loss_and_gradient() -> None:
     assert torch.equal(fast, reference)
     assert torch.equal(r_fast.grad, r_ref.grad)
     assert (r_ref.grad == 0).any() and (r_ref.grad != 0).any()  # both cases occur
+
+
+def test_batch_vector_env_set_attr_takes_one_value_or_one_per_env() -> None:
+    envs = BatchVectorEnv.from_env_fns([lambda: gym.make("CartPole-v1")] * 3)
+    try:
+        envs.set_attr("custom", [1, 2, 3])
+        assert envs.get_attr("custom") == (1, 2, 3)
+        envs.set_attr("custom", 7)
+        assert envs.get_attr("custom") == (7, 7, 7)
+        with pytest.raises(ValueError, match="set_attr needs 3 values, got 2"):
+            envs.set_attr("custom", [1, 2])
+    finally:
+        envs.close()
