@@ -5,6 +5,13 @@ issue 10 and draws the evaluation curves.
     python scripts/quality_onpolicy.py                                   # both tasks, seeds 0 1 2
     python scripts/quality_onpolicy.py --env Hopper-v5 --seeds 0 --steps 100000 --parallel 1
     python scripts/quality_onpolicy.py --report --plot_dir docs/curves   # from finished runs
+    python scripts/quality_onpolicy.py --atari BreakoutNoFrameskip-v4 --steps 300000 --seeds 0
+
+``--atari ENV`` trains the example's Atari configuration (PARL's: 8 envs x 128 steps, 4 epochs
+of 4 minibatches, 84x84 frames) and reports the returns of whole training games (the mean of the
+last 10, as logged to TensorBoard) along the run, against uniformly random play measured in the
+same run with the same wrappers; no greedy evaluation (a greedy Breakout policy may never press
+FIRE after a lost life, and the game then runs to its frame limit).
 
 ``--report`` trains nothing: it reads the evaluations the runs under ``--logroot`` wrote to
 TensorBoard (runs may come from several invocations, e.g. one seed at a time) and prints the
@@ -99,6 +106,56 @@ def run_one(env_id: str, seed: int, steps: int, logdir: str, every: int) -> dict
     }
 
 
+def run_atari(env_id: str, seed: int, steps: int, logdir: str) -> None:
+    """Train the Atari configuration for ``steps``; print the training-game returns along the
+    way and random play's."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples" / "PPO"))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import plot_curves
+    import train as ppo_train
+    from config import atari_config
+    from env_utils import make_env
+
+    torch.set_num_threads(1)
+    env = make_env(env_id, "atari", 0.99, test=True)  # whole games, raw scores
+    random_returns, rng = [], np.random.default_rng(seed)
+    env.reset(seed=seed + 20_000)
+    while len(random_returns) < 20:
+        _, _, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        if "episode" in info:
+            random_returns.append(float(info["episode"]["r"]))
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    config = {
+        **atari_config,
+        "env": env_id,
+        "seed": seed,
+        "train_total_steps": steps,
+        "test_every_steps": steps,
+        "eval_episode": 0,
+        "logdir": logdir,
+        "progress": False,
+    }
+    result = ppo_train.train(config)
+    points = plot_curves.read_scalars(logdir, "train/episode_reward")
+    marks = [steps * k // 4 for k in (1, 2, 3, 4)]
+    along = []
+    for mark in marks:
+        before = [value for step, value in points if step <= mark]
+        along.append(f"{before[-1]:.1f} at {mark:,}" if before else f"- at {mark:,}")
+    print(
+        f"PPO on {env_id} seed {seed}: mean of the last 10 training games "
+        + ", ".join(along)
+        + f"; random play {np.mean(random_returns):.1f} (20 games); "
+        + f"{result.total_steps / result.train_seconds:.0f} steps/s",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", nargs="+", default=list(ZOO), choices=list(ZOO))
@@ -109,6 +166,7 @@ def main() -> None:
     parser.add_argument("--logroot", default="/tmp/quality_onpolicy")
     parser.add_argument("--plot_dir", default=None, help="write <env>.svg curves here")
     parser.add_argument("--report", action="store_true", help="only the table of finished runs")
+    parser.add_argument("--atari", metavar="ENV", help="an Atari run instead (see above)")
     parser.add_argument("--one", nargs=2, metavar=("ENV", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child: one seed, its result as the last line of stdout
@@ -118,6 +176,18 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         return
 
+    if args.atari:
+        for seed in args.seeds:
+            logdir = os.path.join(args.logroot, args.atari, f"seed{seed}")
+            run_atari(args.atari, seed, args.steps, logdir)
+            if args.plot_dir:
+                import plot_curves
+
+                plot_curves.main([f"{logdir}:seed {seed}", "--tag", "train/episode_reward",
+                                  "--out", os.path.join(args.plot_dir, f"ppo_{args.atari}.svg"),
+                                  "--title", f"PPO on {args.atari} (PARL's Atari configuration)",
+                                  "--y_title", "mean score of the last 10 training games"])  # fmt: skip
+        return
     if args.report:
         results = finished_runs(args.env, args.seeds, args.steps, args.logroot)
         report(results, args)

@@ -17,17 +17,23 @@ _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 _ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu}
 
 
-def _layer(layer: nn.Linear | nn.Conv2d, gain: float) -> nn.Linear | nn.Conv2d:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+def _layer(layer: nn.Linear | nn.Conv2d, gain: float | None) -> nn.Linear | nn.Conv2d:
+    """Orthogonal weights with ``gain`` and zero biases; ``gain=None`` keeps PyTorch's own
+    initialisation."""
+    if gain is not None:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 
-def _mlp(sizes: Sequence[int], out: int, out_gain: float, activation: str) -> nn.Sequential:
+def _mlp(
+    sizes: Sequence[int], out: int, out_gain: float, activation: str, ortho_init: bool = True
+) -> nn.Sequential:
+    hidden_gain, out_gain_or_none = (np.sqrt(2), out_gain) if ortho_init else (None, None)
     layers: list[nn.Module] = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [_layer(nn.Linear(fan_in, fan_out), np.sqrt(2)), _ACTIVATIONS[activation]()]
-    layers.append(_layer(nn.Linear(sizes[-1], out), out_gain))
+        layers += [_layer(nn.Linear(fan_in, fan_out), hidden_gain), _ACTIVATIONS[activation]()]
+    layers.append(_layer(nn.Linear(sizes[-1], out), out_gain_or_none))
     return nn.Sequential(*layers)
 
 
@@ -50,6 +56,7 @@ class MLPModel(parl.Model):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         log_std_init: float = 0.0,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
         if not hidden_sizes:
@@ -60,8 +67,8 @@ class MLPModel(parl.Model):
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
         self.activation = activation
         # built as two ordinary MLPs (same initialisation, same random draws), then stacked
-        actor = _mlp(sizes, act_dim, 0.01, activation)
-        critic = _mlp(sizes, 1, 1.0, activation)
+        actor = _mlp(sizes, act_dim, 0.01, activation, ortho_init)
+        critic = _mlp(sizes, 1, 1.0, activation, ortho_init)
         a_lin = [m for m in actor if isinstance(m, nn.Linear)]
         c_lin = [m for m in critic if isinstance(m, nn.Linear)]
         # layer k of both: x (2, B, in) @ w[k] (2, in, out) + b[k] (2, 1, out), one baddbmm

@@ -70,6 +70,7 @@ def build_agent(config: dict[str, Any], obs_space: gym.Space, act_space: gym.Spa
             config.get("hidden_sizes", (64, 64)),
             config.get("activation", "tanh"),
             config.get("log_std_init", 0.0),
+            config.get("ortho_init", True),
         )
     alg = PPO(
         model,
@@ -222,6 +223,8 @@ def _log_update(agent, steps, value_loss, action_loss, entropy, lr, recent, seco
 
 
 def _evaluate(agent, envs, eval_env, config, result, total_steps, train_time) -> None:
+    if config["eval_episode"] <= 0:  # --eval_episode 0: training returns only
+        return
     if kind_of(config) == "mujoco":
         eval_env.set_ob_rms(envs.call("get_ob_rms")[0])
     mean = run_evaluate_episodes(agent, eval_env, config["eval_episode"], config["seed"] + 10_000)
@@ -247,7 +250,9 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--num_workers", type=int, default=0, help="env actors (0: in process)")
     parser.add_argument("--train_total_steps", type=int, default=None)
     parser.add_argument("--test_every_steps", type=int, default=None)
-    parser.add_argument("--eval_episode", type=int, default=None)
+    parser.add_argument(
+        "--eval_episode", type=int, default=None, help="greedy episodes per evaluation (0: none)"
+    )
     parser.add_argument("--target_return", type=float, default=None)
     parser.add_argument("--stop_at_target", action="store_true")
     parser.add_argument("--logdir", default=None)
@@ -256,6 +261,8 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--torch_threads", type=int, default=1)
     parser.add_argument("--no_progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
+    if args.eval_episode is not None and args.eval_episode < 0:
+        parser.error(f"--eval_episode must be 0 (no evaluation) or more, got {args.eval_episode}")
     config = config_for(args.env, args.continuous_action)
     for key, value in vars(args).items():
         if value is not None and key != "env":

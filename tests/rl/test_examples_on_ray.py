@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.runtime.conftest import wait_until
-from tests.runtime.rays import ray_head  # noqa: F401 - the fixture
+from tests.runtime.rays import HEAD_GROUPS, ray_head  # noqa: F401 - the fixture
 
 from .conftest import REPO_ROOT, RunPython
 
@@ -22,14 +22,23 @@ RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def _ray_processes() -> set[int]:
-    """Workers of actors on this machine (``ray::<Class>``); the head's daemons and idle
-    workers (``ray::IDLE``, which Ray keeps started for later tasks) are Ray's own."""
+    """Workers of actors of the module's Ray head (``ray::<Class>``, descendants of a
+    ``ray_head`` process); the head's daemons and idle workers (``ray::IDLE``, which Ray keeps
+    started for later tasks) are Ray's own. Processes of any other Ray on the machine (the
+    runtime tests' ``ray.init()``, when both halves of the suite run at once) are not counted."""
     found = set()
     for process in psutil.process_iter(["cmdline"]):
         title = ((process.info["cmdline"] or [""])[:1] or [""])[0].split(" ")[0]
-        if title.startswith("ray::") and title not in RAY_DAEMON_TITLES:
+        if title.startswith("ray::") and title not in RAY_DAEMON_TITLES and _of_a_head(process):
             found.add(process.pid)
     return found
+
+
+def _of_a_head(process: psutil.Process) -> bool:
+    try:
+        return any(parent.pid in HEAD_GROUPS for parent in process.parents())
+    except psutil.Error:
+        return False
 
 
 def _gone(pids: set[int]) -> bool:

@@ -255,6 +255,26 @@ def test_stacked_mlp_is_two_separate_mlps(
         module.MLPModel(4, 3, hidden_sizes=())
 
 
+def test_stacked_mlp_without_ortho_init_keeps_pytorchs_initialisation() -> None:
+    """``ortho_init=False`` (rl-zoo's MuJoCo setting): the weights and biases of plain
+    ``nn.Linear`` layers drawn in the same order, not orthogonal ones with zero biases."""
+    module = _example_model_module()
+    torch.manual_seed(7)
+    model = module.MLPModel(5, 2, True, (16, 16), "relu", -2.0, ortho_init=False)
+    torch.manual_seed(7)
+    actor = [nn.Linear(5, 16), nn.Linear(16, 16), nn.Linear(16, 2)]
+    critic = [nn.Linear(5, 16), nn.Linear(16, 16), nn.Linear(16, 1)]
+    for k in range(2):
+        torch.testing.assert_close(model.weights[k][0], actor[k].weight.T)
+        torch.testing.assert_close(model.weights[k][1], critic[k].weight.T)
+        torch.testing.assert_close(model.biases[k][0, 0], actor[k].bias)
+    torch.testing.assert_close(model.pi.weight, actor[2].weight)
+    torch.testing.assert_close(model.v.bias, critic[2].bias)
+    assert model.biases[0].abs().sum() > 0  # orthogonal initialisation zeroes them
+    ortho = module.MLPModel(5, 2, True, (16, 16), "relu", -2.0)
+    assert ortho.biases[0].abs().sum() == 0 and ortho.pi.weight.abs().max() < 0.02
+
+
 # -- BatchVectorEnv -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "mode", [gym.vector.AutoresetMode.SAME_STEP, gym.vector.AutoresetMode.NEXT_STEP]
