@@ -48,9 +48,7 @@ def ray_local():
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. the SSH lab's
     # address="local": a new Ray of its own even when another one runs on this machine (the
     # other half of the suite may have a head up; a plain ray.init() could join that one)
-    ray.init(
-        address="local", num_cpus=NUM_CPUS, include_dashboard=False, logging_level="warning"
-    )
+    ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False, logging_level="warning")
     started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     try:
         yield ray
