@@ -15,6 +15,10 @@ import parl
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 _ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu}
+_NUMPY_ACTIVATIONS = {
+    "tanh": lambda h: np.tanh(h, out=h),
+    "relu": lambda h: np.maximum(h, 0.0, out=h),
+}
 
 
 def _layer(layer: nn.Linear | nn.Conv2d, gain: float | None) -> nn.Linear | nn.Conv2d:
@@ -86,6 +90,45 @@ class MLPModel(parl.Model):
         self.pi, self.v = a_lin[-1], c_lin[-1]
         if continuous:
             self.log_std = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
+        # the parameters in numpy_parameters' order, as a plain list (see _layers)
+        self._flat_params = [w for w, _ in self._layers] + [b for _, b in self._layers]
+        self._flat_params += [self.pi.weight, self.pi.bias, self.v.weight, self.v.bias]
+        self._flat_params += [self.log_std] if continuous else []
+        self._numpy_views: tuple[list[int], list[np.ndarray]] | None = None
+
+    def numpy_parameters(self) -> list[np.ndarray]:
+        """numpy views of the parameters (the same memory: an optimizer step or a
+        ``load_state_dict``, both in place, shows at once), rebuilt when a parameter's storage
+        changed (``.to()``, ``.double()``): hidden weights ``(2, in, out)``, hidden biases
+        ``(2, 1, out)``, then the policy head's weight and bias, the value head's, and the
+        log-std ``(1, act_dim)`` of a continuous policy."""
+        key = [p.data_ptr() for p in self._flat_params]
+        if self._numpy_views is None or self._numpy_views[0] != key:
+            self._numpy_views = (key, [p.detach().numpy() for p in self._flat_params])
+        return self._numpy_views[1]
+
+    def numpy_policy_and_value(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``policy_and_value`` for a float32 numpy batch ``(B, obs_dim)`` on the CPU, computed
+        by numpy on views of the parameters: ``(logits or mean (B, act_dim), value (B,))``.
+
+        For the agent's sampling step. At a handful of observations the cost of a forward pass
+        is the number of operations, not their arithmetic, and a numpy operation costs a
+        fraction of a torch one (no dispatcher, no autograd bookkeeping). Same float32 maths as
+        :meth:`policy_and_value`, up to the order of summation."""
+        views = self.numpy_parameters()
+        n = len(self.hidden_sizes)
+        act = _NUMPY_ACTIVATIONS[self.activation]
+        h = obs.reshape(-1, self.obs_dim)
+        for w, b in zip(views[:n], views[n : 2 * n], strict=True):
+            h = np.matmul(h, w)  # (B, in) or (2, B, in) @ (2, in, out) -> (2, B, out)
+            h += b
+            act(h)
+        pi_w, pi_b, v_w, v_b = views[2 * n : 2 * n + 4]
+        out = h[0] @ pi_w.T
+        out += pi_b
+        value = h[1] @ v_w[0]
+        value += v_b[0]
+        return out, value
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The last hidden layer of the actor and of the critic, each ``(B, h)``."""

@@ -139,6 +139,8 @@ def train(config: dict[str, Any]) -> TrainResult:
         start_update = int(counters["update"]) + 1
         agent.lr_scheduler.load_state_dict(state.extra["lr"])
         agent.clip_scheduler.load_state_dict(state.extra["clip"])
+        if "sample_rng" in state.extra:
+            agent.sample_rng.bit_generator.state = state.extra["sample_rng"]
         if state.extra.get("rms") is not None:
             envs.call("set_rms_state", state.extra["rms"])
         logger.info("resumed from %s at step %d", ckpt_path, counters["total_steps"])
@@ -193,6 +195,7 @@ def train(config: dict[str, Any]) -> TrainResult:
                     "lr": agent.lr_scheduler.state_dict(),
                     "clip": agent.clip_scheduler.state_dict(),
                     "rms": _rms_state(envs, config),
+                    "sample_rng": agent.sample_rng.bit_generator.state,
                 },
             )
             if result.steps_to_target is not None and config.get("stop_at_target"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -40,6 +41,21 @@ def _example_model_module() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _example_agent_module(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """examples/PPO/agent.py likewise, with its ``storage`` import served from the example."""
+    modules = {}
+    for name in ("storage", "agent"):
+        spec = importlib.util.spec_from_file_location(
+            f"ppo_example_{name}", REPO_ROOT / "examples" / "PPO" / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        modules[name] = importlib.util.module_from_spec(spec)
+        if name == "storage":
+            monkeypatch.setitem(sys.modules, "storage", modules[name])
+        spec.loader.exec_module(modules[name])
+    return modules["agent"]
 
 
 # -- closed forms -------------------------------------------------------------------------------
@@ -273,6 +289,75 @@ def test_stacked_mlp_without_ortho_init_keeps_pytorchs_initialisation() -> None:
     assert model.biases[0].abs().sum() > 0  # orthogonal initialisation zeroes them
     ortho = module.MLPModel(5, 2, True, (16, 16), "relu", -2.0)
     assert ortho.biases[0].abs().sum() == 0 and ortho.pi.weight.abs().max() < 0.02
+
+
+@pytest.mark.parametrize(
+    ("continuous", "hidden", "activation"), [(False, (64, 64), "tanh"), (True, (32, 16, 8), "relu")]
+)
+def test_the_example_agent_samples_in_numpy_from_the_policy(
+    monkeypatch: pytest.MonkeyPatch, continuous: bool, hidden: tuple[int, ...], activation: str
+) -> None:
+    """The example agent's numpy sampling step: the network's outputs are torch's; the returned
+    log-probabilities and entropies are those of ``torch.distributions`` for the returned
+    actions; many draws follow the distribution; optimizer steps and ``load_state_dict`` show
+    at once (the numpy arrays are views); the same seed gives the same draws."""
+    model_module, agent_module = _example_model_module(), _example_agent_module(monkeypatch)
+    config = {"num_updates": 1, "initial_lr": 1e-3, "clip_param": 0.2, "seed": 4}
+
+    def build(seed: int) -> tuple[Any, Any]:
+        torch.manual_seed(seed)
+        model = model_module.MLPModel(5, 3, continuous, hidden, activation, -0.5)
+        alg = PPO(model, continuous_action=continuous)
+        return model, agent_module.PPOAgent(alg, config, (5,))
+
+    def torch_dist(model: Any, obs: np.ndarray) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            policy, value = model.policy_and_value(torch.from_numpy(obs))
+        if continuous:
+            return Independent(Normal(policy[0], policy[1]), 1), policy[0], value.reshape(-1)
+        return Categorical(logits=policy), policy, value.reshape(-1)
+
+    def assert_same_pass(model: Any, obs: np.ndarray) -> None:
+        out, value = model.numpy_policy_and_value(obs)
+        _, t_out, t_value = torch_dist(model, obs)
+        np.testing.assert_allclose(out, t_out.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(value, t_value.numpy(), rtol=1e-5, atol=1e-6)
+
+    model, agent = build(1)
+    assert agent._numpy_sampling
+    obs = np.random.default_rng(0).standard_normal((7, 5)).astype(np.float32)
+    assert_same_pass(model, obs)
+    value, action, logprob, entropy = agent.sample(obs)
+    dist, _, t_value = torch_dist(model, obs)
+    np.testing.assert_allclose(value, t_value.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logprob, dist.log_prob(torch.from_numpy(action)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(entropy, dist.entropy(), rtol=1e-5, atol=1e-5)
+    assert action.dtype == (np.float32 if continuous else np.int64)
+
+    many = np.repeat(obs[:1], 40_000, axis=0)
+    actions = agent.sample(many)[1]
+    dist, t_out, _ = torch_dist(model, obs[:1])
+    if continuous:
+        z = (actions - t_out.numpy()) / np.exp(-0.5)
+        np.testing.assert_allclose(z.mean(axis=0), 0.0, atol=0.03)
+        np.testing.assert_allclose(z.std(axis=0), 1.0, atol=0.03)
+    else:
+        freq = np.bincount(actions, minlength=3) / len(actions)
+        np.testing.assert_allclose(freq, dist.probs[0].numpy(), atol=0.015)
+
+    obs_t = torch.from_numpy(obs)
+    act_t = torch.from_numpy(action) if continuous else torch.from_numpy(action).float()
+    batch = [torch.from_numpy(x) for x in (value, value + 1.0, logprob, np.ones(7, np.float32))]
+    agent.alg.learn(obs_t, act_t, batch[0], batch[1], batch[2], batch[3])  # in-place Adam step
+    assert_same_pass(model, obs)
+    other, _ = build(2)
+    model.load_state_dict(other.state_dict())
+    np.testing.assert_array_equal(
+        model.numpy_policy_and_value(obs)[0], other.numpy_policy_and_value(obs)[0]
+    )
+    assert_same_pass(model, obs)
+    first, second = build(1)[1], build(1)[1]
+    np.testing.assert_array_equal(first.sample(obs)[1], second.sample(obs)[1])
 
 
 # -- BatchVectorEnv -------------------------------------------------------------------------------
