@@ -13,7 +13,6 @@ import parl
 from parl.algorithms import PPO
 from parl.utils import LinearDecayScheduler
 
-
 _HALF_LOG_2PI = np.float32(0.5 * np.log(2.0 * np.pi))
 
 

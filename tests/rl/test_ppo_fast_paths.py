@@ -330,7 +330,9 @@ def test_the_example_agent_samples_in_numpy_from_the_policy(
     value, action, logprob, entropy = agent.sample(obs)
     dist, _, t_value = torch_dist(model, obs)
     np.testing.assert_allclose(value, t_value.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(logprob, dist.log_prob(torch.from_numpy(action)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        logprob, dist.log_prob(torch.from_numpy(action)), rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_allclose(entropy, dist.entropy(), rtol=1e-5, atol=1e-5)
     assert action.dtype == (np.float32 if continuous else np.int64)
 
