@@ -12,6 +12,9 @@
 # own temp folder and ports, and the checks for leftovers in /dev/shm and /tmp allow for a
 # short-lived file of the other half.
 set -uo pipefail
+# job control: without it a background job starts with SIGINT ignored, and the tests of Ctrl-C
+# (a KeyboardInterrupt in the caller) would wait forever; each half gets its own process group
+set -m
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 work=$(mktemp -d /tmp/parl-tests.XXXXXX)
@@ -29,6 +32,9 @@ trap 'stop_runtime; exit 130' INT TERM
 runtime_pid=$!
 "$python" -m pytest -q --basetemp "$work/rl" tests/rl "$@"
 rl_status=$?
+if [ "$rl_status" -eq 2 ]; then  # interrupted (Ctrl-C reaches the foreground half): stop both
+    stop_runtime
+fi
 wait "$runtime_pid"
 runtime_status=$?
 runtime_pid=
