@@ -410,10 +410,12 @@ def _top_level_op(event: Any) -> bool:
     )
 
 
-def _op_counts(continuous: bool) -> tuple[int, int]:
+def _op_counts(continuous: bool) -> tuple[int, str]:
     """Top-level torch operator calls (``aten::``, counted by ``torch.profiler``) of one PPO
-    minibatch update and of one acting step with the example's model at the benchmark's sizes:
-    a count that does not depend on the machine or its load."""
+    minibatch update with the example's model at the benchmark's sizes, and what one acting
+    step of the example's agent costs: its torch operators and Python-level calls (numpy's
+    included), against ``PPO.sample``'s torch path. Counts that do not depend on the machine."""
+    from agent import PPOAgent
     from model import MLPModel
     from torch.profiler import ProfilerActivity, profile
 
@@ -442,7 +444,34 @@ def _op_counts(continuous: bool) -> tuple[int, int]:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             call()
         counts.append(sum(1 for event in prof.events() if _top_level_op(event)))
-    return counts[0], counts[1]
+    agent = PPOAgent(alg, {"num_updates": 1, "initial_lr": 1e-3, "clip_param": 0.2}, (0,))
+    batch_obs = obs[: 1 if continuous else 8].numpy()
+    agent.sample(batch_obs)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        agent.sample(batch_obs)
+    agent_ops = sum(1 for event in prof.events() if _top_level_op(event))
+    numpy_calls = _python_calls(lambda: agent.sample(batch_obs))
+    torch_calls = _python_calls(lambda: alg.sample(torch.from_numpy(batch_obs)))
+    act = (
+        f"{agent_ops} torch ops and {numpy_calls} Python-level calls per acting step (the "
+        f"agent's numpy path; PPO.sample's torch path: {counts[1]} ops, {torch_calls} calls)"
+    )
+    return counts[0], act
+
+
+def _python_calls(call: Any, repeat: int = 20) -> float:
+    """Python-level calls (functions, builtins, numpy's functions) of ``call()``, averaged."""
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    sys.setprofile(profile)
+    for _ in range(repeat):
+        call()
+    sys.setprofile(None)
+    return round(count / repeat)
 
 
 def bench_cartpole(seeds: list[int]) -> None:
@@ -451,7 +480,7 @@ def bench_cartpole(seeds: list[int]) -> None:
         "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
     )
     learn_ops, act_ops = _op_counts(continuous=False)
-    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step (8 envs)")
+    print(f"  ours: {learn_ops} torch ops per minibatch update; 8 envs: {act_ops}")
     inf = float("inf")
     ours: list[Hit] = []
     theirs: list[Hit] = []
@@ -484,7 +513,7 @@ def bench_cheetah(steps: int, rounds: int) -> None:
     cpu = {name: statistics.median(r[1] for r in rs) for name, rs in rates.items()}
     print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {steps} steps, {rounds} rounds")
     learn_ops, act_ops = _op_counts(continuous=True)
-    print(f"  ours: {learn_ops} torch ops per minibatch update, {act_ops} per acting step")
+    print(f"  ours: {learn_ops} torch ops per minibatch update; {act_ops}")
     print(
         f"  ours {wall['ours']:,.0f} steps/s ({cpu['ours']:,.0f} per CPU second), SB3 "
         f"{wall['SB3']:,.0f} steps/s ({cpu['SB3']:,.0f} per CPU second); ours / SB3 = "
