@@ -300,7 +300,8 @@ def test_the_example_agent_samples_in_numpy_from_the_policy(
     """The example agent's numpy sampling step: the network's outputs are torch's; the returned
     log-probabilities and entropies are those of ``torch.distributions`` for the returned
     actions; many draws follow the distribution; optimizer steps and ``load_state_dict`` show
-    at once (the numpy arrays are views); the same seed gives the same draws."""
+    at once (the numpy arrays are views), and so does moving to another dtype; the same seed
+    gives the same draws."""
     model_module, agent_module = _example_model_module(), _example_agent_module(monkeypatch)
     config = {"num_updates": 1, "initial_lr": 1e-3, "clip_param": 0.2, "seed": 4}
 
@@ -360,6 +361,14 @@ def test_the_example_agent_samples_in_numpy_from_the_policy(
     assert_same_pass(model, obs)
     first, second = build(1)[1], build(1)[1]
     np.testing.assert_array_equal(first.sample(obs)[1], second.sample(obs)[1])
+    model.double()  # new storage: the views are made again
+    out, value = model.numpy_policy_and_value(obs.astype(np.float64))
+    with torch.no_grad():
+        policy, t_value = model.policy_and_value(torch.from_numpy(obs).double())
+    t_out = policy[0] if continuous else policy
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, t_out.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(value, t_value.numpy().reshape(-1), rtol=1e-10, atol=1e-12)
 
 
 # -- BatchVectorEnv -------------------------------------------------------------------------------
