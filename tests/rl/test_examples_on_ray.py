@@ -24,8 +24,8 @@ RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 def _ray_processes() -> set[int]:
     """Workers of actors of the module's Ray head (``ray::<Class>``, descendants of a
     ``ray_head`` process); the head's daemons and idle workers (``ray::IDLE``, which Ray keeps
-    started for later tasks) are Ray's own. Processes of any other Ray on the machine (the
-    runtime tests' ``ray.init()``, when both halves of the suite run at once) are not counted."""
+    started for later tasks) are Ray's own. Processes of any other Ray on the machine are not
+    counted."""
     found = set()
     for process in psutil.process_iter(["cmdline"]):
         title = ((process.info["cmdline"] or [""])[:1] or [""])[0].split(" ")[0]

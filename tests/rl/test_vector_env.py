@@ -277,8 +277,8 @@ def _fds() -> list[str]:
 
 
 def _lasting(new: Callable[[], set[str]]) -> set[str]:
-    """What ``new()`` still finds after a short grace: files of the other half of the suite,
-    which may run at the same time (``scripts/test.sh``), come and go within it."""
+    """What ``new()`` still finds after a short grace: files of another test run on the
+    machine, which may run at the same time, come and go within it."""
     wait_until(lambda: not new(), timeout=2.0, interval=0.05)
     return new()
 

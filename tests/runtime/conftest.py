@@ -92,9 +92,9 @@ def no_leaks():
 
 def lasting_new_shm_entries(before: set[str], grace: float = 2.0) -> set[str]:
     """Entries of /dev/shm that were not in ``before`` and are still there after ``grace``
-    seconds. /dev/shm is the machine's: the other half of the suite, running at the same time
-    (``scripts/test.sh``), may hold a short-lived file there (multiprocessing's arenas, Ray's
-    store) at the moment of a check; a leak stays."""
+    seconds. /dev/shm is the machine's: another test run on it (or any other program) may hold a
+    short-lived file there (multiprocessing's arenas, Ray's store) at the moment of a check; a
+    leak stays."""
     wait_until(lambda: not (_shm_entries() - before), timeout=grace, interval=0.05)
     return _shm_entries() - before
 

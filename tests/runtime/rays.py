@@ -46,8 +46,8 @@ def ray_local():
     if ray.is_initialized():
         pytest.fail("a Ray from an earlier test is still initialised in this process")
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. the SSH lab's
-    # address="local": a new Ray of its own even when another one runs on this machine (the
-    # other half of the suite may have a head up; a plain ray.init() could join that one)
+    # address="local": a new Ray of its own even when another one runs on this machine (a
+    # plain ray.init() joins the last `ray start` head it finds)
     ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False, logging_level="warning")
     started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     try:
