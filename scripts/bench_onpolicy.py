@@ -256,17 +256,7 @@ def _calls_per_step(envs: Any, steps: int = 100) -> float:
     not depend on the machine or its load."""
     actions = envs.action_space.sample()
     envs.step(actions)
-    count = 0
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        nonlocal count
-        count += event in ("call", "c_call")
-
-    sys.setprofile(profile)
-    for _ in range(steps):
-        envs.step(actions)
-    sys.setprofile(None)
-    return count / steps
+    return _python_calls(lambda: envs.step(actions), steps)
 
 
 def _print_rows(
@@ -450,8 +440,8 @@ def _op_counts(continuous: bool) -> tuple[int, str]:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         agent.sample(batch_obs)
     agent_ops = sum(1 for event in prof.events() if _top_level_op(event))
-    numpy_calls = _python_calls(lambda: agent.sample(batch_obs))
-    torch_calls = _python_calls(lambda: alg.sample(torch.from_numpy(batch_obs)))
+    numpy_calls = round(_python_calls(lambda: agent.sample(batch_obs)))
+    torch_calls = round(_python_calls(lambda: alg.sample(torch.from_numpy(batch_obs))))
     act = (
         f"{agent_ops} torch ops and {numpy_calls} Python-level calls per acting step (the "
         f"agent's numpy path; PPO.sample's torch path: {counts[1]} ops, {torch_calls} calls)"
@@ -471,7 +461,7 @@ def _python_calls(call: Any, repeat: int = 20) -> float:
     for _ in range(repeat):
         call()
     sys.setprofile(None)
-    return round(count / repeat)
+    return count / repeat
 
 
 def bench_cartpole(seeds: list[int]) -> None:
