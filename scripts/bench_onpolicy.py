@@ -383,7 +383,10 @@ def main() -> None:
     parser.add_argument("--vector_seconds", type=float, default=1.0, help="per row and pass")
     parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
     args = parser.parse_args()
+    from numpy_update import set_blas_threads
+
     torch.set_num_threads(1)
+    set_blas_threads(1)  # numpy's matrix products too (ours: the numpy update), as train.py does
     if args.only in (None, "vector", "roundtrip"):
         bench_vector(args.vector_seconds, args.vector_rounds, args.only != "roundtrip")
     if args.only in (None, "cartpole"):
@@ -400,13 +403,15 @@ def _top_level_op(event: Any) -> bool:
     )
 
 
-def _op_counts(continuous: bool) -> tuple[int, str]:
-    """Top-level torch operator calls (``aten::``, counted by ``torch.profiler``) of one PPO
-    minibatch update with the example's model at the benchmark's sizes, and what one acting
-    step of the example's agent costs: its torch operators and Python-level calls (numpy's
-    included), against ``PPO.sample``'s torch path. Counts that do not depend on the machine."""
+def _op_counts(continuous: bool) -> tuple[str, str]:
+    """What one PPO minibatch update with the example's model at the benchmark's sizes costs,
+    and one acting step of the example's agent: top-level torch operator calls (``aten::``,
+    counted by ``torch.profiler``) and Python-level calls (numpy's included) of the example's
+    numpy paths, against ``PPO.learn``'s and ``PPO.sample``'s torch paths. Counts that do not
+    depend on the machine."""
     from agent import PPOAgent
     from model import MLPModel
+    from numpy_update import NumpyPPOUpdate
     from torch.profiler import ProfilerActivity, profile
 
     from parl.algorithms import PPO
@@ -428,12 +433,24 @@ def _op_counts(continuous: bool) -> tuple[int, str]:
     )
     obs = torch.randn(batch, 17 if continuous else 4)
     args = (obs, act.float(), *torch.randn(4, batch))
+    update = NumpyPPOUpdate(alg)
+    np_args = [x.numpy() for x in (obs, act if continuous else act.long(), *args[2:])]
     counts = []
-    for call in (lambda: alg.learn(*args), lambda: alg.sample(obs[:8])):
+    calls = (
+        lambda: alg.learn(*args),
+        lambda: alg.sample(obs[:8]),
+        lambda: update.learn(*np_args),
+    )
+    for call in calls:
         call(), call()  # Adam's state exists: the steady state
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             call()
         counts.append(sum(1 for event in prof.events() if _top_level_op(event)))
+    learn = (
+        f"{counts[2]} torch ops and {round(_python_calls(calls[2]))} Python-level calls per "
+        f"minibatch update (the example's numpy update; PPO.learn's torch path: {counts[0]} "
+        f"ops, {round(_python_calls(calls[0]))} calls)"
+    )
     agent = PPOAgent(alg, {"num_updates": 1, "initial_lr": 1e-3, "clip_param": 0.2}, (0,))
     batch_obs = obs[: 1 if continuous else 8].numpy()
     agent.sample(batch_obs)
@@ -446,7 +463,7 @@ def _op_counts(continuous: bool) -> tuple[int, str]:
         f"{agent_ops} torch ops and {numpy_calls} Python-level calls per acting step (the "
         f"agent's numpy path; PPO.sample's torch path: {counts[1]} ops, {torch_calls} calls)"
     )
-    return counts[0], act
+    return learn, act
 
 
 def _python_calls(call: Any, repeat: int = 20) -> float:
@@ -470,7 +487,7 @@ def bench_cartpole(seeds: list[int]) -> None:
         "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
     )
     learn_ops, act_ops = _op_counts(continuous=False)
-    print(f"  ours: {learn_ops} torch ops per minibatch update; 8 envs: {act_ops}")
+    print(f"  ours: {learn_ops}; 8 envs: {act_ops}")
     inf = float("inf")
     ours: list[Hit] = []
     theirs: list[Hit] = []
@@ -491,6 +508,15 @@ def bench_cartpole(seeds: list[int]) -> None:
         f"({cs:.2f} s CPU, {ss:,.0f} steps); ours / SB3 = {mo / ms:.2f}x wall, "
         f"{co / cs:.2f}x CPU (target <= 0.5x)"
     )
+    # the time per training step, free of the lottery of how many steps a seed takes
+    per_step = [
+        sum(h[1] for h in hits if h[1]) / max(1, sum(h[0] for h in hits if h[1]))
+        for hits in (ours, theirs)
+    ]
+    print(
+        f"  per training step, over the seeds that reached 475: ours {per_step[0] * 1e3:.3f} ms,"
+        f" SB3 {per_step[1] * 1e3:.3f} ms; ours / SB3 = {per_step[0] / per_step[1]:.2f}x"
+    )
 
 
 def bench_cheetah(steps: int, rounds: int) -> None:
@@ -503,7 +529,7 @@ def bench_cheetah(steps: int, rounds: int) -> None:
     cpu = {name: statistics.median(r[1] for r in rs) for name, rs in rates.items()}
     print(f"\nHalfCheetah-v5 PPO training, rl-zoo configuration, {steps} steps, {rounds} rounds")
     learn_ops, act_ops = _op_counts(continuous=True)
-    print(f"  ours: {learn_ops} torch ops per minibatch update; {act_ops}")
+    print(f"  ours: {learn_ops}; {act_ops}")
     print(
         f"  ours {wall['ours']:,.0f} steps/s ({cpu['ours']:,.0f} per CPU second), SB3 "
         f"{wall['SB3']:,.0f} steps/s ({cpu['SB3']:,.0f} per CPU second); ours / SB3 = "

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy_update import NumpyPPOUpdate
 from storage import RolloutStorage
 
 import parl
@@ -36,6 +37,7 @@ class PPOAgent(parl.Agent):
         self._numpy_sampling = self._device.type == "cpu" and hasattr(
             algorithm.model, "numpy_policy_and_value"
         )
+        self._numpy_update: NumpyPPOUpdate | None = None  # made by the first numpy learn
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         """Greedy action(s) for one observation or a batch."""
@@ -98,6 +100,8 @@ class PPOAgent(parl.Agent):
         self.lr_scheduler.step()
         self.clip_scheduler.step()
         batch = rollout.flatten()
+        if NumpyPPOUpdate.supports(self.alg):
+            return self._learn_numpy(batch, lr)
         obs_dtype = None if batch.obs.dtype == np.uint8 else torch.float32
         tensors = [self.to_tensor(batch.obs, dtype=obs_dtype)] + [
             self.to_tensor(array) for array in batch[1:]
@@ -123,6 +127,32 @@ class PPOAgent(parl.Agent):
                     b_advantages[mb],
                     lr,
                 )
+                count += 1
+        value_loss, action_loss, entropy, approx_kl, clip_frac = (totals / max(count, 1)).tolist()
+        self.last_stats = {"approx_kl": approx_kl, "clip_frac": clip_frac}
+        return value_loss, action_loss, entropy, lr
+
+    def _learn_numpy(self, batch: Any, lr: float) -> tuple[float, float, float, float]:
+        """:meth:`learn` through ``NumpyPPOUpdate`` (an ``MLPModel`` on the CPU): the same
+        minibatches (torch's ``randperm``), the same loss and gradients, the same Adam."""
+        if self._numpy_update is None or self._numpy_update.alg is not self.alg:
+            self._numpy_update = NumpyPPOUpdate(self.alg)
+        cfg = self.config
+        obs = np.asarray(batch.obs, dtype=np.float32).reshape(len(batch.obs), -1)
+        if self.alg.continuous_action:
+            actions = np.asarray(batch.actions, dtype=np.float32)
+        else:  # stored as float32 (PARL's layout)
+            actions = batch.actions.reshape(-1).astype(np.int64)
+        floats = (batch.values, batch.returns, batch.logprobs, batch.advantages)
+        arrays = (obs, actions, *(np.asarray(x, dtype=np.float32) for x in floats))
+        size = len(obs)
+        minibatch = max(1, size // int(cfg["num_minibatches"]))
+        totals, count = np.zeros(5), 0
+        for _ in range(int(cfg["update_epochs"])):
+            order = torch.randperm(size).numpy()
+            for start in range(0, size - minibatch + 1, minibatch):
+                mb = order[start : start + minibatch]
+                totals += self._numpy_update.learn(*(array[mb] for array in arrays), lr=lr)
                 count += 1
         value_loss, action_loss, entropy, approx_kl, clip_frac = (totals / max(count, 1)).tolist()
         self.last_stats = {"approx_kl": approx_kl, "clip_frac": clip_frac}

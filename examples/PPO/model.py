@@ -15,10 +15,24 @@ import parl
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 _ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu}
-_NUMPY_ACTIVATIONS = {
-    "tanh": lambda h: np.tanh(h, out=h),
-    "relu": lambda h: np.maximum(h, 0.0, out=h),
-}
+
+
+def _numpy_tanh_(h: np.ndarray) -> None:
+    """``tanh`` in place. On a large array as ``2 / (1 + exp(-2h)) - 1``: numpy's ``exp`` is
+    vectorised and its ``tanh`` is not, so the five operations take half the time of one
+    ``np.tanh`` (within 2e-7 of it in float32; ``exp`` overflowing to inf gives -1 exactly)."""
+    if h.size < 4096:
+        np.tanh(h, out=h)
+        return
+    np.multiply(h, -2.0, out=h)
+    with np.errstate(over="ignore"):
+        np.exp(h, out=h)
+    h += 1.0
+    np.divide(2.0, h, out=h)
+    h -= 1.0
+
+
+_NUMPY_ACTIVATIONS = {"tanh": _numpy_tanh_, "relu": lambda h: np.maximum(h, 0.0, out=h)}
 
 
 def _layer(layer: nn.Linear | nn.Conv2d, gain: float | None) -> nn.Linear | nn.Conv2d:
@@ -115,20 +129,67 @@ class MLPModel(parl.Model):
         is the number of operations, not their arithmetic, and a numpy operation costs a
         fraction of a torch one (no dispatcher, no autograd bookkeeping). Same float32 maths as
         :meth:`policy_and_value`, up to the order of summation."""
+        out, value, _ = self.numpy_forward(obs)
+        return out, value
+
+    def numpy_forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """:meth:`numpy_policy_and_value` and the activations that :meth:`numpy_backward` needs:
+        ``(out, value, activations)``, ``activations[0]`` the observations ``(B, obs_dim)`` and
+        ``activations[k]`` the output ``(2, B, h)`` of hidden layer ``k`` (actor, critic)."""
         views = self.numpy_parameters()
         n = len(self.hidden_sizes)
         act = _NUMPY_ACTIVATIONS[self.activation]
         h = obs.reshape(-1, self.obs_dim)
+        activations = [h]
         for w, b in zip(views[:n], views[n : 2 * n], strict=True):
             h = np.matmul(h, w)  # (B, in) or (2, B, in) @ (2, in, out) -> (2, B, out)
             h += b
             act(h)
+            activations.append(h)
         pi_w, pi_b, v_w, v_b = views[2 * n : 2 * n + 4]
         out = h[0] @ pi_w.T
         out += pi_b
         value = h[1] @ v_w[0]
         value += v_b[0]
-        return out, value
+        return out, value, activations
+
+    def numpy_backward(
+        self,
+        activations: list[np.ndarray],
+        d_out: np.ndarray,
+        d_value: np.ndarray,
+        grads: list[np.ndarray],
+    ) -> None:
+        """Back-propagate ``d_out (B, act_dim)`` and ``d_value (B,)`` (the loss's derivatives
+        with respect to :meth:`numpy_forward`'s outputs) through the network, writing the
+        gradient of every parameter except the log-std into ``grads``, arrays shaped as
+        :meth:`numpy_parameters` and in its order. The maths of autograd's backward pass, with
+        a tenth of its operations' overhead."""
+        views = self.numpy_parameters()
+        n = len(self.hidden_sizes)
+        last = activations[-1]
+        pi_w, v_w = views[2 * n], views[2 * n + 2]
+        np.matmul(d_out.T, last[0], out=grads[2 * n])
+        np.sum(d_out, axis=0, out=grads[2 * n + 1])
+        np.matmul(d_value, last[1], out=grads[2 * n + 2][0])
+        grads[2 * n + 3][0] = d_value.sum()
+        d_h = np.empty_like(last)  # d loss / d (hidden output), actor and critic
+        np.matmul(d_out, pi_w, out=d_h[0])
+        np.multiply.outer(d_value, v_w[0], out=d_h[1])
+        for k in range(n - 1, -1, -1):
+            h = activations[k + 1]
+            if self.activation == "tanh":  # tanh' = 1 - tanh^2, from the output
+                slope = np.square(h)
+                np.subtract(1.0, slope, out=slope)
+                d_h *= slope
+            else:  # relu' = [output > 0]
+                d_h *= h > 0
+            x = activations[k]
+            x_t = x.T if x.ndim == 2 else x.transpose(0, 2, 1)
+            np.matmul(x_t, d_h, out=grads[k])  # (in, B) or (2, in, B) @ (2, B, out)
+            np.sum(d_h, axis=1, keepdims=True, out=grads[n + k])
+            if k:
+                d_h = np.matmul(d_h, views[k].transpose(0, 2, 1))
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The last hidden layer of the actor and of the critic, each ``(B, h)``."""

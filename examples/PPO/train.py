@@ -28,6 +28,7 @@ from agent import PPOAgent
 from config import config_for
 from env_utils import kind_of, make_env, make_train_envs
 from model import AtariModel, MLPModel
+from numpy_update import set_blas_threads
 from storage import RolloutStorage
 from tqdm import tqdm
 
@@ -261,7 +262,9 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--logdir", default=None)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--torch_threads", type=int, default=1)
+    parser.add_argument(
+        "--torch_threads", type=int, default=1, help="threads of torch and of numpy's BLAS"
+    )
     parser.add_argument("--no_progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
     if args.eval_episode is not None and args.eval_episode < 0:
@@ -277,6 +280,7 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> TrainResult:
     config = parse_config(argv)
     torch.set_num_threads(config["torch_threads"])
+    set_blas_threads(config["torch_threads"])  # the numpy update's matrix products likewise
     logger.info("PPO on %s: %s", config["env"], config)
     result = train(config)
     last = result.eval_history[-1][1] if result.eval_history else float("nan")

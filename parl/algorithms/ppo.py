@@ -263,8 +263,6 @@ class PPO(Algorithm):
         update on a GPU instead of one per minibatch)."""
         if lr is not None:
             lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.learn")
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
         policy, newvalue = self._policy_and_value(batch_obs)
         newlogprob, entropy_b = self._log_prob_entropy(policy, self._as_action(batch_action))
         if newvalue.dim() != 1:
@@ -293,9 +291,22 @@ class PPO(Algorithm):
         for param in self._params:  # zero_grad(set_to_none=True), without its per-call hooks
             param.grad = None
         loss.backward()
-        self._clip_grad_norm()
-        self._adam_step()
+        self.optimizer_step(lr)
         return torch.stack([value_loss, pg_loss, entropy, approx_kl, clip_frac]).detach()
+
+    def optimizer_step(self, lr: float | None = None, clip_grad: bool = True) -> None:
+        """What :meth:`learn` does after its backward pass: clip the gradients held in the
+        parameters' ``.grad`` to ``max_grad_norm`` (global norm; ``clip_grad=False`` when the
+        caller did) and take one Adam step, at ``lr`` from now on if given. For a caller that
+        computes PPO's gradients another way (the PPO example's numpy update) and wants the
+        same optimizer, state and checkpoints."""
+        if lr is not None:
+            lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.optimizer_step")
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        if clip_grad:
+            self._clip_grad_norm()
+        self._adam_step()
 
     def _clip_grad_norm(self) -> None:
         """``clip_grad_norm_(params, max_grad_norm)`` in four multi-tensor calls: its generic

@@ -46,14 +46,14 @@ def _example_model_module() -> Any:
 def _example_agent_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     """examples/PPO/agent.py likewise, with its ``storage`` import served from the example."""
     modules = {}
-    for name in ("storage", "agent"):
+    for name in ("storage", "numpy_update", "agent"):
         spec = importlib.util.spec_from_file_location(
             f"ppo_example_{name}", REPO_ROOT / "examples" / "PPO" / f"{name}.py"
         )
         assert spec is not None and spec.loader is not None
         modules[name] = importlib.util.module_from_spec(spec)
-        if name == "storage":
-            monkeypatch.setitem(sys.modules, "storage", modules[name])
+        if name in ("storage", "numpy_update"):
+            monkeypatch.setitem(sys.modules, name, modules[name])
         spec.loader.exec_module(modules[name])
     return modules["agent"]
 
@@ -587,3 +587,212 @@ def test_batch_vector_env_set_attr_takes_one_value_or_one_per_env() -> None:
             envs.set_attr("custom", [1, 2])
     finally:
         envs.close()
+
+
+# -- the example's numpy update -------------------------------------------------------------------
+NUMPY_UPDATE_CASES = [
+    # continuous, hidden, activation, entropy_coef, clipped value loss, norm_adv, max_grad_norm
+    (False, (64, 64), "tanh", 0.0, False, True, 0.5),  # CartPole's benchmark setting
+    (False, (32, 16, 8), "relu", 0.01, True, False, 1e9),  # no gradient clip
+    (False, (16,), "tanh", 0.02, True, True, 0.05),  # one hidden layer, a hard clip
+    (True, (64, 64), "tanh", 0.01, True, True, 0.5),  # PARL's MuJoCo setting, with entropy
+    (True, (32, 32), "relu", 0.0004, False, True, 0.8),  # rl-zoo's HalfCheetah setting
+]
+
+
+def _numpy_update_batch(
+    rng: np.random.Generator, model: Any, continuous: bool, first: bool, size: int = 96
+) -> list[np.ndarray]:
+    """A minibatch whose old values are the model's own on the ``first`` step (a tie in the
+    clipped value loss, as in PPO's first epoch) and near them after (on both sides of the
+    value clip), and whose old log-probabilities are near the policy's (ratios on both sides
+    of the ratio clip)."""
+    obs = rng.standard_normal((size, 5)).astype(np.float32)
+    out, value = model.numpy_policy_and_value(obs)
+    if continuous:
+        action = (out + rng.standard_normal(out.shape)).astype(np.float32)
+        logprob = -(0.5 * np.square(action - out) + 0.5 * np.log(2 * np.pi)).sum(-1)
+    else:
+        action = rng.integers(0, out.shape[1], size)
+        shifted = out - out.max(-1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        logprob = logp[np.arange(size), action]
+    logprob = (logprob + rng.normal(0.0, 0.3, size)).astype(np.float32)
+    ret = (value + rng.standard_normal(size)).astype(np.float32)
+    adv = (3.0 * rng.standard_normal(size)).astype(np.float32)
+    old_value = value if first else value + rng.normal(0.0, 0.3, size).astype(np.float32)
+    return [obs, action, old_value.copy(), ret, logprob, adv]
+
+
+@pytest.mark.parametrize(
+    ("continuous", "hidden", "activation", "ent", "clip_value", "norm_adv", "max_norm"),
+    NUMPY_UPDATE_CASES,
+)
+def test_numpy_update_is_ppo_learn(
+    monkeypatch: pytest.MonkeyPatch,
+    continuous: bool,
+    hidden: tuple[int, ...],
+    activation: str,
+    ent: float,
+    clip_value: bool,
+    norm_adv: bool,
+    max_norm: float,
+) -> None:
+    """The example's numpy update against ``PPO.learn_tensor`` on a twin model, five steps:
+    the same statistics, the same gradients (clipped or not), the same weights and Adam state
+    after each step; torch steps in between (they replace ``.grad``) change nothing."""
+    model_module, _ = _example_model_module(), _example_agent_module(monkeypatch)
+    numpy_update = sys.modules["numpy_update"]
+    torch.manual_seed(0)
+    model = model_module.MLPModel(5, 3, continuous, hidden, activation, -0.5)
+    twin = copy.deepcopy(model)
+    kwargs = {
+        "continuous_action": continuous,
+        "entropy_coef": ent,
+        "use_clipped_value_loss": clip_value,
+        "norm_adv": norm_adv,
+        "max_grad_norm": max_norm,
+        "device": "cpu",
+    }
+    fast, reference = PPO(model, **kwargs), PPO(twin, **kwargs)
+    update = numpy_update.NumpyPPOUpdate(fast)
+    rng = np.random.default_rng(1)
+    clipped_steps = 0
+    for step in range(5):
+        batch = _numpy_update_batch(rng, model, continuous, first=step == 0)
+        tensors = [torch.from_numpy(x) for x in batch]
+        lr = 1e-3 * (step + 1)
+        if step == 2:  # the torch path on the numpy side too
+            got = fast.learn_tensor(*tensors, lr=lr).numpy()
+        else:
+            got = update.learn(*batch, lr=lr)
+        # the reference's gradient before its clip: was the clip exercised?
+        reference.optimizer_step = lambda lr, ref=reference: None  # type: ignore[method-assign]
+        want = reference.learn_tensor(*tensors, lr=lr).numpy()
+        raw = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in twin.parameters()]))
+        clipped_steps += int(raw > max_norm)
+        if step != 2:
+            for p, q in zip(model._flat_params, twin._flat_params, strict=True):
+                np.testing.assert_allclose(
+                    p.grad.numpy(),  # after the numpy update's clip
+                    q.grad.numpy() * min(1.0, max_norm / (float(raw) + 1e-6)),
+                    rtol=1e-4,
+                    atol=1e-7,
+                )
+        del reference.optimizer_step
+        reference.optimizer_step(lr)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), atol=2e-6)
+    if max_norm > 1e8 or max_norm < 0.1:  # the clip never or always at work
+        assert clipped_steps == (0 if max_norm > 1e8 else 5)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        state, ref_state = fast.optimizer.state[p], reference.optimizer.state[q]
+        assert int(state["step"]) == int(ref_state["step"]) == 5
+        np.testing.assert_allclose(state["exp_avg"], ref_state["exp_avg"], rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_the_example_agent_learns_through_numpy_as_through_torch(
+    monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    """``PPOAgent.learn`` on an ``MLPModel`` takes the numpy update, and ends where the torch
+    path ends on the same rollout: same minibatches, statistics, weights, learning rates. A
+    model the numpy update cannot take (a frozen layer) goes through torch."""
+    model_module, agent_module = _example_model_module(), _example_agent_module(monkeypatch)
+    storage, numpy_update = sys.modules["storage"], sys.modules["numpy_update"]
+    config = {
+        "num_updates": 3,
+        "initial_lr": 1e-3,
+        "lr_decay": True,
+        "clip_param": 0.2,
+        "clip_decay": True,
+        "update_epochs": 3,
+        "num_minibatches": 2,
+        "seed": 0,
+    }
+    torch.manual_seed(0)
+    model = model_module.MLPModel(5, 3, continuous, (32, 32), "tanh", -0.5)
+    twin = copy.deepcopy(model)
+    agents = [
+        agent_module.PPOAgent(PPO(m, continuous_action=continuous, device="cpu"), config, (5,))
+        for m in (model, twin)
+    ]
+    torch_alg = agents[1].alg
+    supports = numpy_update.NumpyPPOUpdate.supports
+    monkeypatch.setattr(
+        numpy_update.NumpyPPOUpdate,
+        "supports",
+        staticmethod(lambda alg: alg is not torch_alg and supports(alg)),
+    )
+    rng = np.random.default_rng(2)
+    rollout = storage.RolloutStorage(16, 4, (5,), (3,) if continuous else ())
+    for _ in range(16):
+        obs = rng.standard_normal((4, 5)).astype(np.float32)
+        value, action, logprob, _ = agents[0].sample(obs)
+        rollout.append(obs, action, logprob, rng.standard_normal(4), rng.random(4) < 0.1, value)
+    rollout.compute_returns(rng.standard_normal(4).astype(np.float32), 0.99, 0.95)
+    for _ in range(2):
+        results = []
+        for agent in agents:
+            torch.manual_seed(5)  # the same minibatch order
+            results.append(agent.learn(rollout))
+        np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
+    assert agents[0]._numpy_update is not None and agents[1]._numpy_update is None
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), atol=2e-6)
+    assert agents[0].alg.clip_param == agents[1].alg.clip_param < 0.2
+    monkeypatch.setattr(numpy_update.NumpyPPOUpdate, "supports", staticmethod(supports))
+    twin.pi.weight.requires_grad_(False)
+    frozen = PPO(twin, continuous_action=continuous, device="cpu")
+    assert not supports(frozen)
+    agent = agent_module.PPOAgent(frozen, config, (5,))
+    before = [p.detach().clone() for p in twin.parameters()]
+    agent.learn(rollout)
+    assert agent._numpy_update is None
+    changed = {
+        name: not torch.equal(p, b)
+        for (name, p), b in zip(twin.named_parameters(), before, strict=True)
+    }
+    assert changed.pop("pi.weight") is False and all(changed.values())
+
+
+def test_numpy_update_and_optimizer_step_refuse_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    model_module, _ = _example_model_module(), _example_agent_module(monkeypatch)
+    numpy_update = sys.modules["numpy_update"]
+    alg = PPO(TwoHeads(False), device="cpu")
+    with pytest.raises(ValueError, match="MLPModel"):
+        numpy_update.NumpyPPOUpdate(alg)
+    mlp = model_module.MLPModel(3, 2)
+    mlp.pi.weight.requires_grad_(False)  # a frozen parameter: PPO does not train it
+    with pytest.raises(ValueError, match="all of whose parameters"):
+        numpy_update.NumpyPPOUpdate(PPO(mlp, device="cpu"))
+    with pytest.raises(ValueError, match="lr"):
+        alg.optimizer_step(lr=0.0)
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        numpy_update.set_blas_threads(0)
+
+
+def test_set_blas_threads_sets_numpys_openblas_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in this process: the thread count OpenBLAS reports follows, and is put back."""
+    import ctypes
+
+    _example_agent_module(monkeypatch)
+    numpy_update = sys.modules["numpy_update"]
+    with open("/proc/self/maps") as maps:
+        paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    assert paths, "numpy is expected to ship OpenBLAS (the pip wheels do)"
+    library = ctypes.CDLL(paths[0])
+    getter = next(
+        getattr(library, name)
+        for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads")
+        if hasattr(library, name)
+    )
+    before = getter()
+    try:
+        assert numpy_update.set_blas_threads(1) is True
+        assert getter() == 1
+        assert numpy_update.set_blas_threads(2) is True
+        assert getter() == 2
+    finally:
+        numpy_update.set_blas_threads(before)
