@@ -4,10 +4,11 @@
 minibatch; on CartPole's 64x64 networks and 256-row minibatches that overhead costs more than the
 arithmetic. Here the forward pass, the PPO loss and its derivatives, and the backward pass are
 written out in numpy (``MLPModel.numpy_forward`` / ``numpy_backward`` for the network, the loss
-below), the gradients land in the parameters' ``.grad``, and ``PPO.optimizer_step`` clips them
-and takes the same Adam step with the same optimizer state: checkpoints, learning-rate changes
-and the torch path all stay interchangeable. Same loss, same gradients as ``PPO.learn_tensor``
-(up to float32 rounding; ``tests/rl/test_ppo_fast_paths.py`` compares them), half the time.
+below), the gradients land in the parameters' ``.grad`` clipped to PPO's global norm, and
+``PPO.optimizer_step`` takes the same Adam step with the same optimizer state: checkpoints,
+learning-rate changes and the torch path all stay interchangeable. Same loss, same gradients as
+``PPO.learn_tensor`` (up to float32 rounding; ``tests/rl/test_ppo_fast_paths.py`` compares
+them), in half the time.
 """
 
 from __future__ import annotations
