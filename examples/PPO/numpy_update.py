@@ -116,6 +116,8 @@ class NumpyPPOUpdate:
         alg, model = self.alg, self.alg.model
         grads = self._gradient_arrays()
         size = len(obs)
+        if alg.norm_adv and size < 2:
+            raise ValueError(alg._norm_adv_error(size))
         out, value, activations = model.numpy_forward(obs)
         if alg.continuous_action:
             logprob, entropy, d_logprob_d_out, log_std_terms = self._gaussian(out, action)

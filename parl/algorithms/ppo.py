@@ -263,6 +263,8 @@ class PPO(Algorithm):
         update on a GPU instead of one per minibatch)."""
         if lr is not None:
             lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.learn")
+        if self.norm_adv and batch_adv.numel() < 2:
+            raise ValueError(self._norm_adv_error(batch_adv.numel()))
         policy, newvalue = self._policy_and_value(batch_obs)
         newlogprob, entropy_b = self._log_prob_entropy(policy, self._as_action(batch_action))
         if newvalue.dim() != 1:
@@ -293,6 +295,15 @@ class PPO(Algorithm):
         loss.backward()
         self.optimizer_step(lr)
         return torch.stack([value_loss, pg_loss, entropy, approx_kl, clip_frac]).detach()
+
+    @staticmethod
+    def _norm_adv_error(size: int) -> str:
+        """The message for a minibatch too small to normalise its advantages over."""
+        return (
+            f"PPO.learn: norm_adv=True normalises the advantages by their standard deviation "
+            f"over the minibatch, which needs at least 2 rows, got {size} (the update would "
+            f"make every weight NaN); use larger minibatches (fewer of them) or norm_adv=False"
+        )
 
     def optimizer_step(self, lr: float | None = None, clip_grad: bool = True) -> None:
         """What :meth:`learn` does after its backward pass: clip the gradients held in the

@@ -809,6 +809,26 @@ def test_numpy_update_leaves_a_parameter_frozen_after_ppo_was_built_as_torch_doe
     assert torch.equal(model.pi.weight, frozen) and not torch.equal(model.v.weight, trained)
 
 
+@pytest.mark.parametrize("continuous", [False, True])
+def test_numpy_update_refuses_a_one_row_minibatch_with_norm_adv(
+    monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    """As ``PPO.learn``: one row has no standard deviation to normalise the advantages by (NaN
+    weights otherwise); without ``norm_adv`` a one-row minibatch is fine."""
+    model_module, _ = _example_model_module(), _example_agent_module(monkeypatch)
+    numpy_update = sys.modules["numpy_update"]
+    torch.manual_seed(0)
+    model = model_module.MLPModel(5, 3, continuous, (16,))
+    batch = _numpy_update_batch(np.random.default_rng(0), model, continuous, True, size=1)
+    update = numpy_update.NumpyPPOUpdate(PPO(model, continuous_action=continuous))
+    with pytest.raises(ValueError, match="norm_adv=True .* at least 2 rows, got 1"):
+        update.learn(*batch)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    update = numpy_update.NumpyPPOUpdate(PPO(model, continuous_action=continuous, norm_adv=False))
+    assert np.isfinite(update.learn(*batch)).all()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_set_blas_threads_sets_numpys_openblas_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run in this process: the thread count OpenBLAS reports follows, and is put back."""
     import ctypes
