@@ -240,7 +240,9 @@ class PPO(Algorithm):
 
         Shapes: ``batch_obs (B, *obs_shape)``, ``batch_action (B,)`` or ``(B, act_dim)``, the
         others ``(B,)``: the values, returns (critic targets) and log-probabilities recorded when
-        sampling, and the advantages. ``lr`` sets the learning rate from now on.
+        sampling, and the advantages. ``lr`` sets the learning rate from now on; 0 is allowed
+        (the last value of PARL's ``LinearDecayScheduler``, which its PPO agent passes on its
+        last update: the step then leaves the weights as they are).
         """
         stats = self.learn_tensor(
             batch_obs, batch_action, batch_value, batch_return, batch_logprob, batch_adv, lr
@@ -262,7 +264,7 @@ class PPO(Algorithm):
         running many minibatches can sum them on the device and read them once (one sync per
         update on a GPU instead of one per minibatch)."""
         if lr is not None:
-            lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.learn")
+            lr = check_float("lr", lr, low=0.0, owner="PPO.learn")
         if self.norm_adv and batch_adv.numel() < 2:
             raise ValueError(self._norm_adv_error(batch_adv.numel()))
         policy, newvalue = self._policy_and_value(batch_obs)
@@ -312,7 +314,7 @@ class PPO(Algorithm):
         computes PPO's gradients another way (the PPO example's numpy update) and wants the
         same optimizer, state and checkpoints."""
         if lr is not None:
-            lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.optimizer_step")
+            lr = check_float("lr", lr, low=0.0, owner="PPO.optimizer_step")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         if clip_grad:

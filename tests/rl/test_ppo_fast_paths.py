@@ -768,7 +768,7 @@ def test_numpy_update_and_optimizer_step_refuse_bad_input(monkeypatch: pytest.Mo
     with pytest.raises(ValueError, match="all of whose parameters"):
         numpy_update.NumpyPPOUpdate(PPO(mlp, device="cpu"))
     with pytest.raises(ValueError, match="lr"):
-        alg.optimizer_step(lr=0.0)
+        alg.optimizer_step(lr=-1e-3)
     with pytest.raises(ValueError, match="threads must be >= 1"):
         numpy_update.set_blas_threads(0)
 
