@@ -60,7 +60,9 @@ class NumpyPPOUpdate:
     numpy arrays in, ``[value_loss, action_loss, entropy, approx_kl, clip_frac]`` out (float64).
 
     Only for what :meth:`supports` accepts: a float32 ``MLPModel`` (with ``numpy_forward``) on
-    the CPU whose parameters are all trained by ``alg``.
+    the CPU whose parameters are all trained by ``alg`` (none of them frozen since, with
+    ``requires_grad_(False)``: autograd would give a frozen one no gradient, so neither does
+    this update).
     """
 
     def __init__(self, alg: PPO) -> None:
@@ -84,7 +86,10 @@ class NumpyPPOUpdate:
         return (
             len(params) == len(trained) == len(list(model.parameters()))
             and all(id(p) in trained for p in params)
-            and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
+            and all(
+                p.requires_grad and p.device.type == "cpu" and p.dtype == torch.float32
+                for p in params
+            )
         )
 
     def _gradient_arrays(self) -> list[np.ndarray]:
@@ -112,6 +117,8 @@ class NumpyPPOUpdate:
         alg, model = self.alg, self.alg.model
         grads = self._gradient_arrays()
         size = len(obs)
+        if alg.norm_adv and size < 2:
+            raise ValueError(alg._norm_adv_error(size))
         out, value, activations = model.numpy_forward(obs)
         if alg.continuous_action:
             logprob, entropy, d_logprob_d_out, log_std_terms = self._gaussian(out, action)

@@ -145,7 +145,7 @@ class A2C(Algorithm):
         value of its linear schedule at every call).
         """
         if lr is not None:
-            lr = check_float("lr", lr, low=0.0, low_open=True, owner="A2C.learn")
+            lr = check_float("lr", lr, low=0.0, owner="A2C.learn")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         advantages = _per_step("advantages", advantages, obs.shape[0])

@@ -240,7 +240,9 @@ class PPO(Algorithm):
 
         Shapes: ``batch_obs (B, *obs_shape)``, ``batch_action (B,)`` or ``(B, act_dim)``, the
         others ``(B,)``: the values, returns (critic targets) and log-probabilities recorded when
-        sampling, and the advantages. ``lr`` sets the learning rate from now on.
+        sampling, and the advantages. ``lr`` sets the learning rate from now on; 0 is allowed
+        (the last value of PARL's ``LinearDecayScheduler``, which its PPO agent passes on its
+        last update: the step then leaves the weights as they are).
         """
         stats = self.learn_tensor(
             batch_obs, batch_action, batch_value, batch_return, batch_logprob, batch_adv, lr
@@ -262,7 +264,9 @@ class PPO(Algorithm):
         running many minibatches can sum them on the device and read them once (one sync per
         update on a GPU instead of one per minibatch)."""
         if lr is not None:
-            lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.learn")
+            lr = check_float("lr", lr, low=0.0, owner="PPO.learn")
+        if self.norm_adv and batch_adv.numel() < 2:
+            raise ValueError(self._norm_adv_error(batch_adv.numel()))
         policy, newvalue = self._policy_and_value(batch_obs)
         newlogprob, entropy_b = self._log_prob_entropy(policy, self._as_action(batch_action))
         if newvalue.dim() != 1:
@@ -294,6 +298,15 @@ class PPO(Algorithm):
         self.optimizer_step(lr)
         return torch.stack([value_loss, pg_loss, entropy, approx_kl, clip_frac]).detach()
 
+    @staticmethod
+    def _norm_adv_error(size: int) -> str:
+        """The message for a minibatch too small to normalise its advantages over."""
+        return (
+            f"PPO.learn: norm_adv=True normalises the advantages by their standard deviation "
+            f"over the minibatch, which needs at least 2 rows, got {size} (the update would "
+            f"make every weight NaN); use larger minibatches (fewer of them) or norm_adv=False"
+        )
+
     def optimizer_step(self, lr: float | None = None, clip_grad: bool = True) -> None:
         """What :meth:`learn` does after its backward pass: clip the gradients held in the
         parameters' ``.grad`` to ``max_grad_norm`` (global norm; ``clip_grad=False`` when the
@@ -301,7 +314,7 @@ class PPO(Algorithm):
         computes PPO's gradients another way (the PPO example's numpy update) and wants the
         same optimizer, state and checkpoints."""
         if lr is not None:
-            lr = check_float("lr", lr, low=0.0, low_open=True, owner="PPO.optimizer_step")
+            lr = check_float("lr", lr, low=0.0, owner="PPO.optimizer_step")
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         if clip_grad:

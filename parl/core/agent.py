@@ -142,8 +142,8 @@ class Agent:
     ) -> Path:
         """Save a full training checkpoint: all models, optimizers, learning-rate schedulers and
         random number generator states of this process, plus ``counters`` (e.g.
-        ``{"episode": 120, "total_steps": 35210}``) and ``extra`` (tensors and plain data, such
-        as ``scheduler.state_dict()``). Atomic, like ``save``.
+        ``{"episode": 120, "total_steps": 35210}``) and ``extra`` (tensors, numpy arrays and plain
+        data, such as ``scheduler.state_dict()``). Atomic, like ``save``.
         """
         return save_training_checkpoint(
             save_path,

@@ -165,6 +165,49 @@ def _check_counters(counters: Mapping[str, Any] | None) -> dict[str, int | float
     return checked
 
 
+_NUMPY_TAG = "__parl_numpy__"  # {tag: tensor, "scalar": bool}: a numpy array or scalar in extra
+_EXTRA_LEAVES = (torch.Tensor, bool, int, float, complex, str, bytes, type(None), torch.dtype)
+
+
+def _encode_extra(value: Any, where: str) -> Any:
+    """``extra`` as ``torch.load(weights_only=True)`` reads it back: numpy arrays and scalars
+    become tagged tensors (:func:`_decode_extra` turns them back); anything it could not read
+    is refused now, not when resuming."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        try:
+            tensor = torch.from_numpy(np.array(array, copy=True, order="C"))
+        except TypeError:
+            raise TypeError(
+                f"{where}: a numpy array of dtype {array.dtype} cannot go into a checkpoint "
+                f"(numbers and booleans only)"
+            ) from None
+        return {_NUMPY_TAG: tensor, "scalar": isinstance(value, np.generic)}
+    if isinstance(value, _EXTRA_LEAVES):
+        return value
+    if isinstance(value, Mapping):
+        return {key: _encode_extra(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_encode_extra(item, f"{where}[{i}]") for i, item in enumerate(value))
+    raise TypeError(
+        f"{where} is a {type(value).__name__}: a checkpoint's extra holds tensors, numpy arrays, "
+        f"numbers, strings, None and lists, tuples and dicts of them (it is read back with "
+        f"torch.load(weights_only=True), which refuses other objects); store its state_dict() "
+        f"or plain data instead"
+    )
+
+
+def _decode_extra(value: Any) -> Any:
+    if isinstance(value, dict):
+        if _NUMPY_TAG in value:
+            array = value[_NUMPY_TAG].numpy()
+            return array[()] if value.get("scalar") else array
+        return {key: _decode_extra(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_decode_extra(item) for item in value)
+    return value
+
+
 def save_training_checkpoint(
     path: PathLike,
     models: Mapping[str, nn.Module],
@@ -175,9 +218,11 @@ def save_training_checkpoint(
 ) -> Path:
     """Write everything needed to resume training exactly; returns the file's path.
 
-    ``extra`` may hold tensors, numbers, strings and nested lists/dicts of them (for example the
-    ``state_dict()`` of a ``parl.utils`` scheduler); it comes back from
-    ``load_training_checkpoint``.
+    ``extra`` may hold tensors, numpy arrays, numbers, strings and nested lists/dicts of them
+    (for example the ``state_dict()`` of a ``parl.utils`` scheduler, or the running statistics
+    of ``wrap_rms``'s ``get_rms_state()``); it comes back from ``load_training_checkpoint``.
+    Anything else is a ``TypeError`` here (the load, with ``weights_only=True``, would refuse
+    it).
     """
     payload = {
         "format": _FORMAT,
@@ -187,7 +232,7 @@ def save_training_checkpoint(
         "lr_schedulers": {name: s.state_dict() for name, s in (lr_schedulers or {}).items()},
         "rng": capture_rng_state(),
         "counters": _check_counters(counters),
-        "extra": dict(extra or {}),
+        "extra": _encode_extra(dict(extra or {}), "extra"),
     }
     return atomic_save(payload, path)
 
@@ -263,4 +308,6 @@ def load_training_checkpoint(
         raise
     if restore_rng:
         restore_rng_state(payload["rng"])
-    return TrainingState(counters=dict(payload["counters"]), extra=dict(payload["extra"]))
+    return TrainingState(
+        counters=dict(payload["counters"]), extra=_decode_extra(dict(payload["extra"]))
+    )

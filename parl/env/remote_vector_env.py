@@ -328,11 +328,18 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         except BaseException:  # e.g. Ctrl-C: an answer left unread would answer the next ring
             self._drop_bells()
             raise
-        for i, (kind, _) in enumerate(got):
-            if kind not in (DONE, INFOS):
-                failed, self._serving[i] = self._serving[i], None
-                failed.get()  # raises
-                raise RuntimeError(f"actor {i} of RemoteVectorEnv stopped stepping")
+        failed = [i for i, (kind, _) in enumerate(got) if kind not in (DONE, INFOS)]
+        if failed:
+            # every failed serve() call is done with: the next step starts new ones (a stale
+            # one would leave its actor's ring unanswered) and close() does not raise its error
+            futures = [self._serving[i] for i in failed]
+            for i in failed:
+                self._serving[i] = None
+            for future in futures[1:]:  # the same step failed there too: the first error tells
+                with contextlib.suppress(Exception):
+                    future.get()
+            futures[0].get()  # raises
+            raise RuntimeError(f"actor {failed[0]} of RemoteVectorEnv stopped stepping")
         return [infos for _, infos in got]
 
     def _drop_bells(self) -> None:

@@ -57,6 +57,21 @@ def test_a2c_losses_match_a_hand_computed_case() -> None:
     assert float(total) == pytest.approx(expected_pi + 0.5 * expected_vf - 0.01 * expected_entropy)
 
 
+def test_a2c_takes_a_zero_learning_rate_as_parl_does() -> None:
+    """PARL's A2C sets whatever rate it is given, 0.0 included (the end of a linear decay):
+    the step leaves the weights unchanged; a negative rate is refused."""
+    model = FixedModel()
+    alg = A2C(model, {"vf_loss_coeff": 0.5, "learning_rate": 1e-3}, device="cpu")
+    batch = (torch.zeros(2, 3), torch.tensor([1, 0]), torch.tensor([1.0, -1.0]))
+    alg.learn(*batch, torch.tensor([1.5, 0.5]), lr=1e-3)
+    before = [p.detach().clone() for p in model.parameters()]
+    alg.learn(*batch, torch.tensor([1.5, 0.5]), lr=0.0)
+    assert alg.optimizer.param_groups[0]["lr"] == 0.0
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+    with pytest.raises(ValueError, match="lr must be"):
+        alg.learn(*batch, torch.tensor([1.5, 0.5]), lr=-1e-3)
+
+
 def test_a2c_config_keys_defaults_and_api() -> None:
     alg = A2C(FixedModel(), {"vf_loss_coeff": 0.25, "start_lr": 5e-4}, device="cpu")
     assert alg.vf_loss_coeff == 0.25 and alg.optimizer.param_groups[0]["lr"] == 5e-4

@@ -6,6 +6,7 @@ import os
 import random
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -138,6 +139,47 @@ def _train_steps(agent: PGAgent, steps: int) -> None:
     for _ in range(steps):
         obs = np.random.standard_normal((16, 4)).astype(np.float32) * random.uniform(0.5, 2.0)
         agent.learn(obs, agent.sample(obs), np.random.standard_normal(16).astype(np.float32))
+
+
+def test_training_checkpoint_extra_takes_numpy_data_and_refuses_what_cannot_load(
+    make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Numpy arrays and scalars in ``extra`` (``wrap_rms``'s ``get_rms_state()``, a numpy
+    generator's state) come back as they went in; they used to be saved and then refused by
+    the ``weights_only`` load when resuming. An object no load could read is refused when
+    saving, with the key that holds it."""
+    from parl.env.mujoco_wrappers import wrap_rms
+
+    agent = make_agent(seed=0)
+    env = wrap_rms(gymnasium.make("Pendulum-v1"), 0.99, compat=False)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    rms = env.get_rms_state()
+    extra = {
+        "rms": rms,
+        "rng": np.random.default_rng(3).bit_generator.state,
+        "mixed": [np.int32(4), np.arange(3, dtype=np.uint8), (np.float32(0.5), "s", None)],
+    }
+    path = tmp_path / "checkpoint.pt"
+    agent.save_checkpoint(path, extra=extra)
+    back = make_agent(seed=1).restore_checkpoint(path).extra
+    for key in ("ob_rms", "ret_rms"):
+        for field in ("mean", "var"):
+            got, want = back["rms"][key][field], rms[key][field]
+            assert isinstance(got, np.ndarray) and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+        assert back["rms"][key]["count"] == rms[key]["count"]
+    assert back["rng"] == extra["rng"]
+    scalar, array, inner = back["mixed"]
+    assert type(scalar) is np.int32 and scalar == 4
+    assert array.dtype == np.uint8 and array.tolist() == [0, 1, 2]
+    assert type(inner[0]) is np.float32 and inner[1:] == ("s", None)
+    env.set_rms_state(back["rms"])  # what the PPO example does on --resume
+    with pytest.raises(TypeError, match=r"extra\['bad'\]\[0\] is a object"):
+        agent.save_checkpoint(tmp_path / "bad.pt", extra={"bad": [object()]})
+    with pytest.raises(TypeError, match="dtype <U1"):
+        agent.save_checkpoint(tmp_path / "bad.pt", extra={"s": np.array(["a"])})
+    assert not (tmp_path / "bad.pt").exists()
 
 
 def test_training_checkpoint_resumes_exactly(

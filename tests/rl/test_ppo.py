@@ -83,6 +83,38 @@ def test_ppo_unclipped_value_loss_and_advantage_normalisation() -> None:
     assert action_loss == pytest.approx((max(-a * 1.5, -a * 1.2) + max(a * 0.5, a * 0.8)) / 2)
 
 
+def test_ppo_refuses_a_one_row_minibatch_to_normalise_advantages_over() -> None:
+    """``norm_adv`` divides by the minibatch's standard deviation, NaN for one row: the update
+    would make every weight NaN without a word, so it is refused; without ``norm_adv`` it runs."""
+    model = FixedDiscrete()
+    alg = PPO(model, device="cpu")
+    one_row = {key: value[:1] for key, value in _discrete_batch().items()}
+    with pytest.raises(ValueError, match="norm_adv=True .* at least 2 rows, got 1"):
+        alg.learn(**one_row)
+    assert torch.isfinite(model.logits).all() and not alg.optimizer.state
+    PPO(model, norm_adv=False, device="cpu").learn(**one_row)
+    assert torch.isfinite(model.logits).all() and torch.isfinite(model.v).all()
+
+
+def test_ppo_takes_the_zero_learning_rate_of_parls_schedule_on_the_last_update() -> None:
+    """PARL's PPO agent passes ``lr_scheduler.step()`` of a ``LinearDecayScheduler`` over the
+    updates, 0.0 on the last one: the update runs and leaves the weights unchanged; a negative
+    rate is refused."""
+    from parl.utils import LinearDecayScheduler
+
+    model = FixedDiscrete()
+    alg = PPO(model, device="cpu")
+    scheduler = LinearDecayScheduler(1e-2, 2)
+    alg.learn(**_discrete_batch(), lr=scheduler.step())
+    before = model.logits.detach().clone()
+    lr = scheduler.step()
+    assert lr == 0.0
+    alg.learn(**_discrete_batch(), lr=lr)
+    assert alg.optimizer.param_groups[0]["lr"] == 0.0 and torch.equal(model.logits, before)
+    with pytest.raises(ValueError, match="lr must be"):
+        alg.learn(**_discrete_batch(), lr=-1e-3)
+
+
 def test_ppo_gaussian_log_prob_and_entropy_sum_over_dimensions() -> None:
     alg = PPO(FixedGaussian(), continuous_action=True, device="cpu")
     value, action, logprob, entropy = alg.sample(torch.zeros(5, 3))

@@ -768,9 +768,65 @@ def test_numpy_update_and_optimizer_step_refuse_bad_input(monkeypatch: pytest.Mo
     with pytest.raises(ValueError, match="all of whose parameters"):
         numpy_update.NumpyPPOUpdate(PPO(mlp, device="cpu"))
     with pytest.raises(ValueError, match="lr"):
-        alg.optimizer_step(lr=0.0)
+        alg.optimizer_step(lr=-1e-3)
     with pytest.raises(ValueError, match="threads must be >= 1"):
         numpy_update.set_blas_threads(0)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_numpy_update_leaves_a_parameter_frozen_after_ppo_was_built_as_torch_does(
+    monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    """``requires_grad_(False)`` after ``PPO`` was built: autograd gives the parameter no
+    gradient, so ``PPO.learn`` leaves it alone; the agent then takes the torch path instead of
+    the numpy update, which would have trained it."""
+    model_module, agent_module = _example_model_module(), _example_agent_module(monkeypatch)
+    storage, numpy_update = sys.modules["storage"], sys.modules["numpy_update"]
+    config = {
+        "num_updates": 2,
+        "initial_lr": 1e-3,
+        "lr_decay": False,
+        "clip_param": 0.2,
+        "update_epochs": 2,
+        "num_minibatches": 2,
+        "seed": 0,
+    }
+    torch.manual_seed(0)
+    model = model_module.MLPModel(5, 3, continuous, (16, 16))
+    agent = agent_module.PPOAgent(PPO(model, continuous_action=continuous), config, (5,))
+    assert numpy_update.NumpyPPOUpdate.supports(agent.alg)
+    model.pi.weight.requires_grad_(False)
+    assert not numpy_update.NumpyPPOUpdate.supports(agent.alg)
+    rng = np.random.default_rng(0)
+    rollout = storage.RolloutStorage(8, 2, (5,), (3,) if continuous else ())
+    for _ in range(8):
+        obs = rng.standard_normal((2, 5)).astype(np.float32)
+        value, action, logprob, _ = agent.sample(obs)
+        rollout.append(obs, action, logprob, rng.standard_normal(2), np.zeros(2), value)
+    rollout.compute_returns(np.zeros(2, np.float32), 0.99, 0.95)
+    frozen, trained = model.pi.weight.detach().clone(), model.v.weight.detach().clone()
+    agent.learn(rollout)
+    assert torch.equal(model.pi.weight, frozen) and not torch.equal(model.v.weight, trained)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_numpy_update_refuses_a_one_row_minibatch_with_norm_adv(
+    monkeypatch: pytest.MonkeyPatch, continuous: bool
+) -> None:
+    """As ``PPO.learn``: one row has no standard deviation to normalise the advantages by (NaN
+    weights otherwise); without ``norm_adv`` a one-row minibatch is fine."""
+    model_module, _ = _example_model_module(), _example_agent_module(monkeypatch)
+    numpy_update = sys.modules["numpy_update"]
+    torch.manual_seed(0)
+    model = model_module.MLPModel(5, 3, continuous, (16,))
+    batch = _numpy_update_batch(np.random.default_rng(0), model, continuous, True, size=1)
+    update = numpy_update.NumpyPPOUpdate(PPO(model, continuous_action=continuous))
+    with pytest.raises(ValueError, match="norm_adv=True .* at least 2 rows, got 1"):
+        update.learn(*batch)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    update = numpy_update.NumpyPPOUpdate(PPO(model, continuous_action=continuous, norm_adv=False))
+    assert np.isfinite(update.learn(*batch)).all()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_set_blas_threads_sets_numpys_openblas_threads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -254,6 +254,29 @@ def test_an_env_error_in_a_step_reaches_the_caller_and_the_env_stays_usable() ->
         assert remote.step(np.zeros(2, np.int64))[0].shape == obs.shape
 
 
+def test_a_step_that_failed_in_every_actor_leaves_the_env_steppable_and_closable() -> None:
+    """Both actors' envs raise on the same step: the error reaches the caller once; the next
+    step runs (it used to wait forever for the second actor, whose failed loop was kept as if
+    it still served) and ``close()`` does not raise that error again."""
+    before = _children()
+    remote = RemoteVectorEnv([_FailsOnThirdStep] * 2, num_workers=2)
+    remote.reset(seed=0)
+    remote.step(np.zeros(2, np.int64))
+    remote.step(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="env broke on step 3"):
+        remote.step(np.zeros(2, np.int64))
+    obs, rewards, *_ = remote.step(np.zeros(2, np.int64))
+    assert obs.shape == (2, 4) and rewards.tolist() == [1.0] * 2
+    remote.close()
+    with RemoteVectorEnv([_FailsOnThirdStep] * 2, num_workers=2) as remote:  # closed at once
+        remote.reset(seed=0)
+        remote.step(np.zeros(2, np.int64))
+        remote.step(np.zeros(2, np.int64))
+        with pytest.raises(RuntimeError, match="env broke on step 3"):
+            remote.step(np.zeros(2, np.int64))
+    assert wait_until(lambda: not (_children() - before), timeout=15.0, interval=0.05)
+
+
 def test_a_dead_actor_turns_the_step_into_an_error() -> None:
     before = _children()
     with RemoteVectorEnv.make("CartPole-v1", 2, num_workers=2) as remote:
