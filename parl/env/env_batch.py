@@ -50,6 +50,21 @@ class EnvBatch(Protocol):
     def close(self) -> None: ...
 
 
+def check_same_spaces(
+    first: tuple[gymnasium.Space, gymnasium.Space],
+    other: tuple[gymnasium.Space, gymnasium.Space],
+    which: str,
+) -> None:
+    """A vector env batches one observation and one action space: ``ValueError`` naming
+    ``which`` env differs from env 0 (gymnasium's vector envs refuse the same)."""
+    for kind, a, b in zip(("observation", "action"), first, other, strict=True):
+        if a != b:
+            raise ValueError(
+                f"RemoteVectorEnv: {which} has the {kind} space {b}, env 0 has {a}; the envs of "
+                "a vector env must share their spaces (make them from the same id and wrappers)"
+            )
+
+
 class EnvList:
     """``env_fns[k]()`` is env ``k`` of the block; stepped one after another."""
 
@@ -60,6 +75,17 @@ class EnvList:
         self.num_envs = len(self.envs)
         self.single_observation_space = self.envs[0].observation_space
         self.single_action_space = self.envs[0].action_space
+        for k, env in enumerate(self.envs):
+            try:
+                check_same_spaces(
+                    (self.single_observation_space, self.single_action_space),
+                    (env.observation_space, env.action_space),
+                    f"env {k}",
+                )
+            except ValueError:
+                for made in self.envs:
+                    made.close()
+                raise
         self.same_step = mode is AutoresetMode.SAME_STEP
         self.keep_info = keep_info
         self.autoreset = np.zeros(self.num_envs, dtype=bool)

@@ -31,7 +31,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 import parl
-from parl.env.env_batch import EnvList, Infos, per_env_values, reset_seeds
+from parl.env.env_batch import EnvList, Infos, check_same_spaces, per_env_values, reset_seeds
 from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
 from parl.remote.context import actors_share_memory
@@ -172,7 +172,14 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
             RemoteEnvWorker(build, self.autoreset_mode.value, bool(infos)) for build in builders
         ]
         self._finalizer = weakref.finalize(self, _close_workers, list(self._workers), self._bells)
-        obs_space, act_space = self._workers[0].spaces().get()
+        spaces = parl.get([worker.spaces() for worker in self._workers])
+        obs_space, act_space = spaces[0]
+        for worker_spaces, r in zip(spaces[1:], ranges[1:], strict=True):
+            try:
+                check_same_spaces(spaces[0], worker_spaces, f"env {r.start}")
+            except ValueError:
+                self._finalizer()  # end the actors: the caller gets no env to close
+                raise
         self.single_observation_space, self.single_action_space = obs_space, act_space
         self.observation_space = batch_space(obs_space, self.num_envs)
         self.action_space = batch_space(act_space, self.num_envs)

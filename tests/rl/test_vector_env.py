@@ -277,6 +277,18 @@ def test_a_step_that_failed_in_every_actor_leaves_the_env_steppable_and_closable
     assert wait_until(lambda: not (_children() - before), timeout=15.0, interval=0.05)
 
 
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_envs_with_different_spaces_are_refused_by_name(num_workers: int) -> None:
+    """Env 2 differs from env 0: in the same actor (1 worker) or in another one (2), a
+    ``ValueError`` names the env and both spaces, as gymnasium's vector envs refuse it (it used
+    to surface as numpy's "could not broadcast" at ``reset``), and no actor is left behind."""
+    before = _children()
+    mountain_car = functools.partial(gymnasium.make, "MountainCar-v0")
+    with pytest.raises(ValueError, match=r"env 2 has the observation space Box\(\[-1\.2"):
+        RemoteVectorEnv([CARTPOLE] * 2 + [mountain_car] * 2, num_workers=num_workers)
+    assert wait_until(lambda: not (_children() - before), timeout=15.0, interval=0.05)
+
+
 def test_a_dead_actor_turns_the_step_into_an_error() -> None:
     before = _children()
     with RemoteVectorEnv.make("CartPole-v1", 2, num_workers=2) as remote:
