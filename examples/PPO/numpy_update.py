@@ -42,17 +42,21 @@ def set_blas_threads(threads: int) -> bool:
         raise ValueError(f"set_blas_threads: threads must be >= 1, got {threads}")
     try:
         with open(f"/proc/{os.getpid()}/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+            fields = [line.split(maxsplit=5) for line in maps]
     except OSError:  # not Linux: leave the BLAS as it is
         return False
-    for path in sorted(paths):
-        library = ctypes.CDLL(path)
-        for name in _OPENBLAS_SETTERS:
-            setter = getattr(library, name, None)
-            if setter is not None:
-                setter(int(threads))
-                return True
-    return False
+    paths = {f[5].strip() for f in fields if len(f) == 6 and "openblas" in f[5].lower()}
+    found = False
+    for path in sorted(p for p in paths if not p.endswith("(deleted)")):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(library, n) for n in _OPENBLAS_SETTERS if hasattr(library, n)), None)
+        if setter is not None:  # every OpenBLAS loaded (numpy's, scipy's...)
+            setter(int(threads))
+            found = True
+    return found
 
 
 class NumpyPPOUpdate:

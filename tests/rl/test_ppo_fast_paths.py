@@ -852,3 +852,18 @@ def test_set_blas_threads_sets_numpys_openblas_threads(monkeypatch: pytest.Monke
         assert getter() == 2
     finally:
         numpy_update.set_blas_threads(before)
+    # no /proc (not Linux), or only a replaced or unloadable OpenBLAS: False, no error
+    import io
+
+    def no_proc(path: str) -> Any:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(numpy_update, "open", no_proc, raising=False)
+    assert numpy_update.set_blas_threads(1) is False
+    maps = (
+        "7f00-7f01 r-xp 00000000 08:01 12 /gone/libopenblas.so (deleted)\n"
+        "7f01-7f02 r-xp 00000000 08:01 13 /nowhere/libscipy_openblas64_.so\n"
+    )
+    monkeypatch.setattr(numpy_update, "open", lambda path: io.StringIO(maps), raising=False)
+    assert numpy_update.set_blas_threads(1) is False
+    assert getter() == before
