@@ -60,8 +60,8 @@ def check_same_spaces(
     for kind, a, b in zip(("observation", "action"), first, other, strict=True):
         if a != b:
             raise ValueError(
-                f"RemoteVectorEnv: {which} has the {kind} space {b}, env 0 has {a}; the envs of "
-                "a vector env must share their spaces (make them from the same id and wrappers)"
+                f"vector env: {which} has the {kind} space {b}, env 0 has {a}; the envs of a "
+                "vector env must share their spaces (make them from the same id and wrappers)"
             )
 
 

@@ -692,6 +692,21 @@ def test_numpy_update_is_ppo_learn(
         np.testing.assert_allclose(state["exp_avg"], ref_state["exp_avg"], rtol=1e-4, atol=1e-8)
 
 
+def _sampled_rollout(
+    storage: Any, agent: Any, continuous: bool, rng: np.random.Generator, steps: int, envs: int
+) -> Any:
+    """A ``RolloutStorage`` of ``steps`` x ``envs`` random 5-dim observations with the agent's
+    sampled actions, random rewards and episode ends, and its GAE returns."""
+    rollout = storage.RolloutStorage(steps, envs, (5,), (3,) if continuous else ())
+    for _ in range(steps):
+        obs = rng.standard_normal((envs, 5)).astype(np.float32)
+        value, action, logprob, _ = agent.sample(obs)
+        done = rng.random(envs) < 0.1
+        rollout.append(obs, action, logprob, rng.standard_normal(envs), done, value)
+    rollout.compute_returns(rng.standard_normal(envs).astype(np.float32), 0.99, 0.95)
+    return rollout
+
+
 @pytest.mark.parametrize("continuous", [False, True])
 def test_the_example_agent_learns_through_numpy_as_through_torch(
     monkeypatch: pytest.MonkeyPatch, continuous: bool
@@ -725,13 +740,7 @@ def test_the_example_agent_learns_through_numpy_as_through_torch(
         "supports",
         staticmethod(lambda alg: alg is not torch_alg and supports(alg)),
     )
-    rng = np.random.default_rng(2)
-    rollout = storage.RolloutStorage(16, 4, (5,), (3,) if continuous else ())
-    for _ in range(16):
-        obs = rng.standard_normal((4, 5)).astype(np.float32)
-        value, action, logprob, _ = agents[0].sample(obs)
-        rollout.append(obs, action, logprob, rng.standard_normal(4), rng.random(4) < 0.1, value)
-    rollout.compute_returns(rng.standard_normal(4).astype(np.float32), 0.99, 0.95)
+    rollout = _sampled_rollout(storage, agents[0], continuous, np.random.default_rng(2), 16, 4)
     for _ in range(2):
         results = []
         for agent in agents:
@@ -797,13 +806,7 @@ def test_numpy_update_leaves_a_parameter_frozen_after_ppo_was_built_as_torch_doe
     assert numpy_update.NumpyPPOUpdate.supports(agent.alg)
     model.pi.weight.requires_grad_(False)
     assert not numpy_update.NumpyPPOUpdate.supports(agent.alg)
-    rng = np.random.default_rng(0)
-    rollout = storage.RolloutStorage(8, 2, (5,), (3,) if continuous else ())
-    for _ in range(8):
-        obs = rng.standard_normal((2, 5)).astype(np.float32)
-        value, action, logprob, _ = agent.sample(obs)
-        rollout.append(obs, action, logprob, rng.standard_normal(2), np.zeros(2), value)
-    rollout.compute_returns(np.zeros(2, np.float32), 0.99, 0.95)
+    rollout = _sampled_rollout(storage, agent, continuous, np.random.default_rng(0), 8, 2)
     frozen, trained = model.pi.weight.detach().clone(), model.v.weight.detach().clone()
     agent.learn(rollout)
     assert torch.equal(model.pi.weight, frozen) and not torch.equal(model.v.weight, trained)
