@@ -1,0 +1,314 @@
+"""Run PARL's own torch training scripts against this package, as a PARL user would.
+
+    python scripts/run_parl_scripts.py PARL_CHECKOUT [--only NAME ...] [--markdown]
+
+``PARL_CHECKOUT`` is a checkout of PaddlePaddle/PARL (2.2.1, its last release). For each of its
+``benchmark/torch`` scripts whose algorithm exists here, the script's folder is copied to a
+temporary folder and a one-line ``gym.py`` that *is* gymnasium is put beside it, which is the
+same as changing ``import gym`` to ``import gymnasium as gym`` and nothing else. The script then
+runs with this Python (and so this package) under a small budget given through its own flags; the
+scripts that read their settings from a config module (``a2c_config.py``, ``es_config.py``) get
+the budget as a ``config.update(...)`` line appended to that module, since they have no flags.
+Scripts that need an ``xparl`` cluster get one, started and stopped here with a private ``HOME``.
+
+A run succeeds when the script prints its first evaluation (each script's own line, such as
+``Evaluation over`` or ``Test reward``); it is then stopped. Otherwise the table shows the last
+line of its traceback, or that it timed out. Nothing of PARL's code is kept or copied anywhere
+but the temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GYM_SHIM = "import sys, gymnasium; sys.modules[__name__] = gymnasium\n"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A further change a script needs beyond the ``gym`` import, and why (shown in the table)."""
+
+    file: str
+    old: str
+    new: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One PARL script, the flags that give it a small budget, and how to see its evaluation."""
+
+    name: str
+    folder: str  # relative to benchmark/torch
+    argv: tuple[str, ...] = ()
+    evaluation: str = r"Evaluation over"  # regex of the script's own evaluation line
+    cluster_cpus: int = 0  # > 0: start an xparl cluster with this many slots
+    config_module: str = ""  # config module of scripts without flags
+    config: dict[str, object] = field(default_factory=dict)
+    edits: tuple[Edit, ...] = ()
+    timeout_s: float = 600.0
+
+    def command(self) -> str:
+        """The command line as shown in the table (``{port}`` for the cluster's port)."""
+        shown = " ".join(("train.py", *self.argv))
+        if self.config:
+            settings = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+            shown += f" ({self.config_module}: {settings})"
+        for edit in self.edits:
+            shown += f" + {edit.file}: {edit.new.strip()!r}"
+        return shown
+
+
+MUJOCO = "HalfCheetah-v4"
+ATARI = "PongNoFrameskip-v4"
+
+# gym 0.21-0.26 loaded ale-py as a plugin, so gym.make("PongNoFrameskip-v4") worked in any
+# process; gymnasium 1.x knows the Atari ids only once ale_py is imported. parl.env does it, but
+# the actor of ppo's env_utils.py calls gym.make before it imports parl.env.
+IMPORT_ALE = Edit(
+    "env_utils.py",
+    "import gym\n",
+    "import gym\nimport ale_py\n",
+    "gymnasium 1.x registers the Atari ids only when ale_py is imported",
+)
+# numpy 2 refuses np.zeros(None), which ES's RunningStat() copies with (numpy 1 read it as ()).
+NUMPY_SHAPE = Edit(
+    "obs_filter.py",
+    "def __init__(self, shape=None):",
+    "def __init__(self, shape=()):",
+    "numpy 2 refuses None as a shape",
+)
+
+RUNS: tuple[ScriptRun, ...] = (
+    ScriptRun("QuickStart", "QuickStart", evaluation=r"Test reward"),
+    ScriptRun(
+        "dqn",
+        "dqn",
+        ("--env", ATARI, "--train_total_steps", "200000", "--test_every_steps", "100000"),
+        evaluation=r"eval_agent done",
+        timeout_s=900.0,
+    ),
+    ScriptRun(
+        "dqn (DDQN)",
+        "dqn",
+        ("--env", ATARI, "--algo", "DDQN", "--train_total_steps", "200000"),
+        evaluation=r"eval_agent done",
+        timeout_s=900.0,
+    ),
+    ScriptRun(
+        "ppo (MuJoCo)",
+        "ppo",
+        ("--env", MUJOCO, "--continuous_action", "--seed", "1", "--test_every_steps", "2048"),
+    ),
+    ScriptRun(
+        "ppo (Atari, xparl)",
+        "ppo",
+        ("--env", ATARI, "--env_num", "2", "--xparl_addr", "localhost:{port}", "--seed", "1"),
+        cluster_cpus=2,
+        edits=(IMPORT_ALE,),
+    ),
+    ScriptRun("sac", "sac", ("--env", MUJOCO, "--train_total_steps", "20000")),
+    ScriptRun(
+        "td3",
+        "td3",
+        ("--env", MUJOCO, "--train_total_steps", "20000"),
+        evaluation=r"Evaluate reward",
+    ),
+    ScriptRun("ddpg", "ddpg", ("--env", MUJOCO, "--train_total_steps", "20000")),
+    ScriptRun(
+        "a2c (xparl)",
+        "a2c",
+        evaluation=r"'Sample steps'",
+        cluster_cpus=2,
+        config_module="a2c_config.py",
+        config={"actor_num": 2, "env_num": 2, "log_metrics_interval_s": 5},
+    ),
+    ScriptRun(
+        "ES (xparl)",
+        "ES",
+        evaluation=r"'episodes_this_iter'",
+        cluster_cpus=2,
+        config_module="es_config.py",
+        config={
+            "env_name": "Hopper-v4",
+            "actor_num": 2,
+            "noise_size": 10_000_000,
+            "min_episodes_per_batch": 10,
+            "min_steps_per_batch": 500,
+        },
+        edits=(NUMPY_SHAPE,),
+    ),
+)
+
+
+@dataclass
+class Outcome:
+    run: ScriptRun
+    ok: bool
+    detail: str
+    seconds: float
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def xparl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("xparl")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "parl.cluster.cli"]
+    return subprocess.run(
+        [*command, *args],
+        env={**os.environ, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def last_error_line(log: str) -> str:
+    """The exception line of the last traceback in ``log``, or its last non-empty line."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in log:
+        for line in reversed(lines):
+            if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b|^[\w.]+: ", line):
+                return line.strip()
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """End the script and everything it started (it runs in a session of its own)."""
+    for sig, wait_s in ((signal.SIGINT, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
+    source = checkout / "benchmark" / "torch" / run.folder
+    folder = workdir / run.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
+    shutil.copytree(source, folder)
+    (folder / "gym.py").write_text(GYM_SHIM)
+    home = folder / "home"
+    home.mkdir()
+    port = free_port() if run.cluster_cpus else 0
+    config = dict(run.config)
+    if run.cluster_cpus and run.config_module:
+        config["master_address"] = f"localhost:{port}"
+    if config:
+        with open(folder / run.config_module, "a") as module:
+            module.write(f"\nconfig.update({config!r})\n")
+    for edit in run.edits:
+        path = folder / edit.file
+        text = path.read_text()
+        if text.count(edit.old) != 1:
+            return Outcome(run, False, f"{edit.file} no longer has {edit.old!r} once", 0.0)
+        path.write_text(text.replace(edit.old, edit.new))
+    argv = [a.replace("{port}", str(port)) for a in run.argv]
+    env = {**os.environ, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONPATH", None)
+    started = time.monotonic()
+    if run.cluster_cpus:
+        result = xparl(home, "start", "--port", str(port), "--cpu_num", str(run.cluster_cpus))
+        if result.returncode != 0:
+            return Outcome(run, False, f"xparl start failed: {result.stderr.strip()}", 0.0)
+    log_path = folder / "output.log"
+    try:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "train.py", *argv],
+                cwd=folder,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        pattern = re.compile(run.evaluation)
+        deadline = started + run.timeout_s
+        while True:
+            text = log_path.read_text(errors="replace")
+            found = pattern.search(text)
+            if found:
+                stop(process)
+                line = text[text.rfind("\n", 0, found.start()) + 1 : text.find("\n", found.end())]
+                return Outcome(run, True, line.strip()[:160], time.monotonic() - started)
+            if process.poll() is not None:
+                text = log_path.read_text(errors="replace")
+                return Outcome(run, False, last_error_line(text), time.monotonic() - started)
+            if time.monotonic() > deadline:
+                stop(process)
+                text = log_path.read_text(errors="replace")
+                detail = f"no evaluation within {run.timeout_s:.0f} s; last line: "
+                return Outcome(run, False, detail + last_error_line(text), run.timeout_s)
+            time.sleep(0.5)
+    finally:
+        if run.cluster_cpus:
+            xparl(home, "stop", "--port", str(port))
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [
+        "| script | command | result | time |",
+        "|---|---|---|---|",
+    ]
+    for o in outcomes:
+        result = f"evaluates: `{o.detail}`" if o.ok else f"fails: `{o.detail}`"
+        rows.append(
+            f"| `benchmark/torch/{o.run.folder}` | `{o.run.command()}` | {result} | "
+            f"{o.seconds:.0f} s |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkout", type=Path, help="a checkout of PaddlePaddle/PARL")
+    parser.add_argument("--only", nargs="+", default=None, help="run only these script names")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
+    args = parser.parse_args()
+    bench = args.checkout / "benchmark" / "torch"
+    if not bench.is_dir():
+        parser.error(f"{args.checkout} has no benchmark/torch: give a checkout of PARL")
+    runs = [r for r in RUNS if args.only is None or r.name in args.only or r.folder in args.only]
+    if not runs:
+        parser.error(f"--only matched none of {[r.name for r in RUNS]}")
+    workdir = Path(tempfile.mkdtemp(prefix="parl-scripts-"))
+    outcomes = []
+    try:
+        for run in runs:
+            print(f"running {run.name}: {run.command()}", flush=True)
+            outcome = run_one(args.checkout, run, workdir)
+            status = "ok" if outcome.ok else "FAILED"
+            print(f"  {status} in {outcome.seconds:.0f} s: {outcome.detail}", flush=True)
+            outcomes.append(outcome)
+    finally:
+        if args.keep:
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(table(outcomes))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
