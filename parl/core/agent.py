@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parl.core.algorithm import Algorithm
+from parl.core.algorithm import Algorithm, resolve_device
 from parl.core.checkpoint import (
     Number,
     TrainingState,
@@ -38,6 +38,9 @@ class Agent:
     ``self.to_numpy(...)`` (or a Python number).
     """
 
+    #: Set by ``device = ...`` (before or after ``super().__init__``); ``None``: the algorithm's.
+    _device: torch.device | None = None
+
     def __init__(self, algorithm: Algorithm) -> None:
         if not isinstance(algorithm, Algorithm):
             raise TypeError(
@@ -51,8 +54,18 @@ class Agent:
     # -- conversion ----------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        """The device of the algorithm's models."""
+        """Where ``to_tensor`` puts data: the device of the algorithm's models unless set.
+
+        Agents written for PARL set it themselves (``self.device = torch.device("cuda" if
+        torch.cuda.is_available() else "cpu")``); setting ``None`` goes back to the default.
+        """
+        if self._device is not None:
+            return self._device
         return self.alg.device
+
+    @device.setter
+    def device(self, device: torch.device | str | None) -> None:
+        self._device = None if device is None else resolve_device(device)
 
     def to_tensor(self, array: Any, dtype: torch.dtype | None = torch.float32) -> torch.Tensor:
         """``array`` (numpy, list or number) as a tensor on ``self.device``.
@@ -95,12 +108,20 @@ class Agent:
 
     # -- weights -------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
-        """Weights of every model of the algorithm (see ``Algorithm.get_weights``)."""
+        """Weights of ``self.alg.model``, as PARL gives them (see ``Algorithm.get_weights``)."""
         return self.alg.get_weights()
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
-        """Load weights from ``get_weights()`` of an agent with the same algorithm and models."""
+        """Load the output of ``get_weights()`` into ``self.alg.model``."""
         self.alg.set_weights(weights)
+
+    def get_all_weights(self) -> dict[str, np.ndarray]:
+        """Weights of every model of the algorithm (see ``Algorithm.get_all_weights``)."""
+        return self.alg.get_all_weights()
+
+    def set_all_weights(self, weights: Mapping[str, Any]) -> None:
+        """Load the output of ``get_all_weights()`` of an agent with the same algorithm."""
+        self.alg.set_all_weights(weights)
 
     # -- model checkpoints ---------------------------------------------------------------------
     def _model_or_default(self, model: nn.Module | None) -> nn.Module:

@@ -2,9 +2,10 @@
 
 An algorithm's models and optimizers are simply its attributes: every ``torch.nn.Module``
 attribute (``self.model``, ``self.target_model``, ...) is a model and every
-``torch.optim.Optimizer`` attribute an optimizer. ``get_weights``, ``set_weights`` and the training
-checkpoint of ``parl.Agent`` cover all of them, whether or not a subclass calls
-``super().__init__`` (PARL's own algorithms often do not).
+``torch.optim.Optimizer`` attribute an optimizer. ``get_all_weights``, ``set_all_weights`` and the
+training checkpoint of ``parl.Agent`` cover all of them, whether or not a subclass calls
+``super().__init__`` (PARL's own algorithms often do not); ``get_weights`` and ``set_weights`` are
+PARL's, for ``self.model`` alone.
 """
 
 from __future__ import annotations
@@ -110,6 +111,26 @@ class Algorithm:
 
     # -- weights -------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
+        """Weights of ``self.model`` as numpy copies, by ``state_dict`` name (``"fc1.weight"``).
+
+        This is PARL's contract: what an actor needs to act (``actor.set_weights(
+        agent.get_weights())``), without target networks. ``get_all_weights`` covers every model.
+        """
+        return module_weights(self._main_model("get_weights"))
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Load the output of ``get_weights()`` into ``self.model`` (checked before writing)."""
+        model = self._main_model("set_weights")
+        _check_mapping(weights, "get_weights()")
+        check_tensors_fit(
+            dict(model.state_dict(keep_vars=True)),
+            weights,
+            what=f"weights for {type(self).__name__}.model",
+            owner=type(model).__name__,
+        )
+        set_module_weights(model, weights)
+
+    def get_all_weights(self) -> dict[str, np.ndarray]:
         """Weights of all models, as numpy copies named ``"<attribute>.<state_dict name>"``.
 
         For example ``{"model.fc1.weight": ..., "target_model.fc1.weight": ...}``.
@@ -120,17 +141,13 @@ class Algorithm:
                 weights[f"{prefix}.{name}"] = array
         return weights
 
-    def set_weights(self, weights: Mapping[str, Any]) -> None:
-        """Load the output of ``get_weights()`` of an algorithm of the same kind.
+    def set_all_weights(self, weights: Mapping[str, Any]) -> None:
+        """Load the output of ``get_all_weights()`` of an algorithm of the same kind.
 
         Everything is checked before anything is written: a missing, unexpected or misshapen
         tensor raises ``ValueError`` naming it and leaves every model unchanged.
         """
-        if not isinstance(weights, Mapping):
-            raise TypeError(
-                f"weights must be a dict of name -> numpy array (as returned by get_weights()), "
-                f"got {type(weights).__name__}"
-            )
+        _check_mapping(weights, "get_all_weights()")
         models = self.named_models()
         parts: dict[str, dict[str, Any]] = {prefix: {} for prefix in models}
         unexpected = []
@@ -143,7 +160,8 @@ class Algorithm:
         if unexpected:
             raise ValueError(
                 f"weights has names that belong to no model of {type(self).__name__}: "
-                f"{unexpected}; expected names start with one of {[p + '.' for p in models]}"
+                f"{unexpected}; expected names start with one of {[p + '.' for p in models]} "
+                f"(the output of get_all_weights(); get_weights() gives self.model's alone)"
             )
         for prefix, model in models.items():
             check_tensors_fit(
@@ -154,6 +172,16 @@ class Algorithm:
             )
         for prefix, model in models.items():
             set_module_weights(model, parts[prefix])
+
+    def _main_model(self, method: str) -> nn.Module:
+        model = getattr(self, "model", None)
+        if not isinstance(model, nn.Module):
+            raise AttributeError(
+                f"{type(self).__name__}.{method}() reads self.model, which is "
+                f"{type(model).__name__}; set self.model to the policy's parl.Model in __init__, "
+                f"or use get_all_weights() / set_all_weights() for every model"
+            )
+        return model
 
     # -- the algorithm proper ------------------------------------------------------------------
     def learn(self, *args: Any, **kwargs: Any) -> Any:
@@ -167,6 +195,14 @@ class Algorithm:
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         """The exploring (training) output for a batch of observation tensors."""
         raise NotImplementedError(f"{type(self).__name__} does not implement sample()")
+
+
+def _check_mapping(weights: object, source: str) -> None:
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights must be a dict of name -> numpy array (as returned by {source}), "
+            f"got {type(weights).__name__}"
+        )
 
 
 def _named_attributes(owner: object, kind: type[Any]) -> dict[str, Any]:

@@ -23,7 +23,14 @@ from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, Transf
 
 from parl.env.compat_wrapper import CompatWrapper
 
-__all__ = ["EpisodicLifeEnv", "FireResetEnv", "MonitorEnv", "get_wrapper_by_cls", "wrap_deepmind"]
+__all__ = [
+    "EpisodicLifeEnv",
+    "EvaluationGames",
+    "FireResetEnv",
+    "MonitorEnv",
+    "get_wrapper_by_cls",
+    "wrap_deepmind",
+]
 
 
 def _register_ale() -> None:
@@ -155,6 +162,51 @@ class FireResetEnv(gymnasium.Wrapper):
         return obs, info
 
 
+class EvaluationGames(gymnasium.Wrapper):
+    """Evaluation in rounds of ``test_episodes`` whole games, with PARL's accessors.
+
+    A script plays on, resetting after each ``done``, until ``get_real_done()`` is true; the
+    ``reset`` that follows the last game of a round sets it, and ``get_eval_rewards()`` then gives
+    the round's raw game scores (``None`` in the middle of a round).
+    """
+
+    def __init__(self, env: gymnasium.Env, test_episodes: int = 3) -> None:
+        if isinstance(test_episodes, bool) or not isinstance(test_episodes, int):
+            raise TypeError(f"test_episodes must be an int >= 1, got {test_episodes!r}")
+        if test_episodes < 1:
+            raise ValueError(f"test_episodes must be >= 1, got {test_episodes}")
+        super().__init__(env)
+        monitor = get_wrapper_by_cls(env, MonitorEnv)
+        if monitor is None:
+            raise ValueError("EvaluationGames needs a MonitorEnv inside env to count games")
+        self._monitor: MonitorEnv = monitor
+        self._test_episodes = test_episodes
+        self._round_end = len(monitor.get_episode_rewards()) + test_episodes
+        self._real_done = False
+        self._eval_rewards: list[float] | None = None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        result = self.env.reset(**kwargs)
+        games = self._monitor.get_episode_rewards()
+        # ">=": a reset may finish more than one game (a game over during the no-op starts)
+        if len(games) >= self._round_end:
+            self._real_done = True
+            self._eval_rewards = games[-self._test_episodes :]
+            self._round_end = len(games) + self._test_episodes
+        else:
+            self._real_done = False
+            self._eval_rewards = None
+        return result
+
+    def get_real_done(self) -> bool:
+        """Whether the last ``reset`` closed a round of ``test_episodes`` games."""
+        return self._real_done
+
+    def get_eval_rewards(self) -> list[float] | None:
+        """The raw scores of the round just closed, else ``None``."""
+        return self._eval_rewards
+
+
 def wrap_deepmind(
     env: gymnasium.Env,
     dim: int = 84,
@@ -168,9 +220,11 @@ def wrap_deepmind(
     """DeepMind's Atari preprocessing, PARL's arguments.
 
     ``dim``: side of the square grayscale frame; ``framestack``: stack the last 4 frames;
-    ``obs_format``: ``"NHWC"`` gives ``(dim, dim, 4)``, ``"NCHW"`` ``(4, dim, dim)``.
+    ``obs_format``: ``"NHWC"`` gives ``(dim, dim, 4)``, ``"NCHW"`` ``(4, dim, dim)``; without
+    ``framestack`` a frame is ``(dim, dim)`` in either format, as in PARL.
     ``test=True`` keeps whole games (no life-loss episodes) and raw rewards, so evaluation
-    returns are game scores; ``test_episodes`` is accepted for PARL's signature.
+    returns are game scores, and adds :class:`EvaluationGames` (``get_real_done()`` and
+    ``get_eval_rewards()`` after each round of ``test_episodes`` games).
     ``compat=True`` (PARL) returns the old gym API (:class:`CompatWrapper`); ``compat=False``
     the gymnasium API, e.g. for a vector env.
     """
@@ -196,8 +250,6 @@ def wrap_deepmind(
                 lambda obs: np.moveaxis(obs, 0, -1),
                 gymnasium.spaces.Box(0, 255, (dim, dim, 4), np.uint8),
             )
-    elif obs_format == "NCHW":
-        env = gymnasium.wrappers.TransformObservation(
-            env, lambda obs: obs[None], gymnasium.spaces.Box(0, 255, (1, dim, dim), np.uint8)
-        )
+    if test:
+        env = EvaluationGames(env, test_episodes)
     return CompatWrapper(env) if compat else env

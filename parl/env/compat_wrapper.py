@@ -11,6 +11,10 @@ Differences from PARL's own wrapper, on purpose:
 * ``done = terminated or truncated``: a time limit ends the episode the way old gym's
   ``TimeLimit`` did, and ``info["TimeLimit.truncated"]`` says that it was a time limit (old gym's
   key), so a script can still bootstrap through it.
+* Attributes of inner wrappers are found through this one (``env.get_real_done()``), as old
+  gym's ``Wrapper`` found them; gymnasium 1.x asks for ``env.get_wrapper_attr(name)``.
+* A one-element integer array is taken as the action of a ``Discrete`` space, as old gym's
+  Atari envs took it (PARL's PPO agent hands actions over that way).
 * ``seed(s)`` seeds the *next* reset only (and the action and observation spaces); later resets
   continue that generator. PARL's wrapper passed the same seed to every reset, which replays the
   same initial state in every episode.
@@ -21,6 +25,7 @@ from __future__ import annotations
 from typing import Any, SupportsFloat
 
 import gymnasium
+import numpy as np
 
 __all__ = ["CompatWrapper", "V_GYM_CHANGED", "V_NPRANDOM_CHANGED", "is_gym_version_ge"]
 
@@ -86,6 +91,18 @@ class CompatWrapper(gymnasium.Wrapper):
         self._next_seed: int | None = None
         self._elapsed_steps = 0
 
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails. Private names and a half-built wrapper (no
+        # ``env`` yet, e.g. during unpickling) are not forwarded, so this cannot recurse.
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return self.env.get_wrapper_attr(name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__!r} object and the envs it wraps have no attribute {name!r}"
+            ) from None
+
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed the next ``reset`` and the action and observation spaces; returns ``[seed]``."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -109,6 +126,13 @@ class CompatWrapper(gymnasium.Wrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, dict[str, Any]]:  # type: ignore[override]
         """One step; ``done`` is ``terminated or truncated`` and a truncation by the time limit
         sets ``info["TimeLimit.truncated"]`` (as old gym's ``TimeLimit`` did)."""
+        if (
+            isinstance(action, np.ndarray)
+            and action.size == 1
+            and action.dtype.kind in "iu"
+            and isinstance(self.env.action_space, gymnasium.spaces.Discrete)
+        ):
+            action = action.reshape(()).item()
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._elapsed_steps += 1
         if truncated and not terminated:

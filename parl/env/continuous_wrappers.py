@@ -76,9 +76,13 @@ class ActionMappingWrapper(RescaleAction):
                 f"ActionMappingWrapper expects actions in [-1, 1], got {action!r}; squash the "
                 f"policy's output (tanh) or clip it before env.step"
             )
-        mapped = np.asarray(super().action(np.clip(model_action, -1.0, 1.0)))
+        # In float64, not through RescaleAction's float32 arithmetic: the ends of [-1, 1] then
+        # land exactly on the bounds (float32 gave 9.999999 for the top of Box(-3, 10)).
+        low = self.low_bound.astype(np.float64)
+        high = self.high_bound.astype(np.float64)
+        mapped = low + (np.clip(model_action, -1.0, 1.0) + 1.0) * ((high - low) / 2.0)
         dtype = self.env.action_space.dtype
-        return np.clip(mapped, self.low_bound, self.high_bound).astype(dtype, copy=False)
+        return np.clip(mapped, low, high).astype(dtype, copy=False)
 
 
 def _time_limit_of(env: gymnasium.Env) -> int | None:

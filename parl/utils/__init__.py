@@ -38,12 +38,21 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "TimeBreakdown": ("parl.utils.time_breakdown", "TimeBreakdown"),
     "SharedWeights": ("parl.utils.weight_sync", "SharedWeights"),
     "ObsNormalizer": ("parl.utils.obs_norm", "ObsNormalizer"),
+    "global_config": ("parl.utils.globvars", "global_config"),
+    "GlobalConfig": ("parl.utils.globvars", "GlobalConfig"),
+    "check_model_method": ("parl.utils.utils", "check_model_method"),
+    "has_func": ("parl.utils.utils", "has_func"),
+    "to_str": ("parl.utils.utils", "to_str"),
+    "to_byte": ("parl.utils.utils", "to_byte"),
+    "MAX_INT32": ("parl.utils.utils", "MAX_INT32"),
+    "utils": ("parl.utils.utils", None),
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils import logger, summary
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
+    from parl.utils.globvars import GlobalConfig, global_config
     from parl.utils.machine_info import get_gpu_count, get_ip_address
     from parl.utils.obs_norm import ObsNormalizer
     from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
@@ -53,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.seeding import seed_env, set_seed, worker_seed
     from parl.utils.stats import TimeStat, WindowStat
     from parl.utils.time_breakdown import TimeBreakdown
+    from parl.utils.utils import MAX_INT32, check_model_method, has_func, to_byte, to_str
     from parl.utils.weight_sync import SharedWeights
 
 
@@ -61,6 +71,13 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "CSVLogger",
+    "GlobalConfig",
+    "MAX_INT32",
+    "check_model_method",
+    "global_config",
+    "has_func",
+    "to_byte",
+    "to_str",
     "LinearDecayScheduler",
     "PiecewiseScheduler",
     "ReplayMemory",

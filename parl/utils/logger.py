@@ -17,7 +17,12 @@ import time
 from typing import Any
 
 __all__ = [
+    "CRITICAL",
+    "DEBUG",
+    "ERROR",
+    "INFO",
     "LOGGER_NAME",
+    "WARNING",
     "auto_set_dir",
     "critical",
     "debug",
@@ -28,12 +33,21 @@ __all__ = [
     "get_logger",
     "info",
     "set_dir",
+    "setLevel",
     "set_level",
     "warn",
     "warning",
 ]
 
 LOGGER_NAME = "parl"
+# the standard levels under PARL's names (``logger.set_level(logger.INFO)``)
+DEBUG, INFO, WARNING, ERROR, CRITICAL = (
+    logging.DEBUG,
+    logging.INFO,
+    logging.WARNING,
+    logging.ERROR,
+    logging.CRITICAL,
+)
 _LOG_FILE = "log.log"
 _FORMAT = "[%(asctime)s %(filename)s:%(lineno)d] %(message)s"
 _DATE_FORMAT = "%m-%d %H:%M:%S"
@@ -119,6 +133,9 @@ def set_level(level: int | str) -> None:
     elif isinstance(level, bool) or not isinstance(level, int):
         raise TypeError(f"level must be an int or a level name, got {type(level).__name__}")
     get_logger().setLevel(level)
+
+
+setLevel = set_level  # PARL's name, after logging.Logger.setLevel
 
 
 def set_dir(dirname: str | os.PathLike[str]) -> str:

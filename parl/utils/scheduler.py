@@ -54,8 +54,10 @@ class PiecewiseScheduler:
     """A piecewise-constant schedule from ``(step, value)`` pairs.
 
     ``PiecewiseScheduler([(0, 1e-3), (10_000, 5e-4), (50_000, 1e-4)])`` is ``1e-3`` for steps
-    0..9999, ``5e-4`` for 10000..49999 and ``1e-4`` from then on. The first pair must start at
-    step 0 and the steps must increase.
+    0..9999, ``5e-4`` for 10000..49999 and ``1e-4`` from then on. The steps must increase; the
+    first value also holds before the first pair's step, as in PARL (``[(3, 0.1)]`` is ``0.1``
+    throughout). Unlike PARL, a ``step(n)`` that passes several pairs lands on the last of them
+    (PARL moves one pair per call).
     """
 
     def __init__(self, scheduler_list: Sequence[tuple[int, float]]) -> None:
@@ -82,8 +84,6 @@ class PiecewiseScheduler:
                 )
             steps.append(step)
             values.append(check_float(f"scheduler_list[{i}][1]", pair[1], owner=owner))
-        if steps[0] != 0:
-            raise ValueError(f"{owner}: the first pair must start at step 0, got {steps[0]}")
         self._steps = steps
         self._values = values
         self.cur_step = 0
@@ -91,7 +91,7 @@ class PiecewiseScheduler:
     @property
     def value(self) -> float:
         """The value at the current step."""
-        return self._values[bisect.bisect_right(self._steps, self.cur_step) - 1]
+        return self._values[max(bisect.bisect_right(self._steps, self.cur_step) - 1, 0)]
 
     def step(self, step_num: int = 1) -> float:
         """Advance by ``step_num`` (>= 1) steps and return the new value."""

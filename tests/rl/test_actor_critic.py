@@ -91,7 +91,7 @@ def test_same_seed_same_updates(name: str, single_thread: None) -> None:
         torch.manual_seed(seed)
         for i in range(6):
             alg.learn(*random_batch(i))
-        return alg.get_weights()
+        return alg.get_all_weights()
 
     first, second, other = run(0), run(0), run(1)
     for key in first:
@@ -168,7 +168,7 @@ def test_sac_alpha_fixed_or_learned_towards_the_target_entropy() -> None:
     # Adam's first step moves log(alpha) by lr: entropy below target raises alpha, above lowers
     assert math.log(up.alpha) == pytest.approx(math.log(0.1) + 0.01, abs=1e-6)
     assert math.log(down.alpha) == pytest.approx(math.log(0.1) - 0.01, abs=1e-6)
-    assert "alpha_model.log_alpha" in up.get_weights()
+    assert "alpha_model.log_alpha" in up.get_all_weights()
     with pytest.raises(ValueError, match=r"alpha must be a float > 0, 'auto' or 'auto_<initial"):
         make("SAC", alpha="automatic")
 

@@ -125,12 +125,9 @@ def test_weights_round_trip_between_agents(make_agent: MakeAgent) -> None:
     actor.set_weights(learner.get_weights())
     obs = np.ones((3, 4), dtype=np.float32)
     np.testing.assert_array_equal(actor.predict(obs), learner.predict(obs))
-    assert list(learner.get_weights()) == [
-        "model.fc1.weight",
-        "model.fc1.bias",
-        "model.fc2.weight",
-        "model.fc2.bias",
-    ]
+    assert list(learner.get_weights()) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    actor.alg.model.set_weights(learner.get_weights())  # PARL's pattern on a bare model too
+    assert list(learner.get_all_weights()) == [f"model.{n}" for n in learner.get_weights()]
 
 
 def _train_steps(agent: PGAgent, steps: int) -> None:
@@ -191,7 +188,7 @@ def test_training_checkpoint_resumes_exactly(
     _train_steps(agent, 3)
     agent.save_checkpoint(path, counters={"step": 3, "episode": np.int64(1)}, extra={"note": "x"})
     _train_steps(agent, 3)
-    reference = agent.get_weights()
+    reference = agent.get_all_weights()
 
     parl.utils.set_seed(99)  # a different state everywhere
     resumed = make_agent(seed=99)
@@ -199,7 +196,7 @@ def test_training_checkpoint_resumes_exactly(
     assert state.counters == {"step": 3, "episode": 1}
     assert state.extra == {"note": "x"}
     _train_steps(resumed, 3)
-    for name, array in resumed.get_weights().items():
+    for name, array in resumed.get_all_weights().items():
         np.testing.assert_array_equal(array, reference[name], err_msg=name)
 
     # Without the optimizer and generator states the run diverges: the test can fail.
@@ -208,7 +205,7 @@ def test_training_checkpoint_resumes_exactly(
     weights_only.alg.model.load_state_dict(torch.load(path, weights_only=True)["models"]["model"])
     _train_steps(weights_only, 3)
     assert not np.array_equal(
-        weights_only.get_weights()["model.fc1.weight"], reference["model.fc1.weight"]
+        weights_only.get_all_weights()["model.fc1.weight"], reference["model.fc1.weight"]
     )
 
 
@@ -254,9 +251,35 @@ def test_a_restore_that_fails_on_the_optimizer_leaves_the_model_unchanged(
     target = make_agent(seed=2)
     params = list(target.alg.model.parameters())
     target.alg.optimizer = torch.optim.Adam([{"params": params[:1]}, {"params": params[1:]}])
-    before = target.get_weights()
-    assert not np.array_equal(before["model.fc1.weight"], source.get_weights()["model.fc1.weight"])
+    before = target.get_all_weights()
+    assert not np.array_equal(before["model.fc1.weight"], source.get_weights()["fc1.weight"])
     with pytest.raises(ValueError, match="optimizer 'optimizer' does not fit"):
         target.restore_checkpoint(tmp_path / "c.pt")
-    for name, array in target.get_weights().items():
+    for name, array in target.get_all_weights().items():
         np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
+def test_device_is_settable_as_parl_agents_set_it() -> None:
+    class DeviceFirst(parl.Agent):
+        def __init__(self, algorithm: parl.Algorithm) -> None:
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            super().__init__(algorithm)
+
+    class DeviceAfter(parl.Agent):
+        def __init__(self, algorithm: parl.Algorithm) -> None:
+            super().__init__(algorithm)
+            self.device = "cpu"
+
+        def predict(self, obs: np.ndarray) -> np.ndarray:
+            return self.to_numpy(self.alg.predict(self.to_tensor(obs)))
+
+    alg = PolicyGradient(PolicyNet(), lr=0.01)
+    expected = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert DeviceFirst(alg).device == expected
+    agent = DeviceAfter(alg)
+    assert agent.device == torch.device("cpu")
+    assert agent.predict(np.zeros((1, 4), np.float32)).shape == (1, 2)
+    agent.device = None  # back to the algorithm's device
+    assert agent.device == alg.device
+    with pytest.raises(ValueError, match="'gpu0' is not a valid torch device"):
+        agent.device = "gpu0"

@@ -1,4 +1,5 @@
-"""parl.Algorithm: model discovery, weights of every model, construction-time checks."""
+"""parl.Algorithm: model discovery, the model's weights and every model's, construction-time
+checks."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ def test_named_models_and_optimizers_without_super_init() -> None:
     assert alg.device == torch.device("cpu")
 
 
-def test_get_weights_covers_every_model() -> None:
+def test_get_all_weights_covers_every_model() -> None:
     alg = SoftUpdate(ActorCritic())
-    assert sorted(alg.get_weights()) == sorted(
+    assert sorted(alg.get_all_weights()) == sorted(
         f"{prefix}.{layer}.{kind}"
         for prefix in ("model", "target_model")
         for layer in ("actor", "critic")
@@ -60,35 +61,71 @@ def test_get_weights_covers_every_model() -> None:
     )
 
 
-def test_set_weights_round_trip_for_all_models() -> None:
+def test_set_all_weights_round_trip_for_all_models() -> None:
     torch.manual_seed(0)
     source = SoftUpdate(ActorCritic())
     with torch.no_grad():
         source.target_model.actor.bias.fill_(3.0)  # the target differs from the model
     torch.manual_seed(1)
     target = SoftUpdate(ActorCritic())
-    target.set_weights(source.get_weights())
-    for name, array in source.get_weights().items():
-        np.testing.assert_array_equal(target.get_weights()[name], array, err_msg=name)
+    target.set_all_weights(source.get_all_weights())
+    for name, array in source.get_all_weights().items():
+        np.testing.assert_array_equal(target.get_all_weights()[name], array, err_msg=name)
     assert torch.all(target.target_model.actor.bias == 3.0)
     assert not torch.all(target.model.actor.bias == 3.0)
 
 
-def test_set_weights_rejects_foreign_names_and_shapes_before_writing() -> None:
+def test_set_all_weights_rejects_foreign_names_and_shapes_before_writing() -> None:
     alg = SoftUpdate(ActorCritic())
-    before = alg.get_weights()
-    weights = alg.get_weights()
+    before = alg.get_all_weights()
+    weights = alg.get_all_weights()
     weights["critic.weight"] = weights.pop("model.critic.weight")
     with pytest.raises(ValueError, match=r"belong to no model of SoftUpdate: \['critic.weight'\]"):
-        alg.set_weights(weights)
-    weights = {name: array + 1 for name, array in alg.get_weights().items()}
+        alg.set_all_weights(weights)
+    weights = {name: array + 1 for name, array in alg.get_all_weights().items()}
     weights["target_model.critic.bias"] = np.zeros(5, dtype=np.float32)
     with pytest.raises(
         ValueError, match=r"SoftUpdate.target_model.*'critic.bias' has shape \(5,\)"
     ):
-        alg.set_weights(weights)
-    for name, array in alg.get_weights().items():  # nothing was written, not even model.*
+        alg.set_all_weights(weights)
+    for name, array in alg.get_all_weights().items():  # nothing was written, not even model.*
         np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
+def test_get_weights_is_the_models_alone_with_state_dict_names() -> None:
+    # PARL's contract: an actor gets the policy, not the target networks, under the names that
+    # model.set_weights and model.load_state_dict take.
+    alg = SoftUpdate(ActorCritic())
+    weights = alg.get_weights()
+    assert list(weights) == list(alg.model.state_dict())
+    alg.model.set_weights(weights)
+    other = SoftUpdate(ActorCritic())
+    other.set_weights(weights)
+    for name, array in weights.items():
+        np.testing.assert_array_equal(other.model.get_weights()[name], array, err_msg=name)
+    assert not np.array_equal(
+        other.target_model.actor.weight.detach().numpy(), weights["actor.weight"]
+    )  # the target network is left alone
+
+
+def test_set_weights_refuses_all_weights_and_says_which_to_use() -> None:
+    alg = SoftUpdate(ActorCritic())
+    with pytest.raises(ValueError, match=r"unexpected \['model.actor.weight'"):
+        alg.set_weights(alg.get_all_weights())
+    with pytest.raises(ValueError, match=r"get_all_weights\(\); get_weights\(\) gives"):
+        alg.set_all_weights(alg.get_weights())
+    with pytest.raises(TypeError, match=r"as returned by get_weights\(\)"):
+        alg.set_weights([1, 2])  # type: ignore[arg-type]
+
+
+def test_get_weights_without_a_model_attribute_says_what_to_do() -> None:
+    class TwoPolicies(parl.Algorithm):
+        def __init__(self) -> None:
+            self.actor_model = ActorCritic()
+
+    with pytest.raises(AttributeError, match=r"reads self.model, which is NoneType"):
+        TwoPolicies().get_weights()
+    assert list(TwoPolicies().get_all_weights())[0] == "actor_model.actor.weight"
 
 
 def test_missing_model_method_fails_at_construction_naming_both() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from parl.env.atari_wrappers import (
     EpisodicLifeEnv,
+    EvaluationGames,
     MonitorEnv,
     get_wrapper_by_cls,
     wrap_deepmind,
@@ -111,3 +112,50 @@ def test_rms_state_saved_and_restored_gives_the_same_normalisation() -> None:
     np.testing.assert_allclose(obs, expected, rtol=1e-5, atol=1e-5)
     test_env.step(test_env.action_space.sample())
     assert test_env.get_rms_state()["ob_rms"]["count"] == state["ob_rms"]["count"]  # frozen
+
+
+@pytest.mark.parametrize("obs_format", ["NCHW", "NHWC"])
+def test_frames_without_framestack_are_two_dimensional(obs_format: str) -> None:
+    # PARL's DQN stacks single frames itself: np.stack(context) needs (84, 84) frames.
+    env = wrap_deepmind(
+        gymnasium.make("PongNoFrameskip-v4"), framestack=False, obs_format=obs_format
+    )
+    env.seed(0)
+    frames = [env.reset()] + [env.step(env.action_space.sample())[0] for _ in range(3)]
+    assert np.stack(frames).shape == (4, 84, 84) and env.observation_space.shape == (84, 84)
+    env.close()
+
+
+def test_test_env_reports_a_round_of_whole_games_as_parl_evaluation_reads_it() -> None:
+    env = wrap_deepmind(gymnasium.make("PongNoFrameskip-v4"), test=True, test_episodes=2)
+    assert isinstance(get_wrapper_by_cls(env, EvaluationGames), EvaluationGames)
+    monitor = get_wrapper_by_cls(env, MonitorEnv)
+    env.seed(0)
+    env.reset()
+    assert not env.get_real_done() and env.get_eval_rewards() is None
+    games = 0
+    while not env.get_real_done():  # PARL's evaluation loop
+        _, _, done, _ = env.step(env.action_space.sample())
+        if done:
+            games += 1
+            env.reset()
+    assert games == 2  # test=True: a done is a whole game, not a lost life
+    assert env.get_eval_rewards() == monitor.get_episode_rewards()[-2:]
+    assert all(-21.0 <= score <= 21.0 and score != 0.0 for score in env.get_eval_rewards())
+    env.close()
+
+
+def test_evaluation_games_counts_games_from_its_monitor() -> None:
+    env = EvaluationGames(MonitorEnv(CountingEnv()), test_episodes=2)
+    results = []
+    for _ in range(5):
+        env.reset()
+        results.append((env.get_real_done(), env.get_eval_rewards()))
+        for _ in range(3):
+            env.step(0)
+    assert results == [(False, None), (False, None), (True, [3.0, 3.0]), (False, None),
+                       (True, [3.0, 3.0])]  # fmt: skip
+    with pytest.raises(ValueError, match="needs a MonitorEnv inside env"):
+        EvaluationGames(CountingEnv())
+    with pytest.raises(ValueError, match="test_episodes must be >= 1, got 0"):
+        EvaluationGames(MonitorEnv(CountingEnv()), test_episodes=0)

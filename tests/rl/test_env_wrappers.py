@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import gymnasium
@@ -159,3 +160,61 @@ def test_action_mapping_seed_on_a_plain_gymnasium_env() -> None:
     second.seed(9)
     np.testing.assert_array_equal(first.reset()[0], second.reset()[0])
     np.testing.assert_array_equal(first.action_space.sample(), second.action_space.sample())
+
+
+class Float32BoundsEnv(RecordingEnv):
+    """Box(-3, 10) in float32: bounds that float32 arithmetic does not hit exactly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = Box(-3.0, 10.0, (2,), dtype=np.float32)
+
+
+def test_action_mapping_ends_land_exactly_on_float32_bounds() -> None:
+    env = ActionMappingWrapper(Float32BoundsEnv())
+    env.reset(seed=0)
+    obs, *_ = env.step(np.array([1.0, -1.0], dtype=np.float32))
+    assert obs.tolist() == [10.0, -3.0]
+    obs, *_ = env.step(np.array([0.0, 0.5], dtype=np.float32))
+    np.testing.assert_allclose(obs, [3.5, 6.75], rtol=1e-7)
+
+
+class DiscreteRecordingEnv(gymnasium.Env):
+    """Discrete(4) actions; the observation is the action received, as given."""
+
+    observation_space = Box(-np.inf, np.inf, (1,), dtype=np.float64)
+    action_space = gymnasium.spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict]:
+        return np.zeros(1), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.received = action
+        return np.zeros(1), 0.0, False, False, {}
+
+    def ends_in(self) -> int:
+        return 3
+
+
+def test_compat_wrapper_takes_a_one_element_integer_array_as_a_discrete_action() -> None:
+    # PARL's agents often return actions.flatten(): a (1,) array that old gym's Atari envs took.
+    env = CompatWrapper(DiscreteRecordingEnv())
+    env.reset()
+    env.step(np.array([2]))
+    assert env.unwrapped.received == 2 and type(env.unwrapped.received) is int
+    env.step(np.int64(3))
+    assert env.unwrapped.received == 3
+    env.step(np.array([0.7]))  # not an integer array: passed on as it is
+    assert isinstance(env.unwrapped.received, np.ndarray)
+
+
+def test_compat_wrapper_finds_attributes_of_the_envs_inside_it() -> None:
+    # old gym's Wrapper forwarded attribute lookups; PARL scripts call env.get_real_done() etc.
+    env = CompatWrapper(gymnasium.wrappers.RecordEpisodeStatistics(DiscreteRecordingEnv()))
+    assert env.ends_in() == 3
+    assert env.get_wrapper_attr("ends_in") == env.ends_in
+    with pytest.raises(AttributeError, match="the envs it wraps have no attribute 'nothing'"):
+        env.nothing  # noqa: B018
+    with pytest.raises(AttributeError):
+        env._private_thing  # noqa: B018
+    assert copy.deepcopy(env).ends_in() == 3  # no recursion while copying

@@ -2,7 +2,7 @@
 
 PARL 2.2.1's wheel is downloaded from PyPI when the tests run (never stored in this repository)
 and its ``parl/algorithms/torch/<algo>.py`` files are loaded *against this package*: their
-``import parl`` and ``from parl.utils.utils import ...`` resolve here. Each PARL algorithm and
+``import parl`` and ``from parl.utils.utils import check_model_method`` resolve here. Each PARL algorithm and
 ours then start from the same weights, learn from the same batches with torch's generator
 reseeded before every call on both sides (TD3's target noise, SAC's samples), and must end with
 the same parameters, the same losses and the same ``predict``/``sample`` outputs.
@@ -16,7 +16,6 @@ Without network access the tests skip, except under ``CI=true``, where that is a
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import importlib
@@ -26,10 +25,9 @@ import subprocess
 import sys
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -39,7 +37,6 @@ from torch import nn
 
 import parl
 from parl import algorithms
-from parl.core.algorithm import require_model_methods
 
 PARL_VERSION = "2.2.1"
 WHEEL_NAME = f"parl-{PARL_VERSION}-py3-none-any.whl"
@@ -121,37 +118,13 @@ def parl_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
-@contextlib.contextmanager
-def _names_parl_modules_import() -> Iterator[None]:
-    """Make ``parl.utils.utils.check_model_method`` importable while PARL's modules load.
-
-    TEST-LOCAL STAND-IN, used only while this package lacks the name: PARL's algorithm modules
-    import it at load time. It checks the model's methods with this package's own
-    ``require_model_methods``. Everything is restored on exit, so no other test sees it.
-    """
-
-    def check_model_method(model: nn.Module, method: str, algo: str) -> None:
-        require_model_methods(model, (method,), algo)
-
-    with pytest.MonkeyPatch.context() as patch:
-        try:
-            utils_module = importlib.import_module("parl.utils.utils")
-        except ModuleNotFoundError:
-            utils_module = ModuleType("parl.utils.utils")
-            patch.setitem(sys.modules, "parl.utils.utils", utils_module)
-        if not hasattr(utils_module, "check_model_method"):
-            patch.setattr(utils_module, "check_model_method", check_model_method, raising=False)
-        # PARL's DQN modules call warnings.simplefilter("default") at import time
-        with warnings.catch_warnings():
-            yield
-
-
 @pytest.fixture(scope="session")
 def published(parl_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, type]:
     """PARL's algorithm classes by name, loaded from the wheel's files against this package."""
     source = tmp_path_factory.mktemp(f"parl-{PARL_VERSION}-src")
     classes: dict[str, type] = {}
-    with zipfile.ZipFile(parl_wheel) as archive, _names_parl_modules_import():
+    # PARL's DQN modules call warnings.simplefilter("default") when they load
+    with zipfile.ZipFile(parl_wheel) as archive, warnings.catch_warnings():
         for case in CASES:
             if case.algorithm in classes:
                 continue

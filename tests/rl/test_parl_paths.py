@@ -54,3 +54,41 @@ def test_parl_env_paths() -> None:
     assert SameVectorEnv is VectorEnv and is_gym_version_ge("0.26.0")
     assert parl.env.CompatWrapper is CompatWrapper
     assert issubclass(parl.WeightsMismatchError, RuntimeError)
+
+
+def test_parl_core_and_utils_paths_that_algorithms_and_tutorials_import() -> None:
+    import argparse
+    import logging
+
+    import torch
+
+    import parl
+    from parl.core.torch.agent import Agent
+    from parl.core.torch.algorithm import Algorithm
+    from parl.core.torch.model import Model
+    from parl.utils import global_config, logger
+    from parl.utils.utils import MAX_INT32, check_model_method, has_func, to_byte, to_str
+
+    assert (Model, Algorithm, Agent) == (parl.Model, parl.Algorithm, parl.Agent)
+    net = torch.nn.Linear(2, 2)
+    check_model_method(net, "forward", "MyAlgorithm")
+    with pytest.raises(TypeError, match=r"MyAlgorithm needs model to define policy\(\)"):
+        check_model_method(net, "policy", "MyAlgorithm")
+    assert has_func(net, "forward") and not has_func(net, "weight")
+    assert to_str(b"ab") == "ab" == to_str("ab") and to_byte("ab") == b"ab"
+    assert MAX_INT32 == 2**31 - 1
+    assert (logger.DEBUG, logger.INFO, logger.WARNING) == (
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+    )
+    logger.setLevel(logger.WARNING)
+    assert logger.get_logger().level == logging.WARNING
+    logger.set_level(logger.INFO)
+
+    global_config.load_argument(argparse.Namespace(embed_dim=128, n_head=1))
+    from parl.utils.globvars import global_config as same
+
+    assert same is global_config and (same.embed_dim, same.n_head) == (128, 1)
+    with pytest.raises(TypeError, match="needs the argparse.Namespace"):
+        global_config.load_argument({"embed_dim": 1})  # type: ignore[arg-type]

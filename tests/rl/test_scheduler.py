@@ -39,6 +39,13 @@ def test_piecewise_is_constant_between_boundaries() -> None:
     assert restored.value == 0.5
 
 
+def test_piecewise_first_value_holds_before_its_step() -> None:
+    # PARL accepts a first pair at any step and gives its value from step 0 on.
+    assert PiecewiseScheduler([(3, 0.1)]).value == 0.1
+    scheduler = PiecewiseScheduler([(5, 1.0), (10, 0.5)])
+    assert [scheduler.value] + [scheduler.step() for _ in range(10)] == [1.0] * 10 + [0.5]
+
+
 @pytest.mark.parametrize(
     ("args", "error", "pattern"),
     [
@@ -63,7 +70,7 @@ def test_step_num_must_be_positive() -> None:
     ("schedule", "error", "pattern"),
     [
         ([], ValueError, "must not be empty"),
-        ([(5, 1.0)], ValueError, "first pair must start at step 0, got 5"),
+        ([(-1, 1.0)], ValueError, r"scheduler_list\[0\]\[0\] must be an int >= 0, got -1"),
         (
             [(0, 1.0), (10, 0.5), (10, 0.1)],
             ValueError,

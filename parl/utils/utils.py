@@ -1,0 +1,69 @@
+"""PARL's ``parl.utils.utils``: the small helpers PARL 2.x code imports from there.
+
+PARL's algorithm modules and its tutorial on writing an algorithm call
+``check_model_method(model, "policy", self.__class__.__name__)``; the rest are the module's
+other public names that user scripts read (``MAX_INT32``, ``to_str``, the platform flags).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = [
+    "MAX_INT32",
+    "check_model_method",
+    "has_func",
+    "isnotebook",
+    "to_byte",
+    "to_str",
+]
+
+MAX_INT32 = 0x7FFFFFFF
+
+_IS_WINDOWS = sys.platform == "win32"
+_IS_MAC = sys.platform == "darwin"
+_HAS_TORCH = True  # this package is PARL on torch; the Paddle backends do not exist here
+_HAS_PADDLE = False
+_HAS_FLUID = False
+
+
+def has_func(obj: object, fun: str) -> bool:
+    """Whether ``obj`` has a callable attribute ``fun``."""
+    if not isinstance(fun, str):
+        raise TypeError(f"fun must be a method name (str), got {fun!r}")
+    return callable(getattr(obj, fun, None))
+
+
+def check_model_method(model: Any, method: str, algo: str) -> None:
+    """Raise if ``model`` lacks the method ``method`` that the algorithm ``algo`` calls.
+
+    PARL raised an ``AssertionError``; this raises ``TypeError`` naming the model class and what
+    to add, through the same check as the algorithms of this package
+    (:func:`parl.core.require_model_methods`).
+    """
+    from parl.core.algorithm import require_model_methods
+
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a method name (str), got {method!r}")
+    require_model_methods(model, (method,), str(algo))
+
+
+def to_str(byte: bytes | str) -> str:
+    """``byte`` decoded as UTF-8 (a ``str`` is returned as it is)."""
+    return byte if isinstance(byte, str) else byte.decode("utf-8")
+
+
+def to_byte(string: str | bytes) -> bytes:
+    """``string`` encoded as UTF-8 (``bytes`` are returned as they are)."""
+    return string if isinstance(string, bytes) else string.encode("utf-8")
+
+
+def isnotebook() -> bool:
+    """Whether the code runs in a Jupyter notebook or qtconsole (an IPython ZMQ shell)."""
+    shell = sys.modules.get("IPython")
+    get_ipython = getattr(shell, "get_ipython", None) if shell is not None else None
+    if get_ipython is None:
+        return False
+    ipython = get_ipython()
+    return ipython is not None and type(ipython).__name__ == "ZMQInteractiveShell"
