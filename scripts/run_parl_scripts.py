@@ -1,6 +1,6 @@
 """Run PARL's own torch training scripts against this package, as a PARL user would.
 
-    python scripts/run_parl_scripts.py PARL_CHECKOUT [--only NAME ...] [--markdown]
+    python scripts/run_parl_scripts.py PARL_CHECKOUT [--only NAME ...] [--update README.md]
 
 ``PARL_CHECKOUT`` is a checkout of PaddlePaddle/PARL (2.2.1, its last release). For each of its
 ``benchmark/torch`` scripts whose algorithm exists here, the script's folder is copied to a
@@ -14,7 +14,8 @@ Scripts that need an ``xparl`` cluster get one, started and stopped here with a 
 A run succeeds when the script prints its first evaluation (each script's own line, such as
 ``Evaluation over`` or ``Test reward``); it is then stopped. Otherwise the table shows the last
 line of its traceback, or that it timed out. Nothing of PARL's code is kept or copied anywhere
-but the temporary folder.
+but the temporary folder. ``--update FILE`` writes the table into ``FILE`` between the lines
+``<!-- run_parl_scripts: begin -->`` and ``<!-- run_parl_scripts: end -->``.
 """
 
 from __future__ import annotations
@@ -279,11 +280,24 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(rows)
 
 
+BEGIN, END = "<!-- run_parl_scripts: begin -->", "<!-- run_parl_scripts: end -->"
+
+
+def update_file(path: Path, text: str) -> None:
+    """Replace what stands between the ``BEGIN`` and ``END`` lines of ``path`` with ``text``."""
+    content = path.read_text()
+    start, stop = content.find(BEGIN), content.find(END)
+    if start < 0 or stop < start:
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} block to write the table into")
+    path.write_text(content[: start + len(BEGIN)] + "\n" + text + "\n" + content[stop:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkout", type=Path, help="a checkout of PaddlePaddle/PARL")
     parser.add_argument("--only", nargs="+", default=None, help="run only these script names")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
+    parser.add_argument("--update", type=Path, help="write the table into this file's block")
     args = parser.parse_args()
     bench = args.checkout / "benchmark" / "torch"
     if not bench.is_dir():
@@ -307,6 +321,8 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(table(outcomes))
+    if args.update is not None:
+        update_file(args.update, table(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 
 

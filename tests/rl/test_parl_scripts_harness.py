@@ -96,3 +96,13 @@ def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
     outcome = harness.run_one(tmp_path, run, tmp_path / "work")
     assert outcome.ok, outcome.detail
     assert outcome.detail.endswith("Evaluation over: 2 actors")
+
+
+def test_update_rewrites_only_the_marked_block(harness: ModuleType, tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{harness.BEGIN}\nold table\n{harness.END}\noutro\n")
+    harness.update_file(readme, "| new |")
+    assert readme.read_text() == f"intro\n{harness.BEGIN}\n| new |\n{harness.END}\noutro\n"
+    (tmp_path / "other.md").write_text("no block\n")
+    with pytest.raises(SystemExit, match="has no <!-- run_parl_scripts: begin -->"):
+        harness.update_file(tmp_path / "other.md", "| new |")
