@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import parl  # noqa: E402
+import parl
 
 
 @parl.remote_class(wait=False)

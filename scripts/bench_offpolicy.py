@@ -32,10 +32,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import parl  # noqa: E402
-from parl.algorithms import SAC, TD3  # noqa: E402
-from parl.algorithms.ensemble import TwinQNetwork  # noqa: E402
-from parl.utils import ReplayMemory  # noqa: E402
+import parl
+from parl.algorithms import SAC, TD3
+from parl.algorithms.ensemble import TwinQNetwork
+from parl.utils import ReplayMemory
 
 HIDDEN = 256
 BATCH = 256
@@ -89,7 +89,7 @@ class ActorCritic(parl.Model):
     def value(self, obs: torch.Tensor, action: torch.Tensor):  # type: ignore[no-untyped-def]
         return self.critic_model.value(obs, action)
 
-    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.critic_model.Q1(obs, action)
 
     def get_actor_params(self):  # type: ignore[no-untyped-def]
@@ -219,7 +219,7 @@ def main() -> None:
         print(f"{ENV}, {HIDDEN}x{HIDDEN}, batch {BATCH}")
         bench_updates(args.rounds, args.seconds)
     if args.only in (None, "dqn"):
-        from bench_offpolicy_dqn import bench_dqn  # noqa: PLC0415 (optional row)
+        from bench_offpolicy_dqn import bench_dqn  # an optional row
 
         bench_dqn(args.dqn_seeds)
 

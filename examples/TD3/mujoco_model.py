@@ -29,7 +29,7 @@ class MujocoModel(parl.Model):
     def value(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.critic_model.value(obs, action)
 
-    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802 (PARL)
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # PARL's name
         return self.critic_model.Q1(obs, action)
 
     def get_actor_params(self):  # type: ignore[no-untyped-def]

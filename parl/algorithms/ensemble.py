@@ -114,5 +114,5 @@ class TwinQNetwork(Model):
         q = self.forward(obs, action)
         return q[0], q[1]
 
-    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802 (PARL)
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # PARL's name
         return self.net.member_forward(torch.cat([obs, action], dim=-1), 0)

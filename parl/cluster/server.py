@@ -96,6 +96,6 @@ class Server:
             # a peer out of step (bad frame, bad message): drop it, keep serving
             log.debug("dropped a cluster connection: %s", exc)
             frames.close()
-        except Exception:  # noqa: BLE001 - a bug in a handler: logged, the server goes on
+        except Exception:  # a bug in a handler: logged, the server goes on
             log.exception("a cluster connection failed")
             frames.close()

@@ -162,19 +162,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
     timeout = _IDLE_S
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's names
         pass  # a monitor polled every second must not flood the terminal
 
-    def do_HEAD(self) -> None:  # noqa: N802 - the base class's naming
+    def do_HEAD(self) -> None:
         self._serve(head=True)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._serve(head=False)
 
     def _refuse(self) -> None:
         self.send_error(405, "the monitor is read-only")
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
     def _serve(self, head: bool) -> None:
         monitor = self.monitor

@@ -308,7 +308,7 @@ def _init(address: str, forward_output: bool) -> None:
         try:
             ray.init(address=target, log_to_driver=forward_output)
             return
-        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds
+        except Exception as exc:  # Ray raises several kinds
             if attempt < attempts and "Initialization failure from server" in str(exc):
                 log.warning(
                     "Ray Client at %s failed to start a session (attempt %d of %d): %s",

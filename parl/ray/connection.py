@@ -74,7 +74,7 @@ class RayConnection:
                 raise ValueError(f"unknown request kind {kind}")
         except TypeError as exc:  # Ray: "Could not serialize the argument ..."
             raise SerializationError(str(exc).split("\n", 1)[0]) from None
-        except Exception as exc:  # noqa: BLE001 - a bare Exception: an actor of an ended Ray
+        except Exception as exc:  # a bare Exception: an actor of an ended Ray
             if type(exc) is not Exception or "Failed to submit task to actor" not in str(exc):
                 raise
             raise self._died(exc) from None

@@ -48,7 +48,7 @@ class Future:
                         self._value = self._conn.wait(self._call_id, remaining, keep=True)
                     except CallTimeout:
                         raise self._timeout(timeout) from None  # it says what is left
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - kept and raised again by every get()
                         self._error = exc
             finally:
                 self._lock.release()

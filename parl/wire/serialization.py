@@ -443,7 +443,7 @@ def _dumps_by_value(
     """The cloudpickle pickler, for what the plain one could not pickle."""
     try:
         return _dump(_full_pickler_class(), obj, memory, sending)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"
         found = find_unpicklable(obj, _can_pickle)
         if found is not None:

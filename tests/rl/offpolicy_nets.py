@@ -117,7 +117,7 @@ class ActorCriticNet(parl.Model):
         q = self.critic_model(torch.cat([obs, action], dim=-1))
         return (q[0], q[1]) if self.twin else q[0]
 
-    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.critic_model.member_forward(torch.cat([obs, action], dim=-1), 0)
 
     def get_actor_params(self):  # type: ignore[no-untyped-def]

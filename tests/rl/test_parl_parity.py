@@ -193,7 +193,7 @@ class ContinuousModel(parl.Model):
             return q1
         return q1, self.q2(torch.cat([obs, action], dim=-1))
 
-    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # noqa: N802
+    def Q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.q1(torch.cat([obs, action], dim=-1))
 
     def get_actor_params(self) -> list[nn.Parameter]:

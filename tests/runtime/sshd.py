@@ -124,7 +124,7 @@ def start(folder: str) -> SSHLab:
                 [SSHD, "-D", "-e", "-f", os.path.join(host.folder, "sshd_config")],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(host.folder, "sshd.log"), "wb"),  # noqa: SIM115
+                stderr=open(os.path.join(host.folder, "sshd.log"), "wb"),
                 start_new_session=True,
             )
             lab.hosts.append(host)
