@@ -333,6 +333,14 @@ class WithStatic:
         return self.x
 
 
+@parl.remote_class
+class OwnDestroy:
+    """A remote class with a method named like the proxy's ``destroy``."""
+
+    def destroy(self):
+        return "the class's own"
+
+
 class SubSampler(Sampler):
     """A subclass of a remote class: remote too, with Sampler's options."""
 
