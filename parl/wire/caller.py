@@ -24,7 +24,13 @@ import time
 import weakref
 from typing import Any, Protocol
 
-from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteError
+from parl.errors import (
+    ActorClosedError,
+    ActorForkedError,
+    DeserializationError,
+    ParlError,
+    RemoteError,
+)
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
@@ -359,7 +365,7 @@ class Connection:
             self._file(
                 call_id,
                 False,
-                RemoteError(
+                DeserializationError(
                     f"the reply of {self.label} could not be unpickled here: "
                     f"{type(exc).__name__}: {exc}"
                 ),

@@ -35,7 +35,7 @@ def test_no_free_slot_waits_then_fails_naming_the_slots(on_cluster, caplog):
     actors = [Sampler() for _ in range(5)]
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="parl.cluster"):
-        with pytest.raises(parl.ClusterError, match=r"2 host\(s\), 5 slot\(s\), 5 used"):
+        with pytest.raises(parl.errors.ResourceError, match=r"2 host\(s\), 5 slot\(s\), 5 used"):
             Sampler()
     assert time.monotonic() - start >= 0.45
     assert "no free slot in the cluster" in caplog.text and "waiting up to 0.5 s" in caplog.text

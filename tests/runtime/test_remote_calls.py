@@ -163,6 +163,38 @@ def test_future_timeout_empty_and_get_nowait(tmp_path):
     assert blocked.get_nowait() == "released"
 
 
+@pytest.mark.local_only
+def test_parls_import_paths_give_this_packages_exceptions_and_futures(tmp_path):
+    from parl.remote import exceptions
+    from parl.remote.client import connect, disconnect
+    from parl.remote.future_mode import FutureObject
+    from parl.remote.future_mode.future_object import FutureObject as SameFutureObject
+
+    assert FutureObject is SameFutureObject is parl.Future
+    assert (connect, disconnect) == (parl.connect, parl.disconnect)
+    assert exceptions.RemoteError is exceptions.FutureFunctionError is parl.RemoteError
+    assert issubclass(exceptions.RemoteSerializeError, parl.errors.SerializationError)
+    assert issubclass(exceptions.RemoteDeserializeError, parl.RemoteError)
+    assert issubclass(exceptions.ResourceError, parl.ClusterError)
+    assert issubclass(exceptions.FutureGetRepeatedlyError, parl.ParlError)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    actor = AsyncSampler()
+    blocked = actor.block(str(fifo))
+    with pytest.raises(exceptions.FutureObjectEmpty):  # also a TimeoutError
+        blocked.get(timeout=0.05)
+    with pytest.raises(exceptions.FutureObjectEmpty):
+        blocked.get_nowait()
+    with open(fifo, "w") as f:
+        f.write("released")
+    assert blocked.get(timeout=10) == "released"
+    with pytest.raises(exceptions.RemoteAttributeError, match="no_such_attribute"):
+        _ = actor.no_such_attribute
+    with pytest.raises(exceptions.RemoteSerializeError, match="argument"):
+        actor.add((i for i in range(2)), 1)  # a generator cannot be pickled
+    parl.close_actor(actor)
+
+
 def test_dropped_futures_do_not_block_later_calls():
     actor = AsyncSampler()
     for _ in range(100):
