@@ -36,6 +36,11 @@ class ActorMemoryError(ActorDiedError):
     """The actor's worker was stopped because it exceeded its ``max_memory`` limit."""
 
 
+class DeserializationError(RemoteError):
+    """The reply of an actor call arrived but could not be unpickled here (a class that this
+    process cannot import, a value that fails to load)."""
+
+
 class ActorClosedError(RemoteError):
     """A call was made on an actor that was closed by the caller."""
 
@@ -64,6 +69,11 @@ class WeightsMismatchError(ParlError, ValueError, RuntimeError):
 class ClusterError(ParlError):
     """A cluster (``xparl start``, ``parl.connect("host:port")``) cannot do what was asked: no
     master at the address, no free slot in time, a host agent that went away."""
+
+
+class ResourceError(ClusterError):
+    """The cluster had no free slot (or host with the GPUs asked for) for a new actor within
+    ``parl.connect(..., slot_timeout=...)`` seconds."""
 
 
 class AuthenticationError(ClusterError):

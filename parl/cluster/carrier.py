@@ -24,7 +24,7 @@ from parl.cluster.auth import load_secret
 from parl.cluster.deploy import PROGRESS_PERIOD_S, outside_modules, upload
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
-from parl.errors import ActorDiedError, ClusterError, ParlError
+from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
 from parl.shm.carrier import worker_death_error
 from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
@@ -227,6 +227,8 @@ class ClusterCarrier:
     @staticmethod
     def _granted(answer: control.Message) -> control.Message:
         if answer["op"] == "error":
+            if answer.get("reason") == "no_slot":
+                raise ResourceError(str(answer.get("message")))
             raise ClusterError(str(answer.get("message")))
         return answer
 

@@ -273,7 +273,11 @@ class Master:
                     break
                 slots, used = self._totals(now, gpu)
                 if now >= deadline:
-                    grant = {"op": "error", "message": self._none_free(timeout, n_gpu, now)}
+                    grant = {
+                        "op": "error",
+                        "message": self._none_free(timeout, n_gpu, now),
+                        "reason": "no_slot",
+                    }
                     break
                 if not told:
                     control.send(sock, {"op": "waiting", "slots": slots, "used": used})

@@ -5,8 +5,9 @@ Pure: no network, no cluster state. The cluster carrier and the SSH launcher shi
 to hosts that lack ``Pack.digest``; hosts unpack it into ``<cache>/<digest>/``.
 
 Determinism: the same file content gives the same digest on every machine, whatever the
-mtimes, owners or umask. The archive lists regular files only, sorted by name, with zeroed
-times and owners and mode 0644 or 0755 (only the executable bit is kept). The digest is the
+mtimes, owners or umask. The archive lists regular files and empty folders only, sorted by
+name, with zeroed times and owners and mode 0644 or 0755 (only the executable bit is kept;
+folders are 0755). The digest is the
 sha256 of that (uncompressed) tar, so it does not depend on the zlib version either.
 """
 
@@ -119,7 +120,7 @@ def pack_project(
     total = 0
     for name, path in _walk(base, ignore):
         try:
-            size = path.stat().st_size
+            size = 0 if path.is_dir() else path.stat().st_size
         except OSError:  # gone meanwhile
             continue
         if size > max_file_bytes:
@@ -196,9 +197,10 @@ def _ignored(name: str, ignore: Sequence[str]) -> bool:
 
 
 def _walk(base: Path, ignore: Sequence[str]) -> Iterator[tuple[str, Path]]:
-    """(archive name, path) of every regular file under ``base``, minus ignored names. Links
-    are followed only where they stay inside ``base``; a link to a folder that holds it (a
-    loop) is not."""
+    """(archive name, path) of every regular file under ``base``, and of every empty folder
+    (nothing in it but ignored names) below it, minus ignored names: a program may expect a
+    folder it writes into to be there. Links are followed only where they stay inside
+    ``base``; a link to a folder that holds it (a loop) is not."""
     stack: list[tuple[Path, frozenset[str]]] = [(base, frozenset())]
     while stack:
         folder, above = stack.pop()
@@ -206,9 +208,11 @@ def _walk(base: Path, ignore: Sequence[str]) -> Iterator[tuple[str, Path]]:
         if real in above or (folder != base and os.path.isfile(os.path.join(folder, "pyvenv.cfg"))):
             continue
         above = above | {real}
+        empty = True
         for entry in sorted(os.scandir(folder), key=lambda e: e.name, reverse=True):
             if _ignored(entry.name, ignore):
                 continue
+            empty = False
             path = Path(entry.path)
             if entry.is_symlink() and not _inside(path, base):
                 log.debug("not deploying %s: a link out of %s", path, base)
@@ -217,6 +221,8 @@ def _walk(base: Path, ignore: Sequence[str]) -> Iterator[tuple[str, Path]]:
                 stack.append((path, above))
             elif entry.is_file():
                 yield path.relative_to(base).as_posix(), path
+        if empty and folder != base:
+            yield folder.relative_to(base).as_posix(), folder
 
 
 def _inside(path: Path, base: Path) -> bool:
@@ -236,6 +242,8 @@ def _globbed(base: Path, patterns: Sequence[str]) -> dict[str, Path]:
             path = base / hit
             if path.is_dir():
                 found = {f"{Path(hit).as_posix()}/{n}": p for n, p in _walk(path, ())}
+                if not found and _inside(path, base):  # an empty folder: itself
+                    found = {Path(hit).as_posix(): path}
             elif path.is_file() and _inside(path, base):
                 found = {Path(hit).as_posix(): path}
             else:
@@ -256,6 +264,15 @@ def _pack(files: dict[str, Path]) -> Pack:
     size = count = 0
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as archive:
         for name in sorted(files):
+            if files[name].is_dir():  # an empty folder
+                info = tarfile.TarInfo(name)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                info.mtime = 0
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                archive.addfile(info)
+                continue
             try:  # read whole: a file that changes meanwhile cannot break the archive
                 with open(files[name], "rb") as file:
                     executable = os.fstat(file.fileno()).st_mode & stat.S_IXUSR

@@ -27,7 +27,7 @@ from parl.errors import (
     RemoteError,
     SerializationError,
 )
-from parl.ray.host import Failed
+from parl.ray.host import Failed, Hiding
 from parl.wire.caller import CallTimeout
 from parl.wire.failure import rebuild_exception
 from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR
@@ -48,6 +48,8 @@ class RayConnection:
         self._done: set[int] = set()  # call ids whose reply is known to be in
         self._failure: ParlError | None = None
         self._closed = False
+        # methods of the actor's class that attributes of its instance hide (parl.wire.hiding)
+        self.hidden: frozenset[str] = frozenset()
         self._pid = os.getpid()
         self._graceful = [True]  # False once Ray reported the actor dead: nothing to stop
         self._finalizer = weakref.finalize(self, _end, handle, end, self._graceful, self._pid)
@@ -126,6 +128,8 @@ class RayConnection:
         self._forget(call_id)
         if type(value) is Failed:
             raise rebuild_exception(value.failure, self.label)
+        if type(value) is Hiding:
+            value, self.hidden = value
         return value
 
     def ready(self, call_id: int) -> bool:

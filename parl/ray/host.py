@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from parl.shm.afterfork import limit_threads
 from parl.wire.dispatch import ClassRef
 from parl.wire.failure import ChainedFailure, failure_of
+from parl.wire.hiding import HiddenMethods
 from parl.wire.protocol import MethodRef, RemoteFailure
 from parl.wire.serialization import _reduce_exception
 
@@ -37,6 +38,14 @@ class Failed(NamedTuple):
     failure: RemoteFailure
 
 
+class Hiding(NamedTuple):
+    """What a request returns when the methods that the instance's attributes hide changed
+    (see :mod:`parl.wire.hiding`): its value, and the names."""
+
+    value: Any
+    names: frozenset[str]
+
+
 class ParlActor:
     """The Ray actor class behind every proxy. ``label`` (the user's class name) is its
     ``repr``, which Ray prints before each line of the actor's output: ``(Sampler pid=12)``."""
@@ -44,6 +53,7 @@ class ParlActor:
     def __init__(self, label: str, num_threads: int | None = None) -> None:
         self._label = label
         self._instance: Any = None
+        self._hidden: HiddenMethods | None = None
         limit_threads(num_threads)
 
     def __repr__(self) -> str:
@@ -55,13 +65,22 @@ class ParlActor:
 
         return os.getpid(), socket.gethostname(), ray.get_runtime_context().get_node_id()
 
-    def init(self, spec: Any, args: tuple, kwargs: dict) -> Failed | None:
+    def init(self, spec: Any, args: tuple, kwargs: dict) -> Any:
         try:
             cls = spec.resolve() if isinstance(spec, ClassRef) else spec
             self._instance = cls(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - re-raised at the call site
             return _failed(exc)
-        return None
+        self._hidden = HiddenMethods(self._instance)
+        return self._with_hidden(None)
+
+    def _with_hidden(self, value: Any) -> Any:
+        """``value``, as a :class:`Hiding` when the hidden methods changed. (A reply whose
+        future was dropped carries them to nobody: they are seen at their next change.)"""
+        hidden = self._hidden
+        if hidden is not None and hidden.changed():
+            return Hiding(value, hidden.names)
+        return value
 
     def call(self, _parl_method: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -77,7 +96,7 @@ class ParlActor:
                     )
                 )
             )
-        return result
+        return self._with_hidden(result)
 
     def get_attr(self, name: str) -> Any:
         try:
@@ -106,7 +125,7 @@ class ParlActor:
             setattr(self._instance, name, value)
         except Exception as exc:  # noqa: BLE001
             return _failed(exc)
-        return None
+        return self._with_hidden(None)
 
 
 def _failed(exc: Exception) -> Failed:

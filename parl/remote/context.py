@@ -60,6 +60,7 @@ _atexit_registered = False
 
 def connect(
     address: str | None = None,
+    distributed_files: Sequence[str] = (),
     *,
     forward_output: bool = True,
     preload: str | tuple[str, ...] | list[str] = (),
@@ -69,7 +70,6 @@ def connect(
     slot_timeout: float = _DEFAULT_SLOT_TIMEOUT_S,
     max_frame: int = _DEFAULT_MAX_FRAME,
     hosts: str | Sequence[Any] | None = None,
-    distributed_files: Sequence[str] = (),
     ssh: Any = None,
     accept_unknown_host_keys: bool = False,
     monitor_port: int = 0,
@@ -88,11 +88,14 @@ def connect(
     ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
     ``stop_timeout``: seconds a closed actor's worker may take to finish (its ``__del__``,
     ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
+    ``distributed_files`` (cluster; also the second positional argument, as in PARL's
+    ``connect(master_address, distributed_files)``): globs, relative to the entry script's
+    folder, of files and folders to deploy besides that folder's own (which is packed, minus
+    ``.git``, virtual environments, caches and files over 32 MiB, and sent once per host and
+    content); e.g. ``["data/*.npz", "config.json"]``. A folder goes with everything in it,
+    empty folders included.
     ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
     ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
-    ``distributed_files`` (cluster): globs, relative to the entry script's folder, of files to
-    deploy besides that folder's own (which is packed, minus ``.git``, virtual environments,
-    caches and files over 32 MiB, and sent once per host and content); e.g. ``["data/*.npz"]``.
     ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings
     (``"user@box:22 cpus=4"``) or :class:`parl.ssh.hosts.HostSpec`: a master starts in this
     process and a host agent on each host over SSH (see README, "SSH hosts"); this package
@@ -314,10 +317,12 @@ def _module_names(preload: object) -> tuple[str, ...]:
 
 
 def disconnect() -> None:
-    """Close every actor created in this process and stop the local workers."""
+    """Close every actor created in this process and stop the local workers. Actors created
+    afterwards run on local workers with the default options, as without any ``connect``."""
     global _context
     with _lock:
         context, _context = _context, None
+        _options.clear()
     if context is not None:
         context.shutdown()
 

@@ -16,11 +16,18 @@ class FutureEmpty(ParlError, TimeoutError):
     """``get_nowait()`` on a future whose result has not arrived yet."""
 
 
+class FutureTimeout(CallTimeout, FutureEmpty):
+    """``get(timeout=s)`` on a future whose result did not arrive within ``s`` seconds (the
+    call stays pending: ``get`` may be called again). Also a :class:`FutureEmpty`, as PARL's
+    ``FutureObjectEmpty`` covers both cases."""
+
+
 class Future:
     """The pending result of one remote call.
 
     ``get()`` blocks for the result (or re-raises the remote exception); ``get(timeout=s)``
-    raises ``TimeoutError`` after ``s`` seconds; ``get_nowait()`` raises :class:`FutureEmpty`
+    raises :class:`FutureTimeout` (a ``TimeoutError`` and a :class:`FutureEmpty`) after ``s``
+    seconds; ``get_nowait()`` raises :class:`FutureEmpty`
     when the result is not in yet; ``empty()`` tells without blocking. ``get`` may be called
     again and returns the same result (or raises the same exception).
     """
@@ -56,8 +63,8 @@ class Future:
             raise self._error
         return self._value
 
-    def _timeout(self, timeout: float | None) -> CallTimeout:
-        return CallTimeout(
+    def _timeout(self, timeout: float | None) -> FutureTimeout:
+        return FutureTimeout(
             f"no reply to call {self._call_id} from {self._conn.label} within {timeout} s"
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 from parl.errors import SerializationError
@@ -55,9 +56,11 @@ def proxy_methods(cls: type, wait: bool) -> dict[str, Any]:
             continue
         remote = make_method(name, wait or name in _ALWAYS_WAIT, member)
         if isinstance(static, (staticmethod, classmethod)):
-            namespace[name] = ClassOrActorMethod(static, remote)
-        else:
+            namespace[name] = ClassOrActorMethod(static, ActorMethod(remote))
+        elif name.startswith("__"):  # Python looks special methods up on the class only
             namespace[name] = remote
+        else:
+            namespace[name] = ActorMethod(remote)
     if "__next__" in namespace:
         namespace["__iter__"] = _self_iter  # the actor is its own iterator
     elif "__iter__" in namespace:
@@ -95,12 +98,38 @@ def make_method(name: str, wait: bool, original: Any) -> Callable[..., Any]:
     return method
 
 
+class ActorMethod:
+    """A method of the remote class, on the proxy class. Read on an actor, it is the method
+    bound to the actor (a call runs it remotely), unless an attribute of the actor's instance
+    has its name: that attribute hides the method, in the actor as in any Python object, so
+    ``actor.name`` reads the attribute's value instead (the connection's ``hidden`` names,
+    which the actor sends whenever they change: see :mod:`parl.wire.hiding`). Those names
+    are as of the last reply read: with ``wait=False``, what a call whose reply has not been
+    read yet did is seen once its reply is (its future's ``get``, or any later reply: they
+    come in order). Read on the proxy class, it is the function."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.name = function.__name__
+        self.function = function
+        self.__doc__ = function.__doc__
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self.function
+        if self.name in instance._parl_conn.hidden:
+            return type(instance).__getattr__(instance, self.name)  # the attribute, remotely
+        return MethodType(self.function, instance)
+
+    def __repr__(self) -> str:
+        return f"<actor method {self.name}>"
+
+
 class ClassOrActorMethod:
     """A static or class method of the remote class. Looked up on the proxy class it is the
     original (a class method gets the proxy class as ``cls``, so ``cls(...)`` makes an actor);
     looked up on an actor it is a remote call."""
 
-    def __init__(self, local: staticmethod | classmethod, remote: Callable[..., Any]) -> None:
+    def __init__(self, local: staticmethod | classmethod, remote: ActorMethod) -> None:
         self._local = local
         self._remote = remote
         self.__doc__ = getattr(local, "__doc__", None)

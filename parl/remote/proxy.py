@@ -180,6 +180,13 @@ class RemoteProxy(metaclass=ProxyType):
             ) from None
         conn.wait(call_id)
 
+    def destroy(self) -> None:
+        """End the actor now, as :func:`parl.close_actor` does (PARL's name for it); later
+        calls on it raise :class:`parl.ActorClosedError`. Calling it again does nothing. A
+        remote class that defines its own ``destroy`` method keeps it: call
+        ``parl.close_actor(actor)`` to end such an actor."""
+        self._parl_conn.close()
+
     def __enter__(self) -> RemoteProxy:
         return self
 

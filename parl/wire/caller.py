@@ -24,12 +24,18 @@ import time
 import weakref
 from typing import Any, Protocol
 
-from parl.errors import ActorClosedError, ActorForkedError, ParlError, RemoteError
+from parl.errors import (
+    ActorClosedError,
+    ActorForkedError,
+    DeserializationError,
+    ParlError,
+    RemoteError,
+)
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import rebuild_exception
 from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
-from parl.wire.protocol import CALL, ERROR, RESULT, Link
+from parl.wire.protocol import CALL, ERROR, RESULT, RESULT_HIDING, Link
 from parl.wire.serialization import Encoder
 
 _POLL_S = 0.25  # how often a waiting caller re-checks liveness without a descriptor
@@ -70,6 +76,8 @@ class Connection:
         self._results: dict[int, Any] = {}
         self.created = time.time()
         self.names: dict[int, str] = {}  # call id -> method, while a monitor records them
+        # methods of the actor's class that attributes of its instance hide (parl.wire.hiding)
+        self.hidden: frozenset[str] = frozenset()
         self._sending = ClassTable("caller").sending  # by-value classes the actor holds
         self._encoder = Encoder(link, self._sending)
         self._spin = Spin(SPIN_S)  # how long to spin for a reply (under the receive lock)
@@ -351,15 +359,15 @@ class Connection:
             self._file(call_id, False, error)
             return
         results = self._results
-        if results.get(call_id) is not _PENDING:
-            return  # its future was dropped
+        if results.get(call_id) is not _PENDING and kind != RESULT_HIDING:
+            return  # its future was dropped (the names a RESULT_HIDING brings are kept)
         try:
             payload = pickle.loads(stream, buffers=buffers)
         except Exception as exc:  # noqa: BLE001 - e.g. a remote exception type missing here
             self._file(
                 call_id,
                 False,
-                RemoteError(
+                DeserializationError(
                     f"the reply of {self.label} could not be unpickled here: "
                     f"{type(exc).__name__}: {exc}"
                 ),
@@ -368,6 +376,9 @@ class Connection:
         if kind == RESULT:
             if call_id in results:  # else its future was dropped while the payload loaded
                 results[call_id] = (True, payload)
+        elif kind == RESULT_HIDING:
+            payload, self.hidden = payload
+            self._file(call_id, True, payload)
         elif kind == ERROR:
             self._file(call_id, False, rebuild_exception(payload, self.label))
         else:

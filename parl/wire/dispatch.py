@@ -17,12 +17,14 @@ from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
 from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
+from parl.wire.hiding import HiddenMethods
 from parl.wire.protocol import (
     CALL,
     ERROR,
     GETATTR,
     INIT,
     RESULT,
+    RESULT_HIDING,
     SETATTR,
     Link,
     MethodRef,
@@ -47,6 +49,7 @@ def serve(sock: FrameSocket, link: Link) -> Any:
     """Run requests until the caller closes the connection; returns the instance, so that the
     worker chooses when it is dropped (and its ``__del__`` runs)."""
     instance: Any = None
+    hidden: HiddenMethods | None = None  # made with the instance
     table = ClassTable("actor")  # by-value classes the caller sent, kept for its later messages
     sending = table.sending
     encoder = Encoder(link, sending)
@@ -90,7 +93,10 @@ def serve(sock: FrameSocket, link: Link) -> Any:
                 result = _other(kind, request, instance)
                 if kind == INIT:
                     instance, result = result, None
+                    hidden = HiddenMethods(instance)
             reply = RESULT
+            if kind != GETATTR and hidden is not None and hidden.changed():
+                result, reply = (result, hidden.names), RESULT_HIDING
         except Exception as exc:  # noqa: BLE001 - reported to the caller
             if not call_id and parts is not None:
                 call_id = protocol.HEADER.unpack_from(parts[0], 0)[-1]
@@ -101,6 +107,8 @@ def serve(sock: FrameSocket, link: Link) -> Any:
         try:
             meta, bodies, fds = protocol.encode(reply, call_id, result, link, encoder)
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
+            if reply == RESULT_HIDING and hidden is not None:
+                hidden.not_sent()
             error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
             meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, encoder)
         if sending.defined:

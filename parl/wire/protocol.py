@@ -36,6 +36,8 @@ GETATTR = 3  # caller -> actor: attribute name
 SETATTR = 4  # caller -> actor: (attribute name, value)
 RESULT = 5  # actor -> caller: the return value
 ERROR = 6  # actor -> caller: RemoteFailure
+RESULT_HIDING = 7  # actor -> caller: (return value, names of the class's methods that the
+# instance's attributes now hide), when those names changed (see parl.wire.hiding)
 
 HEADER = struct.Struct("<BBIIIIQ")
 _HEADER_SIZE = HEADER.size

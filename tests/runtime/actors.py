@@ -333,6 +333,48 @@ class WithStatic:
         return self.x
 
 
+class _HidingBase:
+    """Instance attributes named like methods of the class: ``total`` from the start, others
+    set later by the caller or by a method."""
+
+    def __init__(self, total):
+        self.total = total  # hides the method total() in the instance
+
+    def total(self, a, b):
+        return a + b
+
+    def count(self):
+        return 100
+
+    def set_count(self, value):
+        self.count = value  # hides count() from now on
+
+    def drop_count(self):
+        del self.count  # count() is a method again
+
+    @staticmethod
+    def label():
+        return "static"
+
+
+@parl.remote_class
+class Hiding(_HidingBase):
+    pass
+
+
+@parl.remote_class(wait=False)
+class AsyncHiding(_HidingBase):
+    pass
+
+
+@parl.remote_class
+class OwnDestroy:
+    """A remote class with a method named like the proxy's ``destroy``."""
+
+    def destroy(self):
+        return "the class's own"
+
+
 class SubSampler(Sampler):
     """A subclass of a remote class: remote too, with Sampler's options."""
 

@@ -35,11 +35,27 @@ def test_no_free_slot_waits_then_fails_naming_the_slots(on_cluster, caplog):
     actors = [Sampler() for _ in range(5)]
     start = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="parl.cluster"):
-        with pytest.raises(parl.ClusterError, match=r"2 host\(s\), 5 slot\(s\), 5 used"):
+        with pytest.raises(parl.errors.ResourceError, match=r"2 host\(s\), 5 slot\(s\), 5 used"):
             Sampler()
     assert time.monotonic() - start >= 0.45
     assert "no free slot in the cluster" in caplog.text and "waiting up to 0.5 s" in caplog.text
     assert actors[0].add(1, 2) == 3  # the others are untouched
+
+
+def test_after_disconnect_new_actors_run_on_local_workers(on_cluster):
+    from parl.remote.context import actors_share_memory, current
+    from parl.shm.carrier import LocalCarrier
+
+    remote = Sampler()
+    assert remote.pid() in {w.pid for w in on_cluster.workers()}
+    parl.disconnect()
+    with pytest.raises(parl.ActorClosedError):
+        remote.add(1, 2)
+    local = Sampler()  # as without any connect: not on the cluster
+    assert isinstance(current().carrier, LocalCarrier) and actors_share_memory()
+    assert local.pid() not in {w.pid for w in on_cluster.workers()}
+    assert psutil.Process(local.pid()).ppid() == current().carrier.server_pid
+    parl.close_actor(local)
 
 
 def test_a_closed_actors_slot_is_reused_at_once(on_cluster, caplog):

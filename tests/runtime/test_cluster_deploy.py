@@ -169,6 +169,30 @@ def test_a_glob_that_matches_nothing_fails_at_connect(cluster, tmp_path, monkeyp
         parl.connect(cluster.address, distributed_files=["weights/*.pt"])
 
 
+def test_distributed_files_may_be_the_second_positional_argument(on_cluster, tmp_path, monkeypatch):
+    from tests.runtime.actors import Sampler
+
+    monkeypatch.chdir(tmp_path)  # the project folder
+    (tmp_path / "train_log").mkdir()  # ignored unless listed
+    (tmp_path / "train_log" / "config.json").write_text('{"test": 1000}')
+    parl.connect(on_cluster.address, ["train_log/config.json"], linger=0)  # PARL's signature
+    actor = Sampler()
+    assert actor.apply(os.path.getsize, "train_log/config.json") == len('{"test": 1000}')
+    assert os.path.realpath(actor.getcwd()) != os.path.realpath(tmp_path)  # a deployed copy
+
+
+def test_an_empty_folder_in_distributed_files_reaches_the_actor(on_cluster, tmp_path, monkeypatch):
+    from tests.runtime.actors import Sampler
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_log" / "checkpoints").mkdir(parents=True)  # ignored unless listed
+    (tmp_path / "empty_data").mkdir()  # an empty folder of the project itself
+    parl.connect(on_cluster.address, distributed_files=["train_log/checkpoints"], linger=0)
+    actor = Sampler()
+    assert actor.apply(os.listdir, "train_log/checkpoints") == []
+    assert actor.apply(os.listdir, "empty_data") == []
+
+
 # -- versions ---------------------------------------------------------------------------------
 
 

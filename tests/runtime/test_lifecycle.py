@@ -98,6 +98,25 @@ def test_call_on_a_closed_actor():
     parl.close_actor(actor)  # idempotent
 
 
+@pytest.mark.parametrize("cls", [Sampler, AsyncSampler])
+def test_destroy_ends_the_actor_once_and_later_calls_say_it_was_closed(cls):
+    actor = cls()
+    pid = actor.pid() if cls is Sampler else actor.pid().get()
+    actor.destroy()
+    assert wait_until(lambda: gone(pid))
+    with pytest.raises(parl.ActorClosedError, match="was closed"):
+        actor.add(1, 2)
+    actor.destroy()  # idempotent
+
+
+def test_a_class_with_its_own_destroy_method_keeps_it():
+    from tests.runtime.actors import OwnDestroy
+
+    actor = OwnDestroy()
+    assert actor.destroy() == "the class's own"
+    parl.close_actor(actor)
+
+
 def test_ctrl_c_while_waiting_leaves_the_actor_usable(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -154,6 +154,24 @@ def test_distributed_files_reach_into_ignored_folders(tmp_path):
     assert "train_log/model.ckpt" in _names(pack_project(root, ["train_log"]).data)
 
 
+def test_empty_folders_are_packed_and_unpacked(tmp_path):
+    root = _project(tmp_path / "p")
+    (root / "outputs").mkdir()  # empty: the program writes into it
+    (root / "logs" / "run1").mkdir(parents=True)  # only an empty folder in it
+    (root / "pkg" / "__pycache__").mkdir()  # ignored: pkg is not empty anyway
+    (root / "train_log" / "empty").mkdir(parents=True)  # ignored unless listed
+    pack = pack_project(root, ["train_log/empty"])
+    names = _names(pack.data)
+    assert {"outputs", "logs/run1", "train_log/empty"} <= set(names)
+    assert "logs" not in names and "pkg/__pycache__" not in names
+    assert pack.files == 4  # files only
+    assert pack_project(root, ["train_log/empty"]).digest == pack.digest
+    dest = tmp_path / "cache" / "d"
+    unpack(pack.data, dest)
+    for folder in ("outputs", "logs/run1", "train_log/empty"):
+        assert (dest / folder).is_dir() and not os.listdir(dest / folder)
+
+
 def test_a_glob_matching_nothing_names_itself(tmp_path):
     root = _project(tmp_path)
     with pytest.raises(ValueError, match=r"'assets/\*\.npz' matches no file under the project"):

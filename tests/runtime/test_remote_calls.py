@@ -9,7 +9,7 @@ import pytest
 
 import parl
 from parl.remote.future import FutureEmpty
-from tests.runtime.actors import AsyncSampler, CustomError, Sampler
+from tests.runtime.actors import AsyncHiding, AsyncSampler, CustomError, Hiding, Sampler
 
 pytestmark = pytest.mark.usefixtures("carrier")  # on local workers and on a cluster
 
@@ -124,6 +124,41 @@ def test_exception_in_init_raises_at_creation():
         FailsInInit("bad config")
 
 
+def test_an_instance_attribute_hides_the_method_of_the_same_name():
+    actor = Hiding(19)  # __init__ sets self.total, and the class has a method total()
+    assert actor.total == 19
+    with pytest.raises(TypeError, match="not callable"):
+        actor.total(1, 2)  # as in Python: the attribute is an int
+    assert actor.count() == 100
+    assert actor.label() == "static"
+    parl.close_actor(actor)
+
+
+def test_attributes_set_later_by_the_caller_or_a_method_hide_methods_until_deleted():
+    actor = Hiding(0)
+    actor.count = 5  # set by the caller
+    assert actor.count == 5
+    actor.label = "hidden too"  # a static method, hidden by an attribute of the instance
+    assert actor.label == "hidden too"
+    actor.drop_count()
+    assert actor.count() == 100  # deleted in the actor: the method again
+    actor.set_count(7)  # set by a method of the actor
+    assert actor.count == 7
+    parl.close_actor(actor)
+
+
+def test_a_wait_false_actor_reads_hiding_attributes_at_once():
+    actor = AsyncHiding(19)
+    assert actor.total == 19  # an attribute: its value, not a future
+    assert actor.count().get() == 100
+    actor.set_count(8).get()
+    assert actor.count == 8
+    actor.drop_count()  # its future is dropped: the names its reply brings still count
+    assert actor.total == 19  # read after that reply
+    assert actor.count().get() == 100
+    parl.close_actor(actor)
+
+
 def test_futures():
     actor = AsyncSampler()
     future = actor.add(1, 2)
@@ -161,6 +196,38 @@ def test_future_timeout_empty_and_get_nowait(tmp_path):
     assert blocked.get(timeout=10) == "released"
     assert not blocked.empty()
     assert blocked.get_nowait() == "released"
+
+
+@pytest.mark.local_only
+def test_parls_import_paths_give_this_packages_exceptions_and_futures(tmp_path):
+    from parl.remote import exceptions
+    from parl.remote.client import connect, disconnect
+    from parl.remote.future_mode import FutureObject
+    from parl.remote.future_mode.future_object import FutureObject as SameFutureObject
+
+    assert FutureObject is SameFutureObject is parl.Future
+    assert (connect, disconnect) == (parl.connect, parl.disconnect)
+    assert exceptions.RemoteError is exceptions.FutureFunctionError is parl.RemoteError
+    assert issubclass(exceptions.RemoteSerializeError, parl.errors.SerializationError)
+    assert issubclass(exceptions.RemoteDeserializeError, parl.RemoteError)
+    assert issubclass(exceptions.ResourceError, parl.ClusterError)
+    assert issubclass(exceptions.FutureGetRepeatedlyError, parl.ParlError)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    actor = AsyncSampler()
+    blocked = actor.block(str(fifo))
+    with pytest.raises(exceptions.FutureObjectEmpty):  # also a TimeoutError
+        blocked.get(timeout=0.05)
+    with pytest.raises(exceptions.FutureObjectEmpty):
+        blocked.get_nowait()
+    with open(fifo, "w") as f:
+        f.write("released")
+    assert blocked.get(timeout=10) == "released"
+    with pytest.raises(exceptions.RemoteAttributeError, match="no_such_attribute"):
+        _ = actor.no_such_attribute
+    with pytest.raises(exceptions.RemoteSerializeError, match="argument"):
+        actor.add((i for i in range(2)), 1)  # a generator cannot be pickled
+    parl.close_actor(actor)
 
 
 def test_dropped_futures_do_not_block_later_calls():
