@@ -35,6 +35,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "scheduler": ("parl.utils.scheduler", None),
     "get_gpu_count": ("parl.utils.machine_info", "get_gpu_count"),
     "get_ip_address": ("parl.utils.machine_info", "get_ip_address"),
+    "get_free_tcp_port": ("parl.utils.machine_info", "get_free_tcp_port"),
+    "is_port_available": ("parl.utils.machine_info", "is_port_available"),
+    "is_gpu_available": ("parl.utils.machine_info", "is_gpu_available"),
+    "_IS_WINDOWS": ("parl.utils.utils", "_IS_WINDOWS"),
+    "_IS_MAC": ("parl.utils.utils", "_IS_MAC"),
     "TimeBreakdown": ("parl.utils.time_breakdown", "TimeBreakdown"),
     "SharedWeights": ("parl.utils.weight_sync", "SharedWeights"),
     "ObsNormalizer": ("parl.utils.obs_norm", "ObsNormalizer"),
@@ -53,7 +58,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
     from parl.utils.globvars import GlobalConfig, global_config
-    from parl.utils.machine_info import get_gpu_count, get_ip_address
+    from parl.utils.machine_info import (
+        get_free_tcp_port,
+        get_gpu_count,
+        get_ip_address,
+        is_gpu_available,
+        is_port_available,
+    )
     from parl.utils.obs_norm import ObsNormalizer
     from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils.replay_memory import ReplayMemory, Transitions
@@ -88,7 +99,10 @@ __all__ = [
     "calc_gae",
     "get_device",
     "get_gpu_count",
+    "get_free_tcp_port",
     "get_ip_address",
+    "is_gpu_available",
+    "is_port_available",
     "logger",
     "seed_env",
     "set_seed",

@@ -77,6 +77,9 @@ def test_parl_core_and_utils_paths_that_algorithms_and_tutorials_import() -> Non
     assert has_func(net, "forward") and not has_func(net, "weight")
     assert to_str(b"ab") == "ab" == to_str("ab") and to_byte("ab") == b"ab"
     assert MAX_INT32 == 2**31 - 1
+    from parl.utils import _IS_WINDOWS, get_free_tcp_port, is_port_available
+
+    assert _IS_WINDOWS is False and is_port_available(get_free_tcp_port())
     assert (logger.DEBUG, logger.INFO, logger.WARNING) == (
         logging.DEBUG,
         logging.INFO,
