@@ -99,15 +99,25 @@ class Algorithm:
         """``{attribute name: scheduler}`` for every learning-rate scheduler attribute."""
         return _named_attributes(self, torch.optim.lr_scheduler.LRScheduler)
 
+    #: Set by ``self.device = ...`` (PARL's algorithms do); ``None``: found from the models.
+    _device: torch.device | None = None
+
     @property
     def device(self) -> torch.device:
-        """Device of the first parameter or buffer of the algorithm's models (CPU if none)."""
+        """The device set with ``self.device = ...`` (PARL's algorithms set it in ``__init__``),
+        else that of the first parameter or buffer of the algorithm's models (CPU if none)."""
+        if self._device is not None:
+            return self._device
         for model in self.named_models().values():
             for parameter in model.parameters():
                 return parameter.device
             for buffer in model.buffers():
                 return buffer.device
         return torch.device("cpu")
+
+    @device.setter
+    def device(self, device: torch.device | str | None) -> None:
+        self._device = None if device is None else resolve_device(device)
 
     # -- weights -------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -122,6 +132,17 @@ class Algorithm:
         """Load the output of ``get_weights()`` into ``self.model`` (checked before writing)."""
         model = self._main_model("set_weights")
         _check_mapping(weights, "get_weights()")
+        expected = model.state_dict(keep_vars=True)
+        if weights and not any(key in expected for key in weights):
+            names = [str(key) for key in weights]
+            if any(
+                name.startswith(prefix + ".") for prefix in self.named_models() for name in names
+            ):
+                raise ValueError(
+                    f"weights for {type(self).__name__}.set_weights look like the output of "
+                    f"get_all_weights() (names such as {names[0]!r}): load those with "
+                    f"set_all_weights(); set_weights takes get_weights()'s, self.model's alone"
+                )
         check_tensors_fit(
             dict(model.state_dict(keep_vars=True)),
             weights,
@@ -150,13 +171,15 @@ class Algorithm:
         _check_mapping(weights, "get_all_weights()")
         models = self.named_models()
         parts: dict[str, dict[str, Any]] = {prefix: {} for prefix in models}
+        # longest first: "critics.1.fc.weight" belongs to "critics.1", not to a model "critics"
+        prefixes = sorted(models, key=len, reverse=True)
         unexpected = []
         for key, value in weights.items():
-            prefix, _, name = str(key).partition(".")
-            if prefix in parts and name:
-                parts[prefix][name] = value
-            else:
+            owner = next((p for p in prefixes if str(key).startswith(p + ".")), None)
+            if owner is None:
                 unexpected.append(key)
+            else:
+                parts[owner][str(key)[len(owner) + 1 :]] = value
         if unexpected:
             raise ValueError(
                 f"weights has names that belong to no model of {type(self).__name__}: "
@@ -206,10 +229,26 @@ def _check_mapping(weights: object, source: str) -> None:
 
 
 def _named_attributes(owner: object, kind: type[Any]) -> dict[str, Any]:
+    """Attributes of ``owner`` that are ``kind``, and those held one level down in a list, tuple
+    or dict attribute (``self.critics = [...]`` gives ``"critics.0"``, ``"critics.1"``; PARL
+    counts models held that way too). Each object once, under its first name."""
     found: dict[str, Any] = {}
     seen: set[int] = set()
-    for name, value in vars(owner).items():
+
+    def add(name: str, value: Any) -> None:
         if isinstance(value, kind) and id(value) not in seen:
             seen.add(id(value))
             found[name] = value
+
+    for name, value in vars(owner).items():
+        if name.startswith("__"):
+            continue
+        add(name, value)
+        if isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                add(f"{name}.{index}", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, (str, int)):
+                    add(f"{name}.{key}", item)
     return found

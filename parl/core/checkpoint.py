@@ -98,6 +98,11 @@ def load_weights_checked(module: nn.Module, state: Any, source: str) -> None:
     """
     if not isinstance(state, Mapping):
         raise ValueError(f"{source} does not hold a state_dict (found {type(state).__name__})")
+    if state.get("format") == _FORMAT:
+        raise ValueError(
+            f"{source} is a training checkpoint (written by save_checkpoint): load it with "
+            f"agent.restore_checkpoint(path); restore() reads the files save() writes"
+        )
     check_tensors_fit(
         dict(module.state_dict(keep_vars=True)), state, what=source, owner=type(module).__name__
     )

@@ -145,13 +145,23 @@ class EpisodicLifeEnv(gymnasium.Wrapper):
 
 
 class FireResetEnv(gymnasium.Wrapper):
-    """Press FIRE (and then action 2) after a reset, for games that wait for it."""
+    """Press FIRE (and then action 2) after a reset, for games that wait for it.
 
-    def __init__(self, env: gymnasium.Env) -> None:
+    ``after_life_loss=True`` also presses FIRE after a lost life that does not end the game:
+    without :class:`EpisodicLifeEnv` (whose episode ends there, so that the next reset
+    presses it) a game such as Breakout would wait for a serve the agent never learnt to make.
+    """
+
+    def __init__(self, env: gymnasium.Env, after_life_loss: bool = False) -> None:
         super().__init__(env)
         meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
         if len(meanings) < 3 or meanings[1] != "FIRE":
             raise ValueError(f"FireResetEnv needs FIRE as action 1, got actions {meanings}")
+        self._after_life_loss = after_life_loss
+        self._lives = 0
+
+    def _lives_now(self) -> int:
+        return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.env.reset(**kwargs)
@@ -159,7 +169,19 @@ class FireResetEnv(gymnasium.Wrapper):
             obs, _, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
                 self.env.reset(**kwargs)
+        self._lives = self._lives_now()
         return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._after_life_loss and not (terminated or truncated):
+            lives = self._lives_now()
+            if lives < self._lives:
+                obs, more, terminated, truncated, info = self.env.step(1)
+                reward = float(reward) + float(more)
+                lives = self._lives_now()
+            self._lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class EvaluationGames(gymnasium.Wrapper):
@@ -207,6 +229,15 @@ class EvaluationGames(gymnasium.Wrapper):
         return self._eval_rewards
 
 
+# module-level functions, not lambdas: a wrapped env pickles (to a process started by spawn)
+def _reward_sign(reward: Any) -> float:
+    return float(np.sign(float(reward)))
+
+
+def _channels_last(obs: np.ndarray) -> np.ndarray:
+    return np.moveaxis(obs, 0, -1)
+
+
 def wrap_deepmind(
     env: gymnasium.Env,
     dim: int = 84,
@@ -222,8 +253,8 @@ def wrap_deepmind(
     ``dim``: side of the square grayscale frame; ``framestack``: stack the last 4 frames;
     ``obs_format``: ``"NHWC"`` gives ``(dim, dim, 4)``, ``"NCHW"`` ``(4, dim, dim)``; without
     ``framestack`` a frame is ``(dim, dim)`` in either format, as in PARL.
-    ``test=True`` keeps whole games (no life-loss episodes) and raw rewards, so evaluation
-    returns are game scores, and adds :class:`EvaluationGames` (``get_real_done()`` and
+    ``test=True`` keeps whole games (no life-loss episodes; FIRE is pressed after a lost life)
+    and raw rewards, so evaluation returns are game scores, and adds :class:`EvaluationGames` (``get_real_done()`` and
     ``get_eval_rewards()`` after each round of ``test_episodes`` games).
     ``compat=True`` (PARL) returns the old gym API (:class:`CompatWrapper`); ``compat=False``
     the gymnasium API, e.g. for a vector env.
@@ -239,16 +270,14 @@ def wrap_deepmind(
     if not test:
         env = EpisodicLifeEnv(env)
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        env = FireResetEnv(env)
+        env = FireResetEnv(env, after_life_loss=test)
     if not test:
-        env = TransformReward(env, lambda reward: float(np.sign(float(reward))))
+        env = TransformReward(env, _reward_sign)
     if framestack:
         env = FrameStackObservation(env, 4)
         if obs_format == "NHWC":
             env = gymnasium.wrappers.TransformObservation(
-                env,
-                lambda obs: np.moveaxis(obs, 0, -1),
-                gymnasium.spaces.Box(0, 255, (dim, dim, 4), np.uint8),
+                env, _channels_last, gymnasium.spaces.Box(0, 255, (dim, dim, 4), np.uint8)
             )
     if test:
         env = EvaluationGames(env, test_episodes)

@@ -27,7 +27,13 @@ from typing import Any, SupportsFloat
 import gymnasium
 import numpy as np
 
-__all__ = ["CompatWrapper", "V_GYM_CHANGED", "V_NPRANDOM_CHANGED", "is_gym_version_ge"]
+__all__ = [
+    "CompatWrapper",
+    "V_GYM_CHANGED",
+    "V_NPRANDOM_CHANGED",
+    "inner_attribute",
+    "is_gym_version_ge",
+]
 
 # gym 0.26 changed reset/step/seed; gym 0.22 changed np_random.randint to integers. Every gymnasium
 # release is past both.
@@ -72,6 +78,21 @@ def _max_episode_steps(env: gymnasium.Env) -> int | None:
     return None if limit is None else int(limit)
 
 
+def inner_attribute(wrapper: gymnasium.Wrapper, name: str) -> Any:
+    """``wrapper.name`` found in the envs it wraps, as old gym's ``Wrapper.__getattr__`` found
+    it; gymnasium 1.x asks for ``get_wrapper_attr(name)``. Used as ``__getattr__``, so it runs
+    only when normal lookup fails; private names and a half-built wrapper (no ``env`` yet, e.g.
+    while unpickling) are not forwarded, so it cannot recurse."""
+    if name.startswith("_") or "env" not in wrapper.__dict__:
+        raise AttributeError(f"{type(wrapper).__name__!r} object has no attribute {name!r}")
+    try:
+        return wrapper.env.get_wrapper_attr(name)
+    except AttributeError:
+        raise AttributeError(
+            f"{type(wrapper).__name__!r} object and the envs it wraps have no attribute {name!r}"
+        ) from None
+
+
 class CompatWrapper(gymnasium.Wrapper):
     """Old gym's API on a gymnasium env: ``reset() -> obs``, ``step(a) -> (obs, r, done, info)``.
 
@@ -91,17 +112,7 @@ class CompatWrapper(gymnasium.Wrapper):
         self._next_seed: int | None = None
         self._elapsed_steps = 0
 
-    def __getattr__(self, name: str) -> Any:
-        # Only called when normal lookup fails. Private names and a half-built wrapper (no
-        # ``env`` yet, e.g. during unpickling) are not forwarded, so this cannot recurse.
-        if name.startswith("_") or "env" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        try:
-            return self.env.get_wrapper_attr(name)
-        except AttributeError:
-            raise AttributeError(
-                f"{type(self).__name__!r} object and the envs it wraps have no attribute {name!r}"
-            ) from None
+    __getattr__ = inner_attribute
 
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed the next ``reset`` and the action and observation spaces; returns ``[seed]``."""

@@ -1,9 +1,11 @@
 """``ActionMappingWrapper``: a policy's actions in ``[-1, 1]`` mapped onto the env's ``Box``.
 
-Built on gymnasium's ``RescaleAction`` (the same affine map, per dimension); what it adds is
-PARL's contract: actions outside ``[-1, 1]`` (beyond a 1e-3 tolerance) are an error, the mapped
-action is clipped into the env's bounds, and ``_max_episode_steps`` stays readable, so it wraps
-either a gymnasium env or a :class:`parl.env.CompatWrapper` (old four-value ``step``).
+The affine map of gymnasium's ``RescaleAction``, per dimension, computed in float64 so that the
+ends of ``[-1, 1]`` land exactly on the bounds; and PARL's contract: actions outside ``[-1, 1]``
+(beyond a 1e-3 tolerance, or NaN) are an error, the mapped action is clipped into the env's
+bounds, ``_max_episode_steps`` stays readable and other attributes are found in the envs inside
+(as old gym's wrappers found them), so it wraps either a gymnasium env or a
+:class:`parl.env.CompatWrapper` (old four-value ``step``). It pickles (no closures).
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium.spaces import Box
-from gymnasium.wrappers import RescaleAction
+
+from parl.env.compat_wrapper import inner_attribute
 
 __all__ = ["ActionMappingWrapper"]
 
 _TOLERANCE = 1e-3
 
 
-class ActionMappingWrapper(RescaleAction):
+class ActionMappingWrapper(gymnasium.ActionWrapper):
     """Map an action in ``[-1, 1]`` to ``low + (action + 1) * (high - low) / 2``, then clip.
 
     ``action_space`` becomes ``Box(-1, 1)`` of the env's shape (what the policy produces);
@@ -39,12 +42,14 @@ class ActionMappingWrapper(RescaleAction):
                 f"ActionMappingWrapper needs finite action bounds, got low={space.low} "
                 f"high={space.high}"
             )
-        unit = np.ones(space.shape, dtype=space.dtype)
-        super().__init__(env, min_action=-unit, max_action=unit)
+        super().__init__(env)
+        self.action_space = Box(-1.0, 1.0, space.shape, space.dtype)
         self.low_bound = space.low
         self.high_bound = space.high
         self._max_episode_steps = _time_limit_of(env)
         self._next_seed: int | None = None
+
+    __getattr__ = inner_attribute
 
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed as PARL scripts do (``env.seed(s)`` on the outermost wrapper).
@@ -71,10 +76,11 @@ class ActionMappingWrapper(RescaleAction):
     def action(self, action: Any) -> np.ndarray:
         """The env's action for the policy's ``action`` (in ``[-1, 1]``)."""
         model_action = np.asarray(action, dtype=np.float64)
-        if np.any(model_action > 1.0 + _TOLERANCE) or np.any(model_action < -1.0 - _TOLERANCE):
+        in_range = (model_action <= 1.0 + _TOLERANCE) & (model_action >= -1.0 - _TOLERANCE)
+        if not np.all(in_range):  # NaN is in no range: a diverged policy stops here
             raise ValueError(
-                f"ActionMappingWrapper expects actions in [-1, 1], got {action!r}; squash the "
-                f"policy's output (tanh) or clip it before env.step"
+                f"ActionMappingWrapper expects actions in [-1, 1] (and no NaN), got {action!r}; "
+                f"squash the policy's output (tanh) or clip it before env.step"
             )
         # In float64, not through RescaleAction's float32 arithmetic: the ends of [-1, 1] then
         # land exactly on the bounds (float32 gave 9.999999 for the top of Box(-3, 10)).

@@ -23,6 +23,7 @@ __all__ = [
     "INFO",
     "LOGGER_NAME",
     "WARNING",
+    "add_stdout_handler",
     "auto_set_dir",
     "critical",
     "debug",
@@ -32,6 +33,7 @@ __all__ = [
     "get_dir",
     "get_logger",
     "info",
+    "remove_handler",
     "set_dir",
     "setLevel",
     "set_level",
@@ -136,6 +138,20 @@ def set_level(level: int | str) -> None:
 
 
 setLevel = set_level  # PARL's name, after logging.Logger.setLevel
+
+
+def add_stdout_handler() -> logging.Handler:
+    """Also print the ``"parl"`` logger's messages to ``sys.stdout``, formatted as on the
+    console; returns the handler, for :func:`remove_handler`."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_Formatter(_FORMAT, _DATE_FORMAT))
+    get_logger().addHandler(handler)
+    return handler
+
+
+def remove_handler(handler: logging.Handler) -> None:
+    """Detach ``handler`` (from :func:`add_stdout_handler`) from the ``"parl"`` logger."""
+    get_logger().removeHandler(handler)
 
 
 def set_dir(dirname: str | os.PathLike[str]) -> str:

@@ -39,14 +39,25 @@ def check_model_method(model: Any, method: str, algo: str) -> None:
     """Raise if ``model`` lacks the method ``method`` that the algorithm ``algo`` calls.
 
     PARL raised an ``AssertionError``; this raises ``TypeError`` naming the model class and what
-    to add, through the same check as the algorithms of this package
-    (:func:`parl.core.require_model_methods`).
+    to add. A ``torch.nn.Module`` is checked as this package's algorithms check their models
+    (:func:`parl.core.require_model_methods`: ``nn.Module``'s placeholder ``forward`` does not
+    count); any other object needs a callable attribute of that name, as in PARL.
     """
-    from parl.core.algorithm import require_model_methods
-
     if not isinstance(method, str):
         raise TypeError(f"method must be a method name (str), got {method!r}")
-    require_model_methods(model, (method,), str(algo))
+    if "torch" in sys.modules:  # an nn.Module can only exist once torch is imported
+        from torch import nn
+
+        if isinstance(model, nn.Module):
+            from parl.core.algorithm import require_model_methods
+
+            require_model_methods(model, (method,), str(algo))
+            return
+    if not callable(getattr(model, method, None)):
+        raise TypeError(
+            f"{algo} needs model to define {method}(), but {type(model).__name__} does not; "
+            f"add it to {type(model).__name__}"
+        )
 
 
 def to_str(byte: bytes | str) -> str:

@@ -217,6 +217,8 @@ def test_training_checkpoint_bad_input(make_agent: MakeAgent, tmp_path: Path) ->
     with pytest.raises(ValueError, match="is not a training checkpoint"):
         agent.restore_checkpoint(tmp_path / "model.ckpt")
     make_agent(hidden=16).save_checkpoint(tmp_path / "wide.pt")
+    with pytest.raises(ValueError, match=r"is a training checkpoint.*restore_checkpoint\(path\)"):
+        agent.restore(tmp_path / "wide.pt")
     with pytest.raises(ValueError, match=r"model 'model'.*'fc1.weight' has shape \(16, 4\)"):
         agent.restore_checkpoint(tmp_path / "wide.pt")
 

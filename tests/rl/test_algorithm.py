@@ -110,8 +110,10 @@ def test_get_weights_is_the_models_alone_with_state_dict_names() -> None:
 
 def test_set_weights_refuses_all_weights_and_says_which_to_use() -> None:
     alg = SoftUpdate(ActorCritic())
-    with pytest.raises(ValueError, match=r"unexpected \['model.actor.weight'"):
+    with pytest.raises(ValueError, match=r"output of get_all_weights\(\).*set_all_weights\(\)"):
         alg.set_weights(alg.get_all_weights())
+    with pytest.raises(ValueError, match=r"unexpected \['extra'\]"):
+        alg.set_weights({**alg.get_weights(), "extra": np.zeros(1)})
     with pytest.raises(ValueError, match=r"get_all_weights\(\); get_weights\(\) gives"):
         alg.set_all_weights(alg.get_weights())
     with pytest.raises(TypeError, match=r"as returned by get_weights\(\)"):
@@ -165,3 +167,39 @@ def test_device_argument_moves_the_model() -> None:
         parl.Algorithm(PolicyNet(), device=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'gpu0' is not a valid torch device"):
         parl.Algorithm(PolicyNet(), device="gpu0")
+
+
+def test_models_and_optimizers_in_lists_and_dicts_are_covered() -> None:
+    # PARL's algorithms may hold several critics in a list: their weights and optimizer states
+    # are in get_all_weights and in training checkpoints like any other model's.
+    class Ensemble(parl.Algorithm):
+        def __init__(self) -> None:
+            self.model = ActorCritic()
+            self.critics = [nn.Linear(3, 1), nn.Linear(3, 1)]
+            self.heads = {"left": nn.Linear(3, 2)}
+            self.critic_optimizers = [torch.optim.Adam(c.parameters()) for c in self.critics]
+
+    alg = Ensemble()
+    assert list(alg.named_models()) == ["model", "critics.0", "critics.1", "heads.left"]
+    assert list(alg.named_optimizers()) == ["critic_optimizers.0", "critic_optimizers.1"]
+    weights = alg.get_all_weights()
+    assert "critics.1.weight" in weights and "heads.left.bias" in weights
+    other = Ensemble()
+    other.set_all_weights(weights)
+    np.testing.assert_array_equal(
+        other.critics[1].weight.detach().numpy(), weights["critics.1.weight"]
+    )
+
+
+def test_device_is_settable_as_parl_algorithms_set_it() -> None:
+    class DeviceSetting(parl.Algorithm):
+        def __init__(self, model: ActorCritic) -> None:
+            self.model = model
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    alg = DeviceSetting(ActorCritic())
+    assert alg.device == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    alg.device = None
+    assert alg.device == torch.device("cpu")  # found from the model again
+    with pytest.raises(ValueError, match="'gpu0' is not a valid torch device"):
+        alg.device = "gpu0"

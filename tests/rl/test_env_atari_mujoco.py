@@ -159,3 +159,33 @@ def test_evaluation_games_counts_games_from_its_monitor() -> None:
         EvaluationGames(CountingEnv())
     with pytest.raises(ValueError, match="test_episodes must be >= 1, got 0"):
         EvaluationGames(MonitorEnv(CountingEnv()), test_episodes=0)
+
+
+def test_test_env_serves_again_after_a_lost_life() -> None:
+    # Breakout waits for FIRE after each lost life; an agent trained with life-loss episodes
+    # never learnt to press it, so the evaluation env presses it (else the game never ends).
+    env = wrap_deepmind(gymnasium.make("BreakoutNoFrameskip-v4"), test=True, test_episodes=1)
+    env.seed(0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    steps = 0
+    while not env.get_real_done() and steps < 10_000:
+        _, _, done, _ = env.step(int(rng.choice([0, 2, 3])))  # NOOP, RIGHT, LEFT: never FIRE
+        steps += 1
+        if done:
+            env.reset()
+    assert env.get_real_done(), f"no game over after {steps} steps without FIRE"
+    assert env.get_eval_rewards()[0] >= 0.0
+    env.close()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"framestack": False}, {"obs_format": "NCHW"}])
+def test_wrapped_atari_envs_pickle(kwargs: dict) -> None:
+    import pickle
+
+    env = wrap_deepmind(gymnasium.make("PongNoFrameskip-v4"), **kwargs)
+    copy_of = pickle.loads(pickle.dumps(env))
+    assert copy_of.reset().shape == env.observation_space.shape
+    assert copy_of.step(0)[1] in (-1.0, 0.0, 1.0)
+    env.close()
+    copy_of.close()

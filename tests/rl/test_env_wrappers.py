@@ -218,3 +218,25 @@ def test_compat_wrapper_finds_attributes_of_the_envs_inside_it() -> None:
     with pytest.raises(AttributeError):
         env._private_thing  # noqa: B018
     assert copy.deepcopy(env).ends_in() == 3  # no recursion while copying
+
+
+def test_action_mapping_refuses_nan_actions() -> None:
+    # a diverged policy: PARL's range assert stopped it, and so does this
+    env = ActionMappingWrapper(RecordingEnv())
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"expects actions in \[-1, 1\] \(and no NaN\)"):
+        env.step(np.array([0.0, np.nan]))
+
+
+def test_wrapped_mujoco_envs_pickle_and_find_inner_attributes() -> None:
+    import pickle
+
+    env = ActionMappingWrapper(CompatWrapper(gymnasium.make("HalfCheetah-v5")))
+    env.seed(3)
+    first = env.reset()
+    assert env.data is env.unwrapped.data  # old gym's wrappers found it through each layer
+    copy_of = pickle.loads(pickle.dumps(env))
+    copy_of.seed(3)
+    np.testing.assert_array_equal(copy_of.reset(), first)
+    obs, *_ = copy_of.step(np.ones(6, dtype=np.float32))
+    assert obs.shape == (17,)

@@ -75,6 +75,14 @@ def test_parl_core_and_utils_paths_that_algorithms_and_tutorials_import() -> Non
     with pytest.raises(TypeError, match=r"MyAlgorithm needs model to define policy\(\)"):
         check_model_method(net, "policy", "MyAlgorithm")
     assert has_func(net, "forward") and not has_func(net, "weight")
+
+    class PlainPolicy:  # not an nn.Module: PARL checks only that the method is there
+        def policy(self, obs: object) -> object:
+            return obs
+
+    check_model_method(PlainPolicy(), "policy", "MyAlgorithm")
+    with pytest.raises(TypeError, match=r"needs model to define value\(\), but PlainPolicy"):
+        check_model_method(PlainPolicy(), "value", "MyAlgorithm")
     assert to_str(b"ab") == "ab" == to_str("ab") and to_byte("ab") == b"ab"
     assert MAX_INT32 == 2**31 - 1
     from parl.utils import _IS_WINDOWS, get_free_tcp_port, is_port_available
@@ -85,6 +93,17 @@ def test_parl_core_and_utils_paths_that_algorithms_and_tutorials_import() -> Non
         logging.INFO,
         logging.WARNING,
     )
+    import contextlib
+    import io
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        handler = logger.add_stdout_handler()
+        logger.info("to stdout as well")
+        logger.remove_handler(handler)
+        logger.info("to the console only")
+    assert "to stdout as well" in captured.getvalue()
+    assert "console only" not in captured.getvalue()
     logger.setLevel(logger.WARNING)
     assert logger.get_logger().level == logging.WARNING
     logger.set_level(logger.INFO)

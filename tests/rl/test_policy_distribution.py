@@ -95,7 +95,11 @@ def test_soft_multi_categorical_splits_by_bounds() -> None:
         (lambda: DiagGaussianDistribution(torch.zeros(2, 2)), "must be a \\(mean, logstd\\) pair"),
         (lambda: DiagGaussianDistribution((torch.zeros(2), torch.zeros(2))), "mean must be 2-D"),
         (lambda: CategoricalDistribution(torch.zeros(2, 1, 3)), r"got shape \(2, 1, 3\)"),
-        (lambda: CategoricalDistribution(torch.zeros(2, 3)).logp(torch.zeros(2, 1)), "1-D int64"),
+        (lambda: CategoricalDistribution(torch.zeros(2, 3)).logp(torch.zeros(2, 1)), "1-D integer"),
+        (
+            lambda: CategoricalDistribution(torch.zeros(2, 3)).logp(torch.tensor([0.7, 1.7])),
+            r"action indices, got a torch.float32 tensor of shape \(2,\)",
+        ),
         (lambda: CategoricalDistribution(torch.zeros(2, 3)).kl("x"), "needs a Categorical"),
     ],
 )

@@ -75,17 +75,51 @@ def _shm_entries() -> set[str]:
         return set()
 
 
-@pytest.fixture(autouse=True)
-def no_leaks():
-    import parl
+# The local worker pool (the fork server) stays warm from one test to the next: starting it
+# costs about a quarter of a second, which hundreds of tests paid twice (start and stop). A test
+# of the pool's own life cycle is marked ``fresh_pool`` and gets one that starts with its first
+# actor and stops with its last, as a program's does.
+WARM_LINGER_S = 600.0
+_warm: list[object] = []  # the warm context of this process, if it is still the current one
 
-    parl.connect(linger=0)  # the worker pool stops with the last actor: leaks show at once
+
+def _local_context(fresh: bool) -> object:
+    """Make the local context current: the warm one, or a fresh one that does not linger."""
+    import parl
+    from parl.remote import context
+
+    if not fresh and _warm and _warm[0] is context.current():
+        return _warm[0]
+    if _warm and not _warm[0].carrier.live_actors:  # type: ignore[attr-defined]
+        _warm[0].carrier.close()  # replaced by a test's connect: do not let it linger
+    parl.connect(linger=0 if fresh else WARM_LINGER_S)
+    current = context.current()
+    _warm[:] = [] if fresh else [current]
+    return current
+
+
+def _idle_pool(current: object) -> set[int]:
+    """The fork server of the warm context while no actor of it lives: not a leak."""
+    from parl.remote import context
+
+    carrier = current.carrier  # type: ignore[attr-defined]
+    if current is not context.current() or carrier.live_actors or carrier.server_pid is None:
+        return set()
+    return {carrier.server_pid}
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    current = _local_context(fresh=request.node.get_closest_marker("fresh_pool") is not None)
     before_children = _children()
     before_shm = _shm_entries()
     yield
     gc.collect()
-    leftover = wait_until(lambda: not (_children() - before_children), timeout=10.0)
-    assert leftover, f"worker processes left behind: {_children() - before_children}"
+
+    def left() -> set[int]:
+        return _children() - before_children - _idle_pool(current)
+
+    assert wait_until(lambda: not left(), timeout=10.0), f"processes left behind: {left()}"
     new_shm = lasting_new_shm_entries(before_shm)
     assert not new_shm, f"/dev/shm entries left behind: {new_shm}"
 
@@ -109,6 +143,21 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "not_on_ray(reason): a difference of the Ray carrier, listed in the README"
     )
+
+
+def pytest_collection_modifyitems(items):
+    """Within each module, the local runs first, then those on the cluster, then on Ray: each
+    switch of carrier costs a (re)start of the local pool or a connection, and a module's tests
+    do not depend on their order."""
+    order = {"local": 0, "tcp": 1, "ray": 2}
+
+    def key(item):
+        callspec = getattr(item, "callspec", None)
+        carrier = callspec.params.get("carrier", "local") if callspec is not None else "local"
+        return (item.fspath, order.get(carrier, 0))
+
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (key(item), position[id(item)]))
 
 
 def pytest_generate_tests(metafunc):

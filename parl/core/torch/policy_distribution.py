@@ -143,11 +143,20 @@ class CategoricalDistribution(PolicyDistribution):
     def logp(self, actions: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """``log(p(actions) + eps)`` for int64 actions ``(B,)``; ``eps`` (PARL's) keeps the log
         finite for an action of probability 0."""
-        if not isinstance(actions, torch.Tensor) or actions.dim() != 1:
-            shape = tuple(actions.shape) if isinstance(actions, torch.Tensor) else actions
+        if (
+            not isinstance(actions, torch.Tensor)
+            or actions.dim() != 1
+            or actions.dtype.is_floating_point
+            or actions.dtype.is_complex
+        ):
+            what = (
+                f"a {actions.dtype} tensor of shape {tuple(actions.shape)}"
+                if isinstance(actions, torch.Tensor)
+                else repr(actions)
+            )
             raise DistributionInputError(
-                f"{type(self).__name__}.logp: actions must be a 1-D int64 tensor (batch,), "
-                f"got {shape!r}"
+                f"{type(self).__name__}.logp: actions must be a 1-D integer tensor (batch,) of "
+                f"action indices, got {what}"
             )
         shifted, log_z = self._shifted()
         prob = torch.exp(shifted - log_z)

@@ -1,0 +1,35 @@
+"""Fixtures and settings of the whole suite: isolation of parallel test workers.
+
+Under pytest-xdist (``-n 2``) each worker is a process of its own; everything a test writes to
+a shared place is made per worker here. ``HOME`` points to a folder of the worker's own, since
+``xparl`` keeps its clusters' registry, secret and code cache under ``~/.parl`` and
+``xparl stop`` without a port stops every cluster listed there. Temporary folders
+(``tmp_path``) and ports (the OS's free-port choice) are per worker already; leak checks count
+the worker's own child processes.
+
+Tests that must run with no other test beside them are marked ``serial`` (each says why); the
+suite runs them in a group of their own after the parallel part (see the README).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_WORKER_HOME: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _WORKER_HOME
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is not None and _WORKER_HOME is None:
+        _WORKER_HOME = tempfile.mkdtemp(prefix=f"parl-tests-home-{worker}-")
+        os.environ["HOME"] = _WORKER_HOME
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _WORKER_HOME is not None:
+        shutil.rmtree(_WORKER_HOME, ignore_errors=True)
