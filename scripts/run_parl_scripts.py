@@ -83,12 +83,19 @@ IMPORT_ALE = Edit(
     "import gym\nimport ale_py\n",
     "gymnasium 1.x registers the Atari ids only when ale_py is imported",
 )
-# numpy 2 refuses np.zeros(None), which ES's RunningStat() copies with (numpy 1 read it as ()).
+# numpy 2 refuses np.zeros(None), which ES's RunningStat() copies with (numpy 1 read it as ());
+# numpy 1.24 removed the alias np.int that ES's unflatten uses.
 NUMPY_SHAPE = Edit(
     "obs_filter.py",
     "def __init__(self, shape=None):",
     "def __init__(self, shape=()):",
     "numpy 2 refuses None as a shape",
+)
+NUMPY_INT = Edit(
+    "utils.py",
+    "dtype=np.int)",
+    "dtype=int)",
+    "numpy 1.24 removed np.int",
 )
 
 RUNS: tuple[ScriptRun, ...] = (
@@ -148,9 +155,13 @@ RUNS: tuple[ScriptRun, ...] = (
             "min_episodes_per_batch": 10,
             "min_steps_per_batch": 500,
         },
-        edits=(NUMPY_SHAPE,),
+        edits=(NUMPY_SHAPE, NUMPY_INT),
     ),
 )
+
+
+# parl's logger stamps each line "[11-25 21:30:19 train.py:125] "; tqdm redraws with "\r"
+LOG_PREFIX = re.compile(r"^.*?\[\d\d-\d\d \d\d:\d\d:\d\d [^\]]*\] ")
 
 
 @dataclass
@@ -251,7 +262,8 @@ def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
             if found:
                 stop(process)
                 line = text[text.rfind("\n", 0, found.start()) + 1 : text.find("\n", found.end())]
-                return Outcome(run, True, line.strip()[:160], time.monotonic() - started)
+                line = LOG_PREFIX.sub("", line.split("\r")[-1]).strip()  # no tqdm, no stamp
+                return Outcome(run, True, line[:120], time.monotonic() - started)
             if process.poll() is not None:
                 text = log_path.read_text(errors="replace")
                 return Outcome(run, False, last_error_line(text), time.monotonic() - started)
