@@ -90,6 +90,41 @@ def send_by_value(module_name: str) -> None:
             _by_reference.discard(cls)
 
 
+def by_value_modules() -> frozenset[str]:
+    """The modules registered with :func:`send_by_value` in this process."""
+    return frozenset(_by_value_modules)
+
+
+def send_by_reference(module_name: str) -> None:
+    """Undo :func:`send_by_value`: classes and functions of ``module_name`` travel by reference
+    again (for a program that connects to carriers with other project folders in turn)."""
+    module = sys.modules.get(module_name)
+    with _lock:
+        if module_name not in _by_value_modules:
+            return
+        _by_value_modules.discard(module_name)
+        # its classes sent by value so far go by reference from now on; their ids stay known
+        # the other way (_class_by_id), for the objects actors still send back with them
+        for key, (ref, _) in list(_id_by_class.items()):
+            cls = ref()
+            if cls is not None and getattr(cls, "__module__", None) == module_name:
+                del _id_by_class[key]
+    if module is None:
+        return
+    import cloudpickle
+
+    try:
+        cloudpickle.unregister_pickle_by_value(module)
+    except ValueError:  # not registered there
+        pass
+    ray_pickle = sys.modules.get("ray.cloudpickle")  # the Ray carrier registers it there too
+    if ray_pickle is not None:
+        try:
+            ray_pickle.unregister_pickle_by_value(module)
+        except ValueError:
+            pass
+
+
 def class_id(cls: type) -> str:
     """The id of a class that travels by value (assigned on first use)."""
     found = _known_id(cls)

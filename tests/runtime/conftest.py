@@ -109,6 +109,18 @@ def _idle_pool(current: object) -> set[int]:
 
 
 @pytest.fixture(autouse=True)
+def by_value_modules_restored():
+    """A test whose folder is not this project (``monkeypatch.chdir``) makes the cluster and
+    Ray carriers send the test modules by value, process-wide; later tests must not see it."""
+    from parl.wire import classes
+
+    before = classes.by_value_modules()
+    yield
+    for name in classes.by_value_modules() - before:
+        classes.send_by_reference(name)
+
+
+@pytest.fixture(autouse=True)
 def no_leaks(request):
     current = _local_context(fresh=request.node.get_closest_marker("fresh_pool") is not None)
     before_children = _children()

@@ -170,6 +170,7 @@ def test_deleting_the_proxy_ends_the_worker():
     assert wait_until(lambda: gone(pid))
 
 
+@pytest.mark.fresh_pool
 def test_no_process_runs_when_no_actor_exists():
     actors = [Sampler() for _ in range(3)]
     server = current().carrier.server_pid

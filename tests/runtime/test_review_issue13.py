@@ -140,9 +140,6 @@ first.ping()
 parl.connect("ray")
 second = A()
 second.ping()
-parl.disconnect()
-print("FIRST AFTER DISCONNECT", first.ping() > 0)  # was: its Ray shut down under it
-
 pid = os.fork()
 if pid == 0:
     try:
@@ -154,6 +151,9 @@ deadline = time.monotonic() + 60
 while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
     time.sleep(0.05)
 print("CHILD ENDED", time.monotonic() < deadline, flush=True)
+parl.disconnect()
+print("FIRST AFTER DISCONNECT", first.ping() > 0)  # was: its Ray shut down under it
+parl.connect("ray")  # after disconnect, actors would be local workers
 keeper = A(sys.argv[1])
 print("KEEPER", keeper.ping() > 0, first.ping() > 0, flush=True)
 # exit: the keeper must end as a local worker ends, its atexit handler run (was: killed

@@ -90,3 +90,26 @@ def test_plain_pickle_can_read_plain_payloads():
     stream, buffers = dumps([1, "a", (2.5,)])
     assert not buffers
     assert pickle.loads(stream) == [1, "a", (2.5,)]
+
+
+def test_a_module_sent_by_value_can_go_back_to_by_reference(monkeypatch):
+    import sys
+    import types
+
+    import cloudpickle
+
+    from parl.wire import classes
+
+    module = types.ModuleType("parl_by_value_probe")
+    exec("class Probe:\n    pass\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    probe = module.Probe
+    assert not classes.travels_by_value(probe)
+    classes.send_by_value(module.__name__)
+    assert classes.travels_by_value(probe) and module.__name__ in classes.by_value_modules()
+    classes.class_id(probe)  # sent by value once
+    classes.send_by_reference(module.__name__)
+    assert not classes.travels_by_value(probe)
+    assert module.__name__ not in classes.by_value_modules()
+    assert b"parl_by_value_probe" in cloudpickle.dumps(probe)  # by reference: the name only
+    classes.send_by_reference(module.__name__)  # a second time does nothing
