@@ -45,3 +45,41 @@ class PGAgent(parl.Agent):
             self.to_tensor(obs), self.to_tensor(act, dtype=None), self.to_tensor(reward)
         )
         return float(loss)
+
+
+class DiscreteActorCritic(parl.Model):
+    """``obs (B, 4) -> logits (B, 3)`` and ``value (B,)``: the model IMPALA and A2C take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pi, self.v = nn.Linear(4, 3), nn.Linear(4, 1)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+class GaussianActorCritic(DiscreteActorCritic):
+    """``obs (B, 4) -> (mean (B, 3), std (1, 3))``, the std from a learnt ``log_std``."""
+
+    def __init__(self, log_std: float = 0.0) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.full((1, 3), log_std))
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return self.pi(obs), self.log_std.exp()
+
+
+def seeded_obs(n: int = 8) -> torch.Tensor:
+    """``(n, 4)`` observations, the same at every call."""
+    return torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+
+
+def state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s state dict, to compare the weights with after a step."""
+    return {k: v.clone() for k, v in model.state_dict().items()}

@@ -11,6 +11,8 @@ from torch import nn
 import parl
 from parl.algorithms import A2C
 
+from .nets import DiscreteActorCritic, seeded_obs, state_copy
+
 
 class FixedModel(parl.Model):
     """Logits ``[0, ln 3]`` (probabilities 0.25, 0.75) and value 0.5 for every observation."""
@@ -136,3 +138,20 @@ def test_a2c_gaussian_losses_match_torch_distributions() -> None:
     assert A2C(GaussianNet(), continuous_action=True, device="cpu").continuous_action
     with pytest.raises(TypeError, match="must return \\(mean, std\\)"):
         A2C(FixedModel(), {"continuous_action": True}, device="cpu").sample(torch.zeros(2, 4))
+
+
+N = 8  # steps of a batch
+
+
+def test_a2c_takes_column_advantages_per_step_not_as_a_b_by_b_matrix() -> None:
+    obs, actions = seeded_obs(), torch.arange(N) % 3
+    advantages, targets = torch.linspace(-1, 1, N), torch.linspace(0, 2, N)
+    model = DiscreteActorCritic()
+    start = state_copy(model)
+    flat = A2C(model, device="cpu").learn(obs, actions, advantages, targets)
+    model.load_state_dict(start)
+    column = A2C(model, device="cpu").learn(obs, actions, advantages[:, None], targets[:, None])
+    for a, b in zip(flat, column, strict=True):  # was (B,) * (B, 1) -> (B, B): 8x the loss
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match=r"A2C.learn: advantages has shape \(4,\).*8 steps"):
+        A2C(DiscreteActorCritic(), device="cpu").learn(obs, actions, advantages[:4], targets)

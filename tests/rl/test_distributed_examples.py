@@ -1,6 +1,7 @@
 """The distributed examples (IMPALA, A2C with remote actors, ES), each run end to end in a fresh
 interpreter with 2 local actors; a SIGKILLed actor stops training with ActorDiedError, never a
-hang."""
+hang; zero actors, an empty ES batch or an env of no supported kind is a clear error; the A2C
+example starts on Pong; ES's checkpoint keeps the observation statistics."""
 
 from __future__ import annotations
 
@@ -174,3 +175,106 @@ print("COUNT", float(model.obs_norm.count), float(model.obs_norm.var.mean()))
         )  # fmt: skip
         assert a2c["train_steps"] >= 20 and len(a2c["history"]) == 1
         _assert_time_breakdown(a2c, {"waiting", "learning", "publishing"}, tmp_path / "a2c")
+
+
+# -- bad flags and envs get clear errors; checkpoints replay -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("example", "args"),
+    [("IMPALA", ["--max_sample_steps", "1000"]), ("ES", ["--noise_size", "100000"])],
+)
+def test_zero_actors_is_refused_not_a_hang(
+    run_python: RunPython, tmp_path: Path, example: str, args: list[str]
+) -> None:
+    """ES used to loop forever waiting for episodes; IMPALA failed inside parl.wait."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
+import train
+train.main(["--env", "CartPole-v1", "--actor_num", "0", "--logdir", {str(tmp_path)!r}, *{args!r}])
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode != 0
+    assert f"ValueError: {example} needs --actor_num 1 or more, got 0" in proc.stderr, proc.stderr
+
+
+def test_es_with_no_minimum_batch_is_refused(run_python: RunPython, tmp_path: Path) -> None:
+    """Both minimums at 0 made an update with no episodes: numpy's "need at least one array"."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
+import train
+train.main(["--env", "CartPole-v1", "--min_episodes_per_batch", "0", "--min_steps_per_batch",
+            "0", "--noise_size", "100000", "--logdir", {str(tmp_path)!r}])
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode != 0
+    assert "ValueError: ES needs --min_episodes_per_batch or --min_steps_per_batch" in proc.stderr
+
+
+def _run_example(run_python: RunPython, example: str, argv: list[str]) -> str:
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
+torch.set_num_threads(1)
+import train
+result = train.main({argv!r})
+print("STEPS", result.sample_steps)
+"""
+    proc = run_python(code, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", ["IMPALA", "A2C"])
+def test_an_env_of_no_supported_kind_is_named(
+    run_python: RunPython, tmp_path: Path, example: str
+) -> None:
+    """Pendulum-v1 went to the Atari wrappers: AttributeError 'get_action_meanings'."""
+    argv = ["--env", "Pendulum-v1", "--max_sample_steps", "100", "--logdir", str(tmp_path)]
+    out = _run_example(run_python, example, argv)
+    assert f"ValueError: {example}'s example runs CartPole, MuJoCo" in out, out[-3000:]
+    assert "Pendulum-v1 (gymnasium.envs.classic_control" in out
+
+
+def test_a2c_example_starts_on_pong(run_python: RunPython, tmp_path: Path) -> None:
+    """README: ``examples/A2C/train.py --env PongNoFrameskip-v4``; it failed at once with
+    NameNotFound: the Atari ids were registered only when the wrappers were first imported."""
+    out = _run_example(
+        run_python,
+        "A2C",
+        ["--env", "PongNoFrameskip-v4", "--actor_num", "1", "--env_num", "1",
+         "--max_sample_steps", "20", "--test_every_steps", "1000000", "--no_progress",
+         "--logdir", str(tmp_path)],
+    )  # fmt: skip
+    assert "STEPS 20" in out, out[-3000:]
+
+
+def test_es_checkpoint_keeps_the_observation_statistics(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """The ES policy acts on filtered observations: model.ckpt alone could not be replayed."""
+    code = f"""
+import sys
+import numpy as np
+sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
+from agent import ESAgent, make_env
+from es_config import mujoco_config
+from parl.algorithms.es import compute_centered_ranks
+from parl.algorithms.es_noise import SharedNoiseTable
+
+config = {{**mujoco_config, "env_name": "Pendulum-v1"}}
+noise = SharedNoiseTable(10_000, 0, shared=False)
+env = make_env(config)
+trained = ESAgent(config, env, noise)
+trained.obs_filter(np.random.default_rng(0).normal(5.0, 3.0, (500, 3)))
+path = trained.save({str(tmp_path / "model.ckpt")!r})
+restored = ESAgent(config, env, noise)
+restored.restore(path)
+obs = np.array([4.0, 6.0, 1.0])
+print("SAME", np.allclose(trained.obs_filter(obs, update=False),
+                          restored.obs_filter(obs, update=False)), restored.obs_filter.state.n)
+"""
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SAME True 500" in proc.stdout, proc.stdout

@@ -15,6 +15,8 @@ from parl.algorithms.es_noise import SharedNoiseTable
 from parl.algorithms.es_optimizers import make_optimizer
 from parl.utils.obs_filter import MeanStdFilter, RunningStat
 
+from .nets import state_copy
+
 
 class Point(parl.Model):
     """A bare parameter vector; the objective lives outside."""
@@ -137,3 +139,42 @@ def test_es_training_checkpoint_resumes_exactly(optimizer: str, tmp_path) -> Non
     )
     with pytest.raises(ValueError, match="ES optimizer"):
         other.restore_checkpoint(tmp_path / "es.pt")
+
+
+# -- batches ES refuses or leaves alone --------------------------------------------------------
+
+
+def test_es_refuses_an_empty_batch_instead_of_nan_weights() -> None:
+    model = nn.Linear(3, 2)
+    es = ES(model, SharedNoiseTable(1000, 0, shared=False))
+    before = state_copy(model)
+    with pytest.raises(ValueError, match=r"N >= 1, got \(0, 2\)"):
+        es.learn(np.zeros((0, 2)), np.zeros(0, np.int64))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name])
+
+
+def test_es_pairs_with_equal_returns_do_not_move_the_policy() -> None:
+    """A solved CartPole: every episode returns 500; ties used to rank +eps below -eps."""
+    model = nn.Linear(3, 2)
+    es = ES(model, SharedNoiseTable(1000, 0, shared=False), l2_coeff=0.0)
+    before = state_copy(model)
+    result = es.learn(np.full((6, 2), 500.0), np.arange(6) * 10)
+    assert result.gradient_norm == 0.0
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name])
+    ranks = compute_centered_ranks(np.array([[3.0, 1.0], [3.0, 2.0]]))  # the 3s share rank 2.5
+    np.testing.assert_allclose(ranks, [[1 / 3, -0.5], [1 / 3, -1 / 6]], rtol=1e-6)
+
+
+def test_es_refuses_non_finite_returns() -> None:
+    """A NaN return sorts as the largest value: it would rank as the best episode."""
+    model = torch.nn.Linear(2, 1)
+    table = SharedNoiseTable(10_000, seed=1, shared=False)
+    es = ES(model, table, noise_stdev=0.02, stepsize=0.01)
+    before = [p.detach().clone() for p in model.parameters()]
+    rewards = np.array([[1.0, 2.0], [float("nan"), 0.0]])
+    with pytest.raises(ValueError, match=r"noisy_rewards\[1, 0\] is nan"):
+        es.learn(rewards, np.array([0, 5]))
+    for p, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p, b)

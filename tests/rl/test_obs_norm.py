@@ -49,3 +49,12 @@ def test_statistics_travel_with_the_weights_and_the_state_dict() -> None:
     assert shared.pull(other)
     torch.testing.assert_close(other[0].count, learner[0].count)
     assert set(learner.state_dict()) == {"0.count", "0.mean", "0.var"}
+
+
+def test_obs_normalizer_counts_past_float32_precision() -> None:
+    from parl.utils import ObsNormalizer
+
+    norm = ObsNormalizer(1)
+    norm.count.fill_(2.0**25)
+    norm.update(torch.zeros(1, 1))
+    assert float(norm.count) == 2.0**25 + 1  # a float32 count would stay at 2**25

@@ -1,4 +1,6 @@
-"""V-trace against numbers computed by hand and a plain-Python reference; IMPALA's loss terms."""
+"""V-trace against numbers computed by hand and a plain-Python reference; IMPALA's loss terms;
+clear errors for inputs of the wrong shape or a model that does not fit the flags, a NaN loss
+that never reaches the weights (IMPALA and A2C), and masked actions."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import torch
 from torch import nn
 
 import parl
-from parl.algorithms import IMPALA
+from parl.algorithms import A2C, IMPALA
 from parl.algorithms.vtrace import from_importance_weights, from_log_probs
 from parl.utils.returns import calc_gae
+
+from .nets import DiscreteActorCritic, GaussianActorCritic, seeded_obs, state_copy
 
 
 def _hand_case(**clips: float | None) -> tuple[list[float], list[float]]:
@@ -273,3 +277,89 @@ def test_impala_gaussian_sample_predict_and_errors() -> None:
     discrete_model = IMPALA(FixedModel(), continuous_action=True, device="cpu")
     with pytest.raises(TypeError, match="must return \\(mean, std\\)"):
         discrete_model.sample(torch.zeros(2, 1))
+
+
+# -- IMPALA (and A2C) checks of their inputs and losses ----------------------------------------
+
+
+N, T = 8, 4  # 2 trajectories of 4 steps
+
+
+def test_a_gaussian_model_without_continuous_action_names_the_flag() -> None:
+    obs = seeded_obs()
+    impala = IMPALA(GaussianActorCritic(), T, device="cpu")
+    a2c = A2C(GaussianActorCritic(), device="cpu")
+    calls = [
+        lambda: impala.sample(obs),
+        lambda: impala.predict(obs),
+        lambda: impala.learn(
+            obs,
+            torch.zeros(N, dtype=torch.long),
+            torch.zeros(N, 3),
+            torch.zeros(N),
+            torch.zeros(N),
+            1e-3,
+            -0.01,
+        ),  # fmt: skip
+        lambda: a2c.sample(obs),
+        lambda: a2c.predict(obs),
+        lambda: a2c.learn(obs, torch.zeros(N, dtype=torch.long), torch.zeros(N), torch.zeros(N)),
+    ]
+    for call in calls:  # was AttributeError: 'tuple' object has no attribute 'log_softmax'
+        with pytest.raises(TypeError, match=r"returned a tuple, not logits.*continuous_action"):
+            call()
+
+
+def test_impala_rejects_behaviour_logits_of_another_width() -> None:
+    alg, obs = IMPALA(DiscreteActorCritic(), T, device="cpu"), seeded_obs()
+    for behaviour in (torch.zeros(N, 5), torch.zeros(N)):  # wider; one log-prob per step
+        with pytest.raises(ValueError, match=r"behaviour_logits has shape .*logits \(8, 3\)"):
+            alg.learn(obs, torch.zeros(N, dtype=torch.long), behaviour, torch.zeros(N),
+                      torch.zeros(N), 1e-3, -0.01)  # fmt: skip
+
+
+def test_a_nan_loss_raises_and_leaves_the_weights_alone() -> None:
+    obs = seeded_obs()
+    impala = IMPALA(GaussianActorCritic(log_std=-200.0), T, continuous_action=True, device="cpu")
+    actions, behaviour = impala.sample(obs)  # std 0: actions == mean, z = 0 / 0
+    before = state_copy(impala.model)
+    with pytest.raises(FloatingPointError, match="IMPALA.learn: the loss is nan.*not updated"):
+        impala.learn(obs, actions, behaviour, torch.zeros(N), torch.zeros(N), 1e-3, -0.01)
+    a2c = A2C(GaussianActorCritic(log_std=-200.0), continuous_action=True, device="cpu")
+    a2c.model.load_state_dict(before)
+    with pytest.raises(FloatingPointError, match="A2C.learn: the loss is nan"):
+        a2c.learn(obs, actions, torch.ones(N), torch.ones(N))
+    for model in (impala.model, a2c.model):  # before the fix: every weight NaN
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(value, before[name])
+
+
+def test_impala_names_a_field_with_the_wrong_number_of_steps() -> None:
+    alg, obs = IMPALA(DiscreteActorCritic(), T, device="cpu"), seeded_obs()
+    fields = [torch.zeros(N, dtype=torch.long), torch.zeros(N, 3), torch.zeros(N), torch.zeros(N)]
+    for i, name in enumerate(("actions", "behaviour_logits", "rewards", "dones")):
+        short = [f[: N // 2] if j == i else f for j, f in enumerate(fields)]
+        # was: RuntimeError: shape '[2, 4]' is invalid for input of size 4
+        with pytest.raises(ValueError, match=rf"{name} has shape \(4.*obs has 8 steps"):
+            alg.learn(obs, *short, 1e-3, -0.01)
+    alg.learn(obs, fields[0], fields[1], fields[2][:, None], fields[3][:, None], 1e-3, -0.01)
+
+
+class Masked(DiscreteActorCritic):
+    """The third action is never allowed: its logit is -inf (action masking)."""
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(obs).masked_fill(torch.tensor([False, False, True]), float("-inf"))
+
+
+def test_impala_learns_with_masked_actions() -> None:
+    alg, obs = IMPALA(Masked(), T, device="cpu"), seeded_obs()
+    probs, logits = alg.sample(obs)
+    actions = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(0)).squeeze(-1)
+    loss, kl = alg.learn(obs, actions, logits, torch.ones(N), torch.zeros(N), 1e-3, -0.01)
+    # was: entropy NaN (0 * -inf), and the step made every weight NaN
+    p = probs[:, :2]
+    per_step = -(p * p.log()).sum(-1).reshape(N // T, T)
+    torch.testing.assert_close(loss.entropy, per_step[:, :-1].sum())  # last step: bootstrap only
+    assert float(kl) == 0.0
+    assert all(torch.isfinite(v).all() for v in alg.model.state_dict().values())

@@ -157,6 +157,39 @@ class AsyncSampler:
         return np.full(n, 1.0, np.float32)
 
 
+@parl.remote_class
+class Sink:
+    """Takes, fills and makes arrays: the actor of the shared-handle and block-reuse tests."""
+
+    def take(self, x):
+        return float(x[0])
+
+    def fill(self, x, value):
+        x[...] = value
+
+    def pid(self):
+        return os.getpid()
+
+    def make(self, n, value):
+        return np.full(n, value)
+
+
+@parl.remote_class(wait=False)
+class Talker:
+    """Prints lines of any length: the monitor's output tests."""
+
+    def pid(self):
+        return os.getpid()
+
+    def value(self):
+        return 42
+
+    def shout(self, lines, chars):
+        for i in range(lines):
+            print(f"{i}:" + "y" * chars, flush=True)
+        return os.getpid()
+
+
 @parl.remote_class(max_memory=100)
 class Capped:
     def allocate(self, megabytes):

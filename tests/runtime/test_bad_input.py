@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import parl
@@ -83,3 +85,18 @@ def test_reserved_names_are_refused():
 
     with pytest.raises(TypeError, match="reserved"):
         parl.remote_class(Bad)
+
+
+@parl.remote_class
+class _HoldsALock:
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+def test_an_attribute_that_cannot_come_back_is_named():
+    """User sees: reading ``actor.lock`` (a lock) says ``the result cannot be sent back``,
+    without saying which; before the serve loop was rewritten it named the attribute.
+    Expected: ``attribute 'lock' cannot be sent back to the caller``."""
+    with _HoldsALock() as actor:
+        with pytest.raises(TypeError, match="attribute 'lock' cannot be sent back"):
+            _ = actor.lock

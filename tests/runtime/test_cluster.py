@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -70,6 +71,47 @@ def test_a_closed_actors_slot_is_reused_at_once(on_cluster, caplog):
         assert actors[-1].add(2, 2) == 4
     # that short wait is not a "no free slot" wait: nothing is logged
     assert "no free slot" not in caplog.text
+
+
+def test_threads_creating_actors_at_once_on_a_new_host_all_get_one(on_cluster, monkeypatch):
+    """Seen: a script that creates its actors from several threads at once (a thread pool)
+    got ``ClusterError: caller id '...' is already connected`` for some of them: each thread
+    that found no control connection to the granted host opened its own, and the host agent
+    takes one per caller id. Expected: every thread gets its actor (one connection per host is
+    opened, and the code uploaded, by one thread while the others wait)."""
+    import threading
+
+    from parl.cluster import carrier as carriers
+
+    entered = threading.Barrier(3)
+    opened = carriers._HostChannel.__init__
+
+    def together(self, *args, **kwargs):  # the threads dial the agents at the same moment
+        try:
+            entered.wait(timeout=1.0)
+        except threading.BrokenBarrierError:
+            pass  # only one thread gets here at a time
+        opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(carriers._HostChannel, "__init__", together)
+    errors, actors = [], []
+
+    def create():
+        try:
+            actors.append(Sampler())
+        except Exception as exc:  # noqa: BLE001 - what the user saw
+            errors.append(exc)
+
+    # three grants on hosts of 2 and 3 free slots: two of them on the same host
+    threads = [threading.Thread(target=create) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert sorted(actor.add(i, 1) for i, actor in enumerate(actors)) == [1, 2, 3]
+    actors.clear()
+    gc.collect()
 
 
 def test_output_reaches_the_caller_with_actor_and_host(on_cluster, capsys):
@@ -203,7 +245,7 @@ def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluste
     (agent,) = [psutil.Process(pid) for pid in small_cluster.pids("agent")]
     agent.kill()
 
-    def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s (issue 8)
+    def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s
         try:
             actor.add(1, 2)
         except parl.ActorDiedError:

@@ -1,4 +1,5 @@
-"""The cluster secret, the handshake, and frames from peers that do not hold the secret.
+"""The cluster secret, the handshake, frames from peers that do not hold the secret, and control
+messages from peers that do but lie (a bad slot count, another caller's id).
 
 The unpickling proof: ``Evil`` pickles to a call of ``open(path, "w")``, so unpickling it
 anywhere creates the file. A peer with the right secret that sends it to an actor makes the
@@ -7,10 +8,14 @@ file appear (the positive control); a peer without it never does.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import socket
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +25,7 @@ from parl.cluster import auth, control
 from parl.errors import AuthenticationError
 from parl.wire.framing import PREFIX, FrameSocket, FrameTooLarge
 from parl.wire.protocol import INIT, InlineLink, encode
+from tests.runtime.actors import Sampler
 from tests.runtime.cluster import SECRET
 from tests.runtime.conftest import wait_until
 
@@ -78,6 +84,54 @@ def test_xparl_start_refuses_a_secret_others_can_read(home):
     auth.load_secret(create=True)
     os.chmod(home / ".parl" / "cluster_secret", 0o640)
     assert main(["start", "--port", "1", "--cpu_num", "0"]) == 1  # nothing started
+
+
+@pytest.fixture
+def parl_folder(home):
+    """``~/.parl`` made, private, with nothing in it."""
+    os.makedirs(home / ".parl", mode=0o700)
+    return home / ".parl"
+
+
+def test_a_secret_that_is_a_symlink_is_refused_with_a_clear_error(
+    home, parl_folder, tmp_path_factory
+):
+    """Seen: ``xparl start`` (and ``parl.connect``) with ~/.parl/cluster_secret a symlink
+    died with a raw ``OSError: [Errno 40] Too many levels of symbolic links`` traceback.
+    Expected: an AuthenticationError that names the file (xparl prints it on one line)."""
+    target = tmp_path_factory.mktemp("elsewhere") / "secret"
+    target.write_text("0123456789abcdef0123456789abcdef\n")
+    os.chmod(target, 0o600)
+    os.symlink(target, home / ".parl" / "cluster_secret")
+    with pytest.raises(AuthenticationError, match="cluster_secret"):
+        auth.load_secret()
+
+
+def test_a_secret_that_is_a_directory_is_refused_with_a_clear_error(home, parl_folder):
+    """Seen: a directory at ~/.parl/cluster_secret (mode 0700 passes the mode check) gave
+    ``IsADirectoryError`` from deep inside ``load_secret``. Expected: AuthenticationError."""
+    os.mkdir(home / ".parl" / "cluster_secret", 0o700)
+    with pytest.raises(AuthenticationError, match="not a plain file"):
+        auth.load_secret()
+
+
+def test_a_secret_that_is_a_fifo_does_not_hang(home, parl_folder):
+    """Seen: a FIFO at ~/.parl/cluster_secret made ``xparl start`` and ``parl.connect``
+    block forever in ``open``. Expected: an AuthenticationError at once."""
+    os.mkfifo(home / ".parl" / "cluster_secret", 0o600)
+    code = (
+        "from parl.cluster import auth\n"
+        "try:\n    auth.load_secret()\n"
+        "except auth.AuthenticationError as exc:\n    print('refused:', exc)\n"
+    )
+    env = dict(os.environ, HOME=str(home))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("load_secret blocked on a FIFO")
+    assert "refused:" in done.stdout and "not a plain file" in done.stdout, done
 
 
 # -- the handshake ------------------------------------------------------------------------------
@@ -256,6 +310,59 @@ def test_an_oversized_frame_on_an_actor_connection_ends_that_worker_only(cluster
         sock.close()
         caller.close()
     assert wait_until(lambda: cluster.used() == 0, timeout=10)  # its slot is back
+
+
+# -- hostile control messages from a peer that holds the secret --------------------------------
+
+
+@pytest.mark.parametrize("slots", [-3, 0, 2.5, "4"])
+def test_a_host_with_a_slot_count_below_one_is_refused(cluster, slots):
+    """Seen: a ``register`` with ``slots: -3`` joined the cluster, and the master's totals
+    (``xparl status``, the "no free slot" error) counted negative slots. Expected: refused."""
+    sock = control.dial(("127.0.0.1", cluster.port), SECRET.encode(), "master")
+    try:
+        hello = {"op": "register", "host": "127.0.0.1", "port": 9, "hostname": "x"}
+        control.send(sock, {**hello, "slots": slots})
+        answer = control.recv(sock, 5)
+        assert answer is None or answer["op"] == "error", answer
+    finally:
+        sock.close()
+    assert wait_until(lambda: len(cluster.status()["hosts"]) == 2, timeout=5)
+    assert sorted(h["slots"] for h in cluster.status()["hosts"]) == [2, 3]
+
+
+def test_another_callers_id_cannot_take_its_actors_down(on_cluster):
+    """Seen: a second control connection to a host agent that gave the id of a connected
+    caller (ids are listed by the agent's ``host`` status) took its place, and when it closed,
+    the agent stopped the *first* caller's actors. Expected: the agent refuses an id that is
+    already connected; the first caller's actor keeps working."""
+    actor = Sampler()
+    pid = actor.pid()
+    agents = [("127.0.0.1", port) for port in on_cluster.agent_ports]
+    cid = None
+    for where in agents:
+        sock = control.dial(where, SECRET.encode(), "agent")
+        try:
+            actors = control.request(sock, {"op": "host"}, "agent", 10)["actors"]
+        finally:
+            sock.close()
+        mine = [a for a in actors if a["pid"] == pid]
+        if mine:
+            cid = mine[0]["client"]
+            break
+    assert cid is not None
+    other = control.dial(where, SECRET.encode(), "agent")
+    try:
+        control.send(other, {"op": "caller", "client": cid, "forward": True})
+        answer = control.recv(other, 10)
+        assert answer is None or answer["op"] == "error", answer
+    finally:
+        other.close()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # a second: the agent has seen the close by then
+        assert actor.add(1, 2) == 3
+    del actor
+    gc.collect()
 
 
 # -- max_frame in FrameSocket -----------------------------------------------------------------

@@ -1,7 +1,13 @@
 """Slot grants at the master (parl/cluster/master.py), in process on loopback: a grant that
 no actor takes expires after GRANT_TTL_S, unless its caller renews it (op ``extend``: the
 caller is still uploading its code to the granted host); only the caller holding a grant can
-renew it. The TTL is shortened to keep the test fast."""
+renew it, and a thread of the caller waiting for a slot does not let another's grant lapse.
+The TTL is shortened to keep the test fast.
+
+On the session's loopback cluster (tests/runtime/cluster.py: a master without slots, host
+agents with 2 and 3 slots): a grant comes back at once when its caller goes away or its
+actor's start fails, and a place request with a timeout that is not a finite number is
+refused."""
 
 from __future__ import annotations
 
@@ -10,8 +16,14 @@ import time
 
 import pytest
 
+import parl
 from parl.cluster import control, master
+from parl.cluster.carrier import ClusterCarrier
 from parl.cluster.server import Server
+from parl.errors import ClusterError
+from tests.runtime.actors import Sampler
+from tests.runtime.cluster import SECRET
+from tests.runtime.conftest import wait_until
 
 TTL = 0.6
 
@@ -70,3 +82,77 @@ def test_only_the_caller_holding_a_grant_can_renew_it(one_slot):
         control.send(thief, {"op": "extend", "token": grant["token"]})
         time.sleep(TTL / 3)
     assert _place(thief, 0.1)["op"] == "placed"  # the holder's grant lapsed after one TTL
+
+
+# -- grants on the session's loopback cluster --------------------------------------------------
+
+
+def _master(cluster) -> control.FrameSocket:
+    """A raw, authenticated caller connection to the master."""
+    sock = control.dial(("127.0.0.1", cluster.port), SECRET.encode(), "master")
+    control.request(sock, {"op": "client"}, "master", 10)
+    return sock
+
+
+def test_a_grant_of_a_caller_that_went_away_frees_its_slot_at_once(cluster):
+    """Seen: a caller killed between the master's grant and the actor's start (or one whose
+    start failed) held its slot for 30 s (the grant's TTL): on a full cluster, other callers
+    waited or got "no free slot". Expected: the slot is free again as soon as the caller's
+    connection ends, as for a dead caller's actors (within 5 s)."""
+    sock = _master(cluster)
+    try:
+        control.send(sock, {"op": "place", "timeout": 5})
+        assert control.recv(sock, 10)["op"] == "placed"
+        assert cluster.used() == 1
+    finally:
+        sock.close()  # the caller dies before it starts the actor
+    assert wait_until(lambda: cluster.used() == 0, timeout=5), cluster.status()
+
+
+def test_a_failed_actor_start_gives_its_grant_back(on_cluster, monkeypatch):
+    """Seen: when starting an actor failed after the master granted a slot (the host agent
+    could not be reached, refused, ...), the slot stayed taken for 30 s although the caller
+    lives on. Expected: the caller gives the grant back; the slot is free at once."""
+    parl.connect(on_cluster.address, linger=0, slot_timeout=5)
+
+    def unreachable(self, where, what, token):
+        raise ClusterError(f"cannot reach {what}")
+
+    monkeypatch.setattr(ClusterCarrier, "_channel", unreachable)
+    with pytest.raises(ClusterError, match="cannot reach"):
+        Sampler()
+    assert wait_until(lambda: on_cluster.used() == 0, timeout=5), on_cluster.status()
+
+
+@pytest.mark.parametrize("timeout", ["NaN", "Infinity", '"soon"'])
+def test_a_place_with_a_timeout_that_is_not_finite_is_refused(cluster, timeout):
+    """Seen: ``{"op": "place", "timeout": NaN}`` (valid JSON for Python) made a master
+    thread spin on ``Condition.wait(nan)`` forever, holding a core and never answering.
+    Expected: an error answer at once; the master keeps serving."""
+    sock = _master(cluster)
+    try:
+        sock.send(b'{"op":"place","timeout":%s}' % timeout.encode())
+        answer = control.recv(sock, 5)
+        assert answer is None or answer["op"] == "error", answer
+    finally:
+        sock.close()
+    assert wait_until(lambda: cluster.status()["clients"] == 0, timeout=5)
+    assert cluster.used() == 0
+
+
+# -- several threads of one caller -------------------------------------------------------------
+
+
+def test_a_grant_does_not_lapse_while_another_thread_of_its_caller_waits_for_a_slot(one_slot):
+    """Seen: thread A of a script was uploading its code under a grant (a slow link) while
+    thread B waited for a slot on the same (full) cluster. B's wait holds the caller's one
+    connection to the master, so A's renewals were skipped (and the master would not have
+    read them): A's grant lapsed after its TTL and was handed to B. Both then went to a host
+    with one free slot, and one of them failed with 'host ... has no free slot' after its
+    upload. Expected: a live caller's grant does not lapse because another of its threads
+    is waiting; B waits for its own slot."""
+    caller = one_slot()
+    grant = _place(caller, 1.0)  # thread A's grant; A is uploading
+    assert grant["op"] == "placed"
+    second = _place(caller, 3 * TTL)  # thread B, on the same connection
+    assert second["op"] == "error", f"the one slot was granted twice: {grant} and {second}"

@@ -1,6 +1,7 @@
-"""The cluster's monitor page (issue 14): ``xparl start --monitor_port`` on a real cluster on
-loopback (a master and two host agents, each its own process), checked through
-``/api/status``, ``xparl status --json`` and a real headless Chromium."""
+"""The cluster's monitor page: ``xparl start --monitor_port`` on a real cluster on loopback (a
+master and two host agents, each its own process), checked through ``/api/status``, ``xparl
+status --json`` and a real headless Chromium. An actor printing very long lines does not stop
+its host agent's reports, which must fit in a control frame."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import urllib.request
 import pytest
 
 import parl
-from parl.cluster.monitor import monitor_token
+from parl.cluster import control
+from parl.cluster.hostagent import _Worker
+from parl.cluster.monitor import host_stats, monitor_token
+from parl.shm.output import LINE_CHARS
 from tests.runtime import cluster as clusters
+from tests.runtime.actors import Talker
 from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
 from tests.runtime.conftest import wait_until
 
@@ -165,3 +170,33 @@ def test_a_monitor_port_equal_to_the_cluster_port_is_refused(tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), PARL_CLUSTER_SECRET=clusters.SECRET)
     done = clusters.xparl(env, "start", "--port", "8123", "--monitor_port", "8123", check=False)
     assert done.returncode == 1 and "--monitor_port" in done.stderr
+
+
+# -- long lines --------------------------------------------------------------------------------
+
+
+def test_a_host_report_fits_a_control_frame_whatever_workers_print():
+    workers = []
+    for i in range(300):  # a big machine whose workers all print long lines of odd text
+        worker = _Worker(pid=10_000 + i, label=f"Sampler{i}", client="c", pidfd=-1)
+        worker.lines.extend(["\x1b[31m" + "é" * (2 * LINE_CHARS)] * 100)
+        workers.append(worker)
+    report = host_stats(workers, "node1")
+    assert len(json.dumps(report)) <= control.CONTROL_MAX_FRAME // 2
+    assert len(report["workers"]) == 300
+
+
+def test_long_lines_keep_a_cluster_host_reporting(monitored, capfd):
+    _, page = monitored
+    actor = Talker()
+    pid = actor.shout(20, 100_000).get()  # 2 MB of lines: more than a control frame
+
+    def lines():
+        with urllib.request.urlopen(page + "api/status", timeout=10) as response:
+            status = json.loads(response.read())
+        actors = [a for c in status["clients"] for a in c["actors"]]
+        return next((a["output"] for a in actors if a["pid"] == pid), [])
+
+    assert wait_until(lambda: len(lines()) == 20, timeout=15)
+    assert all(len(line) < LINE_CHARS + 50 for line in lines())
+    capfd.readouterr()

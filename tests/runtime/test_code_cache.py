@@ -156,3 +156,65 @@ def test_what_a_killed_unpack_or_upload_left_behind_goes_after_a_day(tmp_path):
     cache.evict()
     assert not any(p.exists() for p in [*stale, upload])
     assert fresh.is_dir() and (cache.root / digest).is_dir()  # in progress, and the code
+
+
+# -- folders of callers still connected --------------------------------------------------------
+
+
+def _cache_with_code(tmp_path, root="cache"):
+    from parl.cluster import deploy, packer
+
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "main.py").write_text("print('hi')\n")
+    pack = packer.pack_project(project)
+    cache = deploy.CodeCache(tmp_path / root)
+    packer.unpack(pack.data, cache.root / pack.digest)
+    return cache, pack.digest
+
+
+def _week_old(path):
+    then = time.time() - 8 * 86400
+    os.utime(path, (then, then))
+
+
+def test_a_long_runs_job_folder_is_not_pruned_while_its_caller_is_there(tmp_path):
+    """Seen: a training run whose actors ran for more than a week (their working folder's
+    own mtime does not change when files inside it are rewritten) had its folder deleted
+    under its feet, checkpoints and all, when another caller on the host finished: the
+    'orphan' rule removed every unfinished folder untouched for 7 days, live or not; an agent
+    sharing the cache folder (two clusters of one user, ~/.parl/cache) did the same.
+    Expected: a folder whose caller is still connected is never removed."""
+    cache, digest = _cache_with_code(tmp_path)
+    long = cache.job_folder("long0000", digest)
+    (long / "checkpoint.pt").write_bytes(b"weeks of training")
+    _week_old(long)
+    cache.job_folder("done0000", digest)
+    cache.job_done("done0000")
+    assert (long / "checkpoint.pt").exists()
+    from parl.cluster import deploy
+
+    other = deploy.CodeCache(cache.root)  # another cluster's agent, same cache folder
+    other.job_folder("other000", digest)
+    other.job_done("other000")
+    assert (long / "checkpoint.pt").exists()
+    cache.job_done("long0000")
+
+
+def test_a_caller_that_reconnects_keeps_its_folder_while_it_runs(tmp_path, monkeypatch):
+    """Seen: a caller whose control connection to a host dropped and was opened again (same
+    caller id) went on in its job folder, which still carried the 'finished' marker of the
+    first connection: the next callers' ends pruned it while its actors were running in it.
+    Expected: a folder in use again is not a finished one."""
+    from parl.cluster import deploy
+
+    monkeypatch.setattr(deploy, "KEEP_JOBS", 1)
+    cache, digest = _cache_with_code(tmp_path)
+    folder = cache.job_folder("again000", digest)
+    cache.job_done("again000")  # the connection dropped
+    assert cache.job_folder("again000", digest) == folder  # and came back
+    for i in range(3):
+        cache.job_folder(f"done{i:04d}", digest)
+        cache.job_done(f"done{i:04d}")
+    assert folder.is_dir()
+    cache.job_done("again000")

@@ -299,6 +299,39 @@ def test_closures_lambdas_and_local_classes_still_travel_by_value(tmp_path):
     assert out.strip() == "ok"
 
 
+def test_an_instance_of_a_main_class_travels_as_an_argument(tmp_path):
+    """README: classes defined in __main__ travel by value, also when only an *instance* is
+    passed: plain pickle saves the instance by reference without failing, so the by-value path
+    must be taken without waiting for an error (the worker cannot find __main__.Point)."""
+    script = tmp_path / "main_class.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import parl
+
+            class Point:
+                def __init__(self, x):
+                    self.x = x
+
+            @parl.remote_class
+            class Doubler:
+                def double(self, p):
+                    return p.x * 2
+
+            if __name__ == "__main__":
+                parl.connect(linger=0)
+                with Doubler() as d:
+                    print("result", d.double(Point(21)))
+            """
+        )
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert "result 42" in proc.stdout, proc.stderr[-2000:]
+
+
 def test_a_script_without_main_guard_works(tmp_path):
     out = run(
         tmp_path,

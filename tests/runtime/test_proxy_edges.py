@@ -1,10 +1,12 @@
 """Proxy, future and caller edge cases: forks, special methods, subclasses, static methods,
-``preload``, closing under a running call, timeout messages and remote exception chains.
+``preload``, closing under a running call, futures shared by threads or dropped, timeout
+messages, remote exception chains, and remote exceptions rebuilt as their own class.
 
 Every actor is closed before the test ends (the autouse leak check in conftest.py)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import subprocess
@@ -12,6 +14,7 @@ import sys
 import textwrap
 import threading
 
+import numpy as np
 import pytest
 
 import parl
@@ -102,6 +105,28 @@ def worker_is_reading(fifo) -> bool:
         return False
     os.close(fd)
     return True
+
+
+class BadStrError(Exception):
+    def __str__(self):
+        raise RuntimeError("str() of this exception fails")
+
+
+def raise_bad_str():
+    raise BadStrError()
+
+
+class CollectOnLoad:
+    """Unpickling it runs the garbage collector (stands for any other thread dropping a future
+    while the reader is between 'is this call still wanted' and 'file its result')."""
+
+    def __reduce__(self):
+        return (_collect_then_build, ())
+
+
+def _collect_then_build():
+    gc.collect()
+    return CollectOnLoad()
 
 
 # -- forks -------------------------------------------------------------------------------------
@@ -479,6 +504,92 @@ def test_future_timeout_message_shows_the_timeout_as_given(tmp_path):
         parl.close_actor(actor)
 
 
+def test_a_future_waited_on_by_two_threads_gives_both_its_result(tmp_path):
+    """Both waiters and every later get() see the result: the second waiter must not get
+    ValueError('already collected') from caller.py:_wait, nor future.py:get store it in
+    ``_error`` for later calls."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    actor = AsyncSampler()
+    try:
+        future = actor.block(str(fifo))
+        outcomes: list[tuple[str, object]] = []
+
+        def getter():
+            try:
+                outcomes.append(("ok", future.get(timeout=20)))
+            except BaseException as exc:  # noqa: BLE001
+                outcomes.append(("error", exc))
+
+        threads = [threading.Thread(target=getter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        with open(fifo, "w") as f:
+            f.write("go")
+        for t in threads:
+            t.join(30)
+        assert outcomes == [("ok", "go"), ("ok", "go")]
+        assert future.get() == "go"
+    finally:
+        parl.close_actor(actor)
+
+
+def test_a_future_dropped_while_its_reply_is_decoded_leaves_no_result_behind():
+    """caller.py:_read_one checks that the call is pending *before* unpickling the payload
+    and files the result after it; a future dropped in between (another thread, or a GC run
+    during unpickling as here) must not leave its result (and any shared-memory lease) in
+    ``_results`` for the connection's lifetime."""
+    actor = AsyncSampler()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        future = actor.add((CollectOnLoad(), np.ones(1 << 16)), ())
+        cycle: list = [future]
+        cycle.append(cycle)
+        del future, cycle  # garbage now, but only a collection will find it
+        assert actor.step().get(timeout=20) == 1  # reads the dropped call's reply first
+        assert actor._parl_conn.outstanding() == 0
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        parl.close_actor(actor)
+
+
+def test_threads_mixing_sync_futures_empty_and_shared_replies_on_one_actor():
+    actor = AsyncSampler()
+    errors: list[str] = []
+
+    def worker(k):
+        try:
+            for i in range(60):
+                f = actor.add(k, i)
+                if i % 3 == 0:
+                    assert wait_until(lambda f=f: not f.empty(), timeout=20)
+                    assert f.get_nowait() == k + i
+                elif i % 3 == 1:
+                    assert f.get(timeout=20) == k + i
+                else:
+                    g = actor.big(1 << 16)  # 256 KiB: through shared memory
+                    assert f.get() == k + i
+                    assert g.get().shape == (1 << 16,)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(repr(exc))
+
+    try:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        conn = actor._parl_conn
+        assert conn.outstanding() == 0
+        actor.step().get()  # carries the releases of the views dropped above
+        assert conn._link.lease_count() == 0
+    finally:
+        parl.close_actor(actor)
+
+
 # -- remote exception chains -------------------------------------------------------------------
 
 
@@ -524,5 +635,131 @@ def test_unpicklable_cause_arrives_as_remote_error():
         assert isinstance(cause, parl.RemoteError)
         assert cause.type_name.endswith("test_proxy_edges.NotRebuildable")
         assert "1-2" in str(cause) and "raise_with_unpicklable_cause" in cause.remote_traceback
+    finally:
+        parl.close_actor(actor)
+
+
+# -- remote exceptions rebuilt as their own class ----------------------------------------------
+
+
+class _CodedError(Exception):
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@parl.remote_class
+class _Raiser:
+    def fail(self):
+        try:
+            raise KeyError("inner")
+        except KeyError as exc:
+            raise _CodedError(7, "bad") from exc
+
+
+def test_exception_with_custom_init_is_caught_by_its_class():
+    """Expected (README: classes of the main script stay the same classes, ``except MyError``
+    catches what an actor raises): ``except _CodedError`` catches it with ``.code == 7``.
+    Observed: a parl.RemoteError, because pickle rebuilds an exception as ``cls(*args)`` and
+    this __init__ takes two arguments (the README's "RemoteError when the exception cannot be
+    rebuilt" fallback, parl/wire/failure.py _link). The very common custom-__init__ pattern
+    therefore escapes ``except``; rebuilding with ``cls.__new__`` + ``args`` + ``__dict__``
+    would keep it."""
+    with _Raiser() as actor:
+        with pytest.raises(_CodedError) as info:
+            actor.fail()
+    assert info.value.code == 7
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+@parl.remote_class
+class _BuiltinRaiser:
+    def stop(self):
+        raise StopIteration(42)
+
+    def syntax(self):
+        compile("x = (", "cfg.py", "exec")
+
+    def decode(self):
+        b"\xff".decode("utf-8")
+
+    def returned_exit(self):
+        return SystemExit(3)
+
+
+def test_builtin_exception_fields_are_kept():
+    """Expected (as with pickle before the fix, and as raised locally): StopIteration(42).value
+    == 42, SyntaxError has its lineno/msg, UnicodeDecodeError its reason, a returned
+    SystemExit(3) its code. Observed: value None, lineno None and str() 'None', reason None and
+    str() '', code None. _rebuild_exception (parl/wire/serialization.py) skips __init__ also for
+    builtin exceptions whose fields are set by their C __init__ (StopIteration, SystemExit,
+    SyntaxError, UnicodeError...): a regression of the custom-__init__ fix."""
+    with _BuiltinRaiser() as actor:
+        with pytest.raises(StopIteration) as stop:
+            actor.stop()
+        with pytest.raises(SyntaxError) as syntax:
+            actor.syntax()
+        with pytest.raises(UnicodeDecodeError) as decode:
+            actor.decode()
+        code = actor.returned_exit().code
+    assert stop.value.value == 42
+    assert syntax.value.lineno == 1 and syntax.value.filename == "cfg.py"
+    assert decode.value.reason == "invalid start byte"
+    assert code == 3
+
+
+class _SlottedError(Exception):
+    __slots__ = ("code",)
+
+    def __init__(self, code):
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+class _MissingConfig(FileNotFoundError):
+    def __init__(self, path):
+        super().__init__(2, "config missing", path)
+
+
+@parl.remote_class
+class _UserRaiser:
+    def slotted(self):
+        raise _SlottedError(4)
+
+    def missing(self):
+        raise _MissingConfig("/etc/app.cfg")
+
+
+def test_slotted_exception_keeps_its_attributes():
+    """Expected: ``except _SlottedError as e: e.code`` is 4. Observed: AttributeError: the
+    exception is rebuilt without __init__ from ``args`` and ``__dict__`` only
+    (parl/wire/serialization.py _reduce_exception), and a __slots__ attribute is in neither."""
+    with _UserRaiser() as actor:
+        with pytest.raises(_SlottedError) as info:
+            actor.slotted()
+    assert info.value.code == 4
+
+
+def test_oserror_subclass_with_custom_init_is_caught_by_its_base():
+    """Expected (README: custom-__init__ exceptions are caught by their class): an
+    ``except FileNotFoundError`` / ``except _MissingConfig`` catches it, filename kept.
+    Observed: parl.RemoteError "__main__._MissingConfig: [Errno 2] ...". _reduce_exception
+    (parl/wire/serialization.py) leaves every class with a __reduce__ of its own (all OSError
+    subclasses) to pickle, which calls ``cls(errno, strerror, filename)``; and a method
+    *returning* such an exception fails its whole reply."""
+    with _UserRaiser() as actor:
+        with pytest.raises(_MissingConfig) as info:
+            actor.missing()
+    assert info.value.filename == "/etc/app.cfg"
+
+
+def test_an_exception_whose_str_fails_reaches_the_caller_and_the_actor_lives():
+    """dispatch.py's failure_of calls str(exc): unguarded, the worker died instead of
+    reporting."""
+    actor = Sampler()
+    try:
+        with pytest.raises(BadStrError):
+            actor.apply(raise_bad_str)
+        assert actor.add(1, 2) == 3
     finally:
         parl.close_actor(actor)

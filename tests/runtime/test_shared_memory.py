@@ -1,12 +1,16 @@
-"""The allocator, the link's leases, and the data path through real actors."""
+"""The allocator, the link's leases, and the data path through real actors: views of shared
+handles stay handles, and the memory of closed and dead actors comes back."""
 
 from __future__ import annotations
 
 import gc
 import os
 import pickle
+import signal
+import time
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -17,7 +21,7 @@ from parl.shm.link import ShmLink
 from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
-from tests.runtime.actors import Sampler
+from tests.runtime.actors import Sampler, Sink
 from tests.runtime.conftest import lasting_new_shm_entries, wait_until
 
 # -- allocator ----------------------------------------------------------------------------------
@@ -318,3 +322,154 @@ def test_a_block_dropped_inside_the_allocators_lock_does_not_deadlock():
     assert not thread.is_alive(), "the finalizer waited for a lock its own thread holds"
     assert table.allocator.block(1 << 20).ctypes.data == address  # filed, then reused
     table.close_all()
+
+
+# -- views of shared handles -------------------------------------------------------------------
+
+
+def test_strided_view_of_a_shared_handle_stays_shared():
+    """Expected (parl/shm/link.py: a handle is "an array made with parl.shm (or a view of
+    one)"; README: passed by handle whatever its size): an actor filling ``buf[:, 0]`` writes
+    into ``buf``, as it does for ``buf[0]``. Observed: a non-contiguous view is copied into a
+    value (_reduce_array stages a copy before ShmLink.place can see it is a handle), so the
+    actor's writes are lost without a word; e.g. a rollout buffer with a column per actor."""
+    buf = parl.shm.zeros((1024, 4), np.float32)
+    sink = Sink()
+    try:
+        sink.fill(buf[3], 1.0)  # a contiguous row: shared
+        assert buf[3].min() == 1.0
+        sink.fill(buf[:, 0], 2.0)  # a column: copied
+        assert buf[:, 0].min() == 2.0, f"column after the actor filled it: {buf[:4, 0]}"
+    finally:
+        parl.close_actor(sink)
+
+
+def test_strided_torch_view_of_a_shared_handle_stays_shared():
+    import torch
+
+    buf = parl.shm.zeros((512, 3), np.float32)
+    column = torch.from_numpy(buf)[:, 1]  # a strided tensor over the handle
+    sink = Sink()
+    try:
+        sink.fill(column, 5.0)
+        assert buf[:, 1].min() == buf[:, 1].max() == 5.0
+        assert buf[:, 0].max() == 0.0 and buf[:, 2].max() == 0.0  # its neighbours untouched
+        values = np.zeros((512, 3), np.float32)  # not a handle: the column is a value
+        sink.fill(values[:, 1], 5.0)
+        assert values.max() == 0.0
+    finally:
+        parl.close_actor(sink)
+
+
+def test_reversed_view_of_a_handle_stays_shared():
+    """Expected (README: a view of a handle is a handle too; an actor writing into it writes
+    into ``buf``): after ``fill(buf[::-1], 3.0)`` buf holds 3.0. Observed: buf stays 0.0; the
+    reversed view was silently copied into a value, the actor's writes are lost.
+    _strided_handle (parl/wire/serialization.py, ``any(stride < 0 ...)``) gives up on negative
+    strides instead of computing the lowest address of the extent."""
+    buf = parl.shm.zeros((64, 8), np.float32)
+    actor = Sink()
+    try:
+        actor.fill(buf[::-1], 3.0)
+        actor.fill(buf[::-2, 1], 4.0)
+    finally:
+        parl.close_actor(actor)
+    assert buf[::2, 0].min() == 3.0, buf[:2]
+    assert buf[1::2, 1].min() == 4.0, buf[:2]
+
+
+def test_bfloat16_strided_view_of_a_handle_stays_shared():
+    """Expected (README: ``torch.from_numpy(buf)[:, 1]`` is a handle too): a bfloat16 view of
+    an int16 handle, column 1, filled by the actor, is seen in buf. Observed: buf unchanged.
+    _reduce_tensor (parl/wire/serialization.py) calls ``tensor.contiguous()`` (a copy) for
+    the dtypes numpy lacks before viewing them as integers."""
+    torch = pytest.importorskip("torch")
+    buf = parl.shm.zeros((256, 8), np.int16)
+    column = torch.from_numpy(buf).view(torch.bfloat16)[:, 1]
+    actor = Sink()
+    try:
+        actor.fill(column, 1.0)
+    finally:
+        parl.close_actor(actor)
+    assert (buf[:, 1] != 0).all(), buf[:2]
+
+
+# -- memory of closed and dead actors ----------------------------------------------------------
+
+
+def _ended(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _set_next_pid(pid):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(pid - 1))
+
+
+@pytest.mark.skipif(
+    not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK), reason="needs root to force pid reuse"
+)
+def test_segment_ids_stay_unique_when_a_dead_actors_pid_is_reused():
+    """Expected: a value from a new actor holds what that actor sent (2.0). Observed: it holds
+    the data of a dead actor whose proxy is still held (1.0), when the new worker got the dead
+    one's pid (pid_max is 32768 here, so pids wrap in long runs; forced here through
+    ns_last_pid). Segment ids are ``(pid << 32) | counter`` (parl/shm/segment.py,
+    SegmentTable.new_segment), and SegmentTable.attach closes the new descriptor of an id it
+    already knows. The dead actor's link still holds its segments, as nobody called it again."""
+    n = 1 << 18
+    dead = Sink()
+    dead_pid = dead.pid()
+    first = dead.make(n, 1.0)
+    os.kill(dead_pid, signal.SIGKILL)
+    assert wait_until(lambda: not psutil.pid_exists(dead_pid) or _ended(dead_pid), timeout=10)
+    del first
+    fresh = None
+    for _ in range(20):
+        _set_next_pid(dead_pid)
+        fresh = Sink()
+        if fresh.pid() == dead_pid:
+            break
+        parl.close_actor(fresh)
+    assert fresh.pid() == dead_pid, "could not force pid reuse"
+    try:
+        got = fresh.make(n, 2.0)
+        assert (got.min(), got.max()) == (2.0, 2.0)
+    finally:
+        parl.close_actor(fresh)
+        parl.close_actor(dead)
+
+
+@parl.remote_class
+class _SlowEnd:
+    def keep(self, x):
+        self.x = x
+
+    def pid(self):
+        return os.getpid()
+
+    def __del__(self):
+        time.sleep(0.3)
+
+
+def test_memory_lent_to_closed_actors_returns_while_idle():
+    """Expected (README: memory lent to a closed actor stays lent until its process has
+    ended): once the workers have ended, the caller's blocks are free (``blocks`` 0) and 1 GiB
+    lent to 4 closed actors goes back (beyond the 512 MiB cache). Observed: all 4 blocks (and
+    ~1 GiB of RSS) stay held for as long as the caller makes no further call or close:
+    release_parked (parl/shm/link.py) only runs from ShmLink.place and ShmLink.close, nothing
+    polls the parked leases (not even SegmentTable.stats)."""
+    actors = [_SlowEnd() for _ in range(4)]
+    pids = [a.pid() for a in actors]
+    for a in actors:
+        a.keep(np.ones((256 << 20) // 8))
+    for a in actors:
+        parl.close_actor(a)
+    del actors
+    gc.collect()
+    assert wait_until(lambda: all(_ended(p) for p in pids), timeout=15)
+    assert wait_until(lambda: segment_table().stats()["blocks"] == 0, timeout=3), (
+        segment_table().stats()
+    )

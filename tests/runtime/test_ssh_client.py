@@ -11,7 +11,7 @@ import pytest
 
 from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError, SSHError
 from parl.ssh.client import Connection
-from parl.ssh.hosts import HostSpec
+from parl.ssh.hosts import HostSpec, parse_host
 from tests.runtime.conftest import wait_until
 from tests.runtime.sshd import _free_port
 
@@ -256,3 +256,38 @@ def test_host_key_alias_names_the_key_in_known_hosts(lab, tmp_path):
     message = str(caught.value)
     assert "(lab-box-1, ssh-ed25519" in message and "is unknown" in message
     assert f"ssh-keyscan -p {first.port} 127.0.0.2 | sed 's/^[^ ]*/lab-box-1/' >> " in message
+
+
+@pytest.mark.ssh
+def test_a_hashed_entry_of_a_mixed_case_host_key_alias_is_found(lab, tmp_path):
+    """``HostKeyAlias MyBox``: OpenSSH lower-cases the alias (and host names) before looking
+    it up, so ``ssh box`` with ``HashKnownHosts yes`` (Debian's default) stores the hash of
+    'mybox'. parl hashed 'MyBox', found nothing and said the key is unknown. Expected: the
+    key OpenSSH stored is found."""
+    host = lab.hosts[0]
+    _, kind, key = open(lab.known_hosts).read().splitlines()[0].split()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"mybox {kind} {key}\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known)], capture_output=True, check=True)
+    assert "mybox" not in known.read_text()  # hashed
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host box\n  HostName {host.address}\n  Port {host.port}\n"
+        f"  IdentityFile {lab.client_key}\n  HostKeyAlias MyBox\n"
+    )
+    before = known.read_text()
+    with Connection(parse_host("box"), lab.options(config=str(config), known_hosts=(str(known),))):
+        pass
+    assert known.read_text() == before
+
+
+@pytest.mark.ssh
+def test_a_missing_identity_file_is_named_when_login_is_refused(lab, tmp_path):
+    """``identity=~/.ssh/id_ed25591`` (a typo): the error said 'tried: no key (no agent, no
+    identity file)', never that the named file does not exist. Expected: it is named."""
+    from parl.errors import SSHAuthenticationError
+
+    missing = str(tmp_path / "id_ed25591")
+    with pytest.raises(SSHAuthenticationError) as caught:
+        Connection(lab.spec(0, identity=missing), lab.options())
+    assert f"tried: {missing} (no such file)" in str(caught.value)

@@ -1,4 +1,6 @@
-"""hosts.txt parsing (pure functions, no SSH): round trips and errors naming the line."""
+"""hosts.txt parsing (pure functions, no SSH): round trips, errors naming the line, and any text
+(odd digits, line separators, a byte order mark, control characters, Latin-1, 100,000 hosts)
+parsed or refused with a HostsFileError."""
 
 from __future__ import annotations
 
@@ -108,3 +110,88 @@ def test_reading_a_missing_or_empty_file_says_which(tmp_path):
     empty.write_text("# nothing yet\n\n")
     with pytest.raises(HostsFileError, match="hosts.txt lists no host"):
         read_hosts(str(empty))
+
+
+# -- odd text: digits, separators, marks, control characters, encodings ------------------------
+
+
+@pytest.mark.parametrize("line", ["box cpus=\u00b2", "box:\u00b2", "box cpus=\u0663"])
+def test_a_number_in_other_digits_is_a_hosts_file_error_naming_the_line(line):
+    """``cpus=²`` (a superscript two: str.isdigit() says yes, int() says no) raised a bare
+    ``ValueError: invalid literal for int()`` naming neither the file nor the line; ``cpus=٣``
+    (an Arabic-Indic three) was taken as 3 cpus. Expected: the HostsFileError of any other
+    bad number, with the file and line."""
+    with pytest.raises(HostsFileError, match=r"^my-hosts.txt, line 2: "):
+        parse_hosts("# first\n" + line + "\n", filename="my-hosts.txt")
+
+
+@pytest.mark.parametrize("separator", ["\v", "\f", "\x1c", "\x85", "\u2028"])
+def test_line_numbers_count_newlines_only(separator):
+    """A stray form feed or Unicode line separator inside a line made str.splitlines() count
+    an extra line: the error named line 3 of a two-line file. Expected: the line an editor
+    (and ``sed -n 2p``) shows."""
+    text = f"box cpus=2\nother{separator}x cpus=zero\n"
+    with pytest.raises(HostsFileError, match=r"^hosts.txt, line 2: "):
+        parse_hosts(text)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_host(tmp_path):
+    """A hosts file saved by an editor that writes a UTF-8 byte order mark gave a first host
+    named '\\ufeffgpu-box-1': connecting then failed for a name that looks right in every
+    message. Expected: the mark is ignored."""
+    path = tmp_path / "hosts.txt"
+    path.write_bytes(b"\xef\xbb\xbfgpu-box-1 cpus=2\n")
+    assert [h.host for h in read_hosts(str(path))] == ["gpu-box-1"]
+
+
+@pytest.mark.parametrize("junk", ["box\x00evil", "box\x1b[2Jx cpus=1", "\x01\x02\x03"])
+def test_control_characters_are_refused_with_the_line(junk):
+    """A NUL byte or a terminal escape inside a host name was accepted as part of it (a
+    binary file parsed into hosts). Expected: an error naming the line."""
+    with pytest.raises(HostsFileError, match=r"^h.txt, line 1: .*control character"):
+        parse_hosts(junk, filename="h.txt")
+
+
+def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    """A Latin-1 hosts file raised ``UnicodeDecodeError: 'utf-8' codec can't decode byte
+    0xe9 in position 14``: no file, no line. Expected: a HostsFileError naming both."""
+    path = tmp_path / "hosts.txt"
+    path.write_bytes(b"box cpus=2\ncaf\xe9 cpus=1\n")
+    with pytest.raises(HostsFileError, match=rf"^{path}, line 2: .*not UTF-8"):
+        read_hosts(str(path))
+
+
+def test_a_hash_inside_a_value_is_not_a_comment():
+    """``workdir=/scratch/run#1`` silently became ``workdir=/scratch/run`` (the rest of the
+    line was a comment): code went to another folder than the one written. Expected: a ``#``
+    starts a comment at the start of the line or after a space, as in shell."""
+    (spec,) = parse_hosts("box workdir=/scratch/run#1 python=/opt/py#3/bin/python3  # note\n")
+    assert spec.workdir == "/scratch/run#1"
+    assert spec.python == "/opt/py#3/bin/python3"
+    assert parse_hosts("#box\n box # cpus=2\n") == [parse_host("box")]
+
+
+_text = st.text(st.characters(codec="utf-8"), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_text, max_size=8))
+def test_any_text_parses_or_raises_a_hosts_file_error_with_a_real_line(lines):
+    """Hypothesis: whatever a hosts file holds, parsing gives hosts or a HostsFileError
+    whose line number is a line of the file (no other exception type)."""
+    text = "\n".join(lines)
+    try:
+        parse_hosts(text, filename="f")
+    except HostsFileError as exc:
+        number = int(str(exc).split(", line ")[1].split(":")[0])
+        assert 1 <= number <= max(1, len(text.split("\n")))
+
+
+def test_a_huge_hosts_file_parses_quickly():
+    """100,000 hosts (and as many comments) parse in well under a few seconds."""
+    import time
+
+    text = "".join(f"# host {i}\nuser@box{i}:{1 + i % 65535} cpus=2\n" for i in range(100_000))
+    started = time.monotonic()
+    assert len(parse_hosts(text)) == 100_000
+    assert time.monotonic() - started < 10

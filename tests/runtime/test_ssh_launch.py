@@ -1,5 +1,6 @@
 """parl.connect(hosts=...) against three real sshd on loopback: launch, deployment, cache,
-aliases, and the end of every remote process."""
+aliases, relative paths of a hosts file, a cache folder others can write, and the end of every
+remote process."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import dataclasses
 import json
 import os
 import platform
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +20,7 @@ import pytest
 
 import parl
 from parl.cluster import control
+from parl.cluster.packer import pack_parl
 from parl.errors import (
     RemoteEnvironmentError,
     SSHAuthenticationError,
@@ -425,3 +429,80 @@ def test_a_host_that_answers_no_keepalive_is_lost_and_its_tunnelled_calls_fail(
         for process in frozen:
             process.resume()
         parl.disconnect()
+
+
+# -- where code runs on a host: relative paths, a cache folder others can write ----------------
+
+
+def _login_dir() -> str:
+    """Where an SSH session starts (the user's home in the passwd file, not the lab's $HOME):
+    relative paths of a hosts file are relative to it."""
+    return pwd.getpwuid(os.geteuid()).pw_dir
+
+
+@pytest.mark.ssh
+def test_a_relative_workdir_runs_the_deployed_code(lab, project, tmp_path):
+    """``workdir=scratch/parl`` (relative to the login folder): the probe created it, but the
+    agent started after ``cd scratch/parl/<digest>`` with ``PYTHONPATH=scratch/parl/...``,
+    relative again: the actors ran the host's installed parl (or none: 'No module named
+    parl') in a folder nested in itself. Expected: the deployed parl, from the cache folder."""
+    from pkg.helper import Where
+
+    cache = tmp_path / "cache-rel"
+    relative = os.path.relpath(cache, _login_dir())
+    spec = lab.spec(0, cpus=1, python=sys.executable, workdir=relative)
+    parl.connect(hosts=[spec], ssh=lab.options(), linger=0)
+    try:
+        where = Where().where()
+        assert where["parl"].startswith(str(cache) + os.sep)
+        assert where["cwd"].startswith(str(cache) + os.sep)
+        assert where["cwd"].count(os.path.basename(cache)) == 1
+    finally:
+        parl.disconnect()
+
+
+@pytest.mark.ssh
+def test_a_relative_python_starts_the_agent(lab, project, tmp_path):
+    """``python=venv/bin/python3`` (relative to the login folder) passed the probe, then the
+    agent failed: 'the host agent did not start: bash: .../<digest>/venv/bin/python3: No such
+    file or directory' (it runs after a ``cd``). Expected: the probed interpreter runs."""
+    from pkg.helper import Where
+
+    python = os.path.relpath(sys.executable, _login_dir())
+    spec = lab.spec(0, cpus=1, python=python, workdir=str(tmp_path / "cache"))
+    parl.connect(hosts=[spec], ssh=lab.options(), linger=0)
+    try:
+        assert Where().twice(2) == 4
+    finally:
+        parl.disconnect()
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("owner", ["others", "another-user"])
+def test_a_cache_folder_others_can_write_is_refused(lab, project, tmp_path, owner):
+    """``workdir=/tmp/parl`` on a machine shared with other users: anyone could create
+    ``/tmp/parl/<digest of this parl>`` first (the digest is predictable), and the launch
+    found it 'in the cache', uploaded nothing and ran that code as the launching user.
+    Expected: a cache folder writable by others (or owned by another user) is refused,
+    naming the host and the folder, before anything in it runs."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    planted = shared / pack_parl().digest / "parl"
+    shutil.copytree(os.path.dirname(parl.__file__), planted)
+    marker = tmp_path / "planted-code-ran"
+    with open(planted / "__init__.py", "a") as file:
+        file.write(f"\nopen({str(marker)!r}, 'w').write('ran')\n")
+    if owner == "others":
+        os.chmod(shared, 0o1777)
+    else:
+        os.chown(shared, 65534, 65534)  # nobody
+    spec = lab.spec(0, cpus=1, python=sys.executable, workdir=str(shared))
+    try:
+        with pytest.raises(RemoteEnvironmentError) as caught:
+            parl.connect(hosts=[spec], ssh=lab.options(), linger=0)
+    finally:
+        context.disconnect()
+    message = str(caught.value)
+    assert f"host {spec.name}: the cache folder {shared} " in message
+    assert "other users" in message or "another user" in message
+    assert not marker.exists()

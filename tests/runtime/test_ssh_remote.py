@@ -1,5 +1,5 @@
-"""The launcher's pure parts, without SSH: remote command lines, probe answers, the master's
-address."""
+"""The launcher's pure parts, without SSH: remote command lines, probe answers (a new cache
+folder is private), the master's address, and numbers of the ssh config."""
 
 from __future__ import annotations
 
@@ -81,3 +81,29 @@ def test_probe_failures_are_named():
 )
 def test_the_master_listens_where_the_hosts_reach_it(local, bind):
     assert _master_binds(local) == bind
+
+
+def test_a_fresh_cache_folder_is_private_whatever_the_umask(tmp_path):
+    """The refusal of a cache folder others can write must not refuse the default one: under
+    a umask of 002 (Fedora's, for users with their own group) the probe makes a new folder
+    0700, and accepts it."""
+    from parl.ssh import remote
+
+    base = tmp_path / "deep" / "cache"
+    command = remote.probe_command(sys.executable, str(base), [])
+    done = subprocess.run(
+        command, shell=True, capture_output=True, preexec_fn=lambda: os.umask(0o002)
+    )
+    probe = remote.parse_probe("here", sys.executable, done.returncode, done.stdout, done.stderr)
+    assert probe.base == str(base)
+    assert os.stat(base).st_mode & 0o777 == 0o700
+
+
+def test_an_ssh_config_number_in_other_digits_is_an_ssh_error():
+    """``ServerAliveInterval ²`` in ~/.ssh/config raised a bare ValueError from float().
+    Expected: the SSHError that names the host and the setting."""
+    from parl.errors import SSHError
+    from parl.ssh import keepalive
+
+    with pytest.raises(SSHError, match="host box: the ssh config's serveraliveinterval"):
+        keepalive.settings({"serveraliveinterval": "\u00b2"}, "box")

@@ -6,6 +6,7 @@ are the one exception: shared handles, documented as such."""
 from __future__ import annotations
 
 import gc
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 
 import parl
 import parl.shm
-from tests.runtime.actors import Keeper
+from tests.runtime.actors import Keeper, Sink
+from tests.runtime.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("carrier")  # local workers, a TCP cluster and Ray
 
@@ -30,7 +32,7 @@ def keepers():
         parl.close_actor(actor)
 
 
-# -- the issue's reproductions -----------------------------------------------------------------
+# -- received values through closes, forwards and edits ----------------------------------------
 
 
 @pytest.mark.not_on_ray("the actor writes into an array it received: read-only on Ray")
@@ -134,6 +136,43 @@ def test_non_contiguous_and_subclass_arrays_go_through_shared_memory(keepers):
     back = a.get("m")
     assert isinstance(back, np.matrix) and back.shape == (400, 100)
     assert parl.shm.memory_kind(back) == "value"
+
+
+@parl.remote_class
+class _Saver:
+    """Keeps its argument; its __del__ (run when the worker ends) records what it holds."""
+
+    def __init__(self, path):
+        self.path = path
+        self.x = None
+
+    def keep(self, x):
+        self.x = x
+
+    def __del__(self):
+        time.sleep(0.5)  # a slow flush / checkpoint at the end
+        with open(self.path, "w") as f:
+            f.write(f"{self.x.min()} {self.x.max()}")
+
+
+@pytest.mark.local_only  # local shared memory: the caller reuses a freed block
+def test_closed_actor_finishing_never_sees_a_reused_block(tmp_path):
+    """Expected (README: a value never changes unless its holder writes to it, for every order
+    of closing; a worker ends like a Python program, __del__ runs): the closed actor's __del__
+    sees the 1.0s it was given. Observed: it sees 2.0s, the data the caller sent to another
+    actor afterwards. close_actor drops the caller's leases at once (link.close) while the
+    worker still finishes, so the caller reuses the block under the worker's private view."""
+    path = tmp_path / "seen.txt"
+    n = 1 << 18  # 2 MiB: a slab block
+    sink = Sink()
+    saver = _Saver(str(path))
+    saver.keep(np.full(n, 1.0))
+    parl.close_actor(saver)
+    for _ in range(20):
+        sink.take(np.full(n, 2.0))  # the caller reuses its freed block
+    assert wait_until(lambda: path.exists() and path.read_text(), timeout=10)
+    parl.close_actor(sink)
+    assert path.read_text() == "1.0 1.0"
 
 
 # -- the property: any order of operations -----------------------------------------------------
