@@ -1,4 +1,4 @@
-"""Distributed training figures of issue 12: sample throughput with 1 vs 2 actors (IMPALA on
+"""Distributed training figures: sample throughput with 1 vs 2 actors (IMPALA on
 Pong, ES on HalfCheetah-v5), the actors' transfer share, and CartPole learning runs; with
 ``--mujoco``, only the learning runs of IMPALA and A2C (Gaussian policies) on HalfCheetah-v5.
 

@@ -1,4 +1,4 @@
-"""The monitor's cost (issue 14), local mode: this process serves the page for its actors.
+"""The monitor's cost, local mode: this process serves the page for its actors.
 
     python scripts/bench_monitor.py            # 50 actors polled once a second, 200 drawn
     python scripts/bench_monitor.py --quick

@@ -20,7 +20,7 @@ normalised, n_steps 512, batch 64, 20 epochs, 256x256 ReLU), ``torch.set_num_thr
 steps per second of wall time and of CPU time, ours and SB3 in turn ``--cheetah_rounds`` times.
 ``vector``: random-action steps per second of ``RemoteVectorEnv.make`` (fast path) and of
 ``RemoteVectorEnv(env_fns)`` (generic path), 2 actors x 64 CartPole / x 16 HalfCheetah envs,
-against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs as in the issue, and as many envs as
+against gymnasium's Sync/Async (8 envs) and EnvPool (8 envs, and as many envs as
 ours; 2 threads), and the round trip of a 2-env CartPole step; each of our rows also gives the
 Python-level calls the caller makes per step (machine-independent).
 """
@@ -312,7 +312,7 @@ def _rounds(
 
 def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> None:
     """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
-    (8 envs as in the issue, and as many envs as ours); then the 2-env round trip (alone when
+    (8 envs, and as many envs as ours); then the 2-env round trip (alone when
     ``throughput`` is false)."""
     from parl.env import RemoteVectorEnv
 

@@ -190,7 +190,7 @@ def _caller_cost(call, n: int) -> tuple[float, float]:
 
 def bench_call_cost(table: Table, n_calls: int) -> None:
     """Machine-independent counts for the call path, with the reader's spin off on both sides
-    of the comparison (issue 7): the caller's function calls and CPU time per round trip."""
+    of the comparison: the caller's function calls and CPU time per round trip."""
     import parl.wire.caller as caller
 
     parent, child = mp.Pipe()
@@ -246,7 +246,7 @@ class Point:  # a class of this script: it travels by value, defined once per ac
 
 
 def bench_script_class(table: Table, n_calls: int) -> None:
-    """Issue 6: an instance of a script class costs about what a dict of the same size does."""
+    """An instance of a script class costs about what a dict of the same size does."""
     echo = Echo()
     as_dict = {"x": 1.0, "y": 2.0, "name": "p", "tags": [1, 2]}
     point = Point(1.0, 2.0, "p", [1, 2])
@@ -292,7 +292,7 @@ def bench_calls(table: Table, pipe_us: float, n_calls: int) -> None:
 
 
 def bench_mid_arrays(table: Table, reps: int) -> None:
-    """Rollout-sized arrays (issue 7): returned by an actor and passed to it, against
+    """Rollout-sized arrays: returned by an actor and passed to it, against
     ``np.copyto`` of the same size (cache-warm, like the transfer's own copy)."""
     echo = Echo()
     for size, target in ((MiB, ">= 0.5x"), (16 * MiB, ">= 0.8x")):

@@ -1,6 +1,6 @@
 """PPO's quality on MuJoCo: `examples/PPO/train.py` for 1M steps (HalfCheetah with rl-zoo's
-tuned configuration, Hopper with the example's own, PARL's), several seeds, 10 deterministic evaluation episodes at the end; prints the table of
-issue 10 and draws the evaluation curves.
+tuned configuration, Hopper with the example's own, PARL's), several seeds, 10 deterministic evaluation episodes at the end; prints the results
+table and draws the evaluation curves.
 
     python scripts/quality_onpolicy.py                                   # both tasks, seeds 0 1 2
     python scripts/quality_onpolicy.py --env Hopper-v5 --seeds 0 --steps 100000 --parallel 1
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"HalfCheetah-v5": 3000.0, "Hopper-v5": 2400.0}  # issue 10: 3-seed mean after 1M
+TARGETS = {"HalfCheetah-v5": 3000.0, "Hopper-v5": 2400.0}  # the 3-seed mean to reach after 1M
 
 # rl-baselines3-zoo's PPO hyperparameters (ppo.yml), in the example's names
 ZOO_HALFCHEETAH: dict[str, Any] = {

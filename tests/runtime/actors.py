@@ -25,7 +25,7 @@ class UnpicklableError(Exception):
 
 @parl.remote_class
 class Sampler:
-    """The issue's example."""
+    """The README's example."""
 
     def __init__(self, n: int = 4):
         self.buf = np.zeros(n, np.float32)

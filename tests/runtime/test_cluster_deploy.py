@@ -1,4 +1,4 @@
-"""Code deployment and version checks on a real loopback cluster (issue 8, items 3 and 4).
+"""Code deployment and version checks on a real loopback cluster.
 
 The caller is a script in a project folder of its own (run as ``__main__``); its actors live
 in a module of a sub-folder that only the deployed copy provides on the hosts, and read files

@@ -1,4 +1,4 @@
-"""Failures on a real loopback cluster (issue 8, item 5): a killed worker or host agent ends
+"""Failures on a real loopback cluster: a killed worker or host agent ends
 pending and later calls within 5 s; a killed master leaves the actors working, gives new
 creations a clear error, and host agents register again with a master restarted on its port.
 (A killed caller's actors and slots: test_cluster.py.)"""

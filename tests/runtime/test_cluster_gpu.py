@@ -1,4 +1,4 @@
-"""GPU slots (issue 8, item 7), checked without a GPU: the ids are given on the command line
+"""GPU slots, checked without a GPU: the ids are given on the command line
 and an actor sees its own in ``CUDA_VISIBLE_DEVICES``.
 
 The cluster: a master started with ``--gpu_cluster --gpu 0,1`` (its host: GPUs 0 and 1, no

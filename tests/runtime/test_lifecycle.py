@@ -54,7 +54,7 @@ def test_sigkill_of_a_worker_fails_pending_calls_fast(tmp_path):
     elapsed = time.monotonic() - start
     assert elapsed < 2.0, (
         f"death noticed after {elapsed:.2f} s"
-    )  # the bound, not a speed test
+    )  # the promised bound, not a speed test
     with pytest.raises(parl.ActorDiedError):
         victim.add(1, 1).get()
     assert bystander.add(2, 2).get() == 4

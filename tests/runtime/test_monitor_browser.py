@@ -1,4 +1,4 @@
-"""The monitor page in a real headless Chromium (issue 14): hosts, actors, an actor's printed
+"""The monitor page in a real headless Chromium: hosts, actors, an actor's printed
 line and a state change after SIGKILL appear as a user would see them; a screenshot is kept in
 ``artifacts/monitor.png`` (a CI artefact).
 

@@ -22,7 +22,7 @@ def sampler():
 
 
 @pytest.mark.not_on_ray("arrays arrive read-only on Ray: rollout() writes into buf")
-def test_issue_example(sampler):
+def test_the_readme_example_calls_methods_and_sets_attributes(sampler):
     assert sampler.add(1, 2) == 3
     np.testing.assert_array_equal(sampler.buf, np.zeros(8, np.float32))
     sampler.buf = np.ones(4)

@@ -13,7 +13,7 @@ from tests.runtime.actors import Draws, ThreeThreads
 @pytest.mark.parametrize("preload", [[], ["torch", "numpy.random"]])
 def test_every_worker_draws_its_own_random_numbers(preload):
     """With the generators imported by the fork server (``preload``), every worker inherited
-    the same state: the issue's identical ``torch.rand(1)`` and ``np.random.rand()``."""
+    the same state: the identical ``torch.rand(1)`` and ``np.random.rand()``."""
     parl.connect(linger=0, preload=preload)
     with Draws() as first, Draws() as second:
         a, b = first.draws(), second.draws()
