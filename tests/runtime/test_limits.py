@@ -1,7 +1,7 @@
-"""Limits of a caller, an actor and one message: running out of file descriptors (``ulimit
--n``) fails with a clear error and recovers; a caller past select's FD_SETSIZE still works; a
-message may carry more descriptors than one ``sendmsg`` takes and more than 65,535 buffers; and
-the descriptors a caller holds stay flat as actors and their results come and go.
+"""Limits of a caller, an actor and one message: running out of file descriptors
+(``ulimit -n``) fails with a clear error and recovers; a caller past select's FD_SETSIZE still
+works; a message may carry more descriptors than one ``sendmsg`` takes and more than 65,535
+buffers; and the descriptors a caller holds stay flat as actors and their results come and go.
 
 Every actor is closed before the test ends (the autouse leak check in conftest.py)."""
 
