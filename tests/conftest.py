@@ -7,8 +7,10 @@ a shared place is made per worker here. ``HOME`` points to a folder of the worke
 (``tmp_path``) and ports (the OS's free-port choice) are per worker already; leak checks count
 the worker's own child processes.
 
-Tests that must run with no other test beside them are marked ``serial`` (each says why); the
-suite runs them in a group of their own after the parallel part (see the README).
+The inner loop for day-to-day work is ``pytest -n 2 -m "not slow" tests``. Besides the tests
+marked ``slow`` by hand (learning runs, the example scripts), every run on Ray (the ``ray``
+carrier and the Ray modules) and every test of the SSH lab (``ssh``) counts as slow: each starts
+a Ray or sshd processes of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker is not None and _WORKER_HOME is None:
         _WORKER_HOME = tempfile.mkdtemp(prefix=f"parl-tests-home-{worker}-")
         os.environ["HOME"] = _WORKER_HOME
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_ray = callspec is not None and callspec.params.get("carrier") == "ray"
+        if on_ray or item.get_closest_marker("ssh") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from .conftest import REPO_ROOT, RunPython
 
+pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
+
 IMPALA_DIR = REPO_ROOT / "examples" / "IMPALA"
 A2C_DIR = REPO_ROOT / "examples" / "A2C"
 ES_DIR = REPO_ROOT / "examples" / "ES"

@@ -18,6 +18,8 @@ from tests.runtime.rays import HEAD_GROUPS, ray_head  # noqa: F401 - the fixture
 
 from .conftest import REPO_ROOT, RunPython
 
+pytestmark = pytest.mark.slow  # the examples on a Ray head of their own
+
 RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 

@@ -11,6 +11,8 @@ import torch
 
 from .conftest import REPO_ROOT, RunPython
 
+pytestmark = pytest.mark.slow  # the example scripts, run for real
+
 EXAMPLES = REPO_ROOT / "examples"
 
 

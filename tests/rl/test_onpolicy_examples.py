@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO_ROOT, RunPython
+
+pytestmark = pytest.mark.slow  # the example scripts, run for real
 
 PPO_DIR = REPO_ROOT / "examples" / "PPO"
 A2C_DIR = REPO_ROOT / "examples" / "A2C"

@@ -61,6 +61,7 @@ def _actors(status):
     return {a["pid"]: a for c in status["clients"] for a in c["actors"]}
 
 
+@pytest.mark.slow  # a stress run
 def test_the_page_shows_both_hosts_actors_output_and_deaths(monitored, tmp_path):
     cluster, url = monitored
     go = tmp_path / "go"

@@ -243,6 +243,7 @@ def test_close_ends_unfinished_requests_quietly(capfd):
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.slow  # a stress run
 def test_a_monitor_refuses_connections_beyond_its_limit_and_still_serves():
     from parl.monitoring import server
 

@@ -18,6 +18,8 @@ import parl
 from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
 from tests.runtime.conftest import wait_until
 
+pytestmark = pytest.mark.slow  # a headless Chromium
+
 if CHROMIUM is None:
     if os.environ.get("CI") == "true":
         raise RuntimeError("CI=true but chromium is missing: apt-get install -y chromium")

@@ -21,7 +21,7 @@ from tests.runtime.actors import AsyncSampler, AsyncWriter, Sampler, Writer
 from tests.runtime.conftest import wait_until
 from tests.runtime.rays import actor_workers
 
-pytestmark = pytest.mark.usefixtures("on_ray")
+pytestmark = [pytest.mark.usefixtures("on_ray"), pytest.mark.slow]  # a Ray of its own
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

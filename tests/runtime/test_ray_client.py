@@ -9,7 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.runtime.rays import ray_head  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow  # a Ray head of its own
 
 CLIENT_SCRIPT = textwrap.dedent(
     """

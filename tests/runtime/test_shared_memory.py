@@ -454,6 +454,7 @@ class _SlowEnd:
         time.sleep(0.3)
 
 
+@pytest.mark.slow  # a stress run
 def test_memory_lent_to_closed_actors_returns_while_idle():
     """Expected (README: memory lent to a closed actor stays lent until its process has
     ended): once the workers have ended, the caller's blocks are free (``blocks`` 0) and 1 GiB

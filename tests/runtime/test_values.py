@@ -279,6 +279,7 @@ class _World:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(OPS, min_size=1, max_size=30))
+@pytest.mark.slow  # a stress run
 def test_every_held_array_keeps_its_value(ops):
     world = _World()
     try:
@@ -322,6 +323,7 @@ def test_thousands_of_held_200kb_arrays_share_a_few_descriptors():
 
 
 @pytest.mark.local_only  # local shared memory
+@pytest.mark.slow  # a stress run
 def test_a_hundred_thousand_held_arrays():
     from tests.runtime.actors import Sampler
 
