@@ -187,6 +187,13 @@ class RayCarrier:
     def _reap(self, timeout: float) -> bool:
         """Forget the stopping actors whose worker has ended, kill those past their
         deadline; whether some are still stopping (the reaper thread ends when none is)."""
+        if not ray.is_initialized():
+            # the user shut Ray down (ray.shutdown): its actors went with it, and a Ray call
+            # now would start a new Ray only to fail on references of the old one
+            with self._lock:
+                self._stopping = []
+                self._reaper = None
+            return False
         with self._lock:
             stopping = list(self._stopping)
         if stopping and ray.is_initialized():

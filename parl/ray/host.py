@@ -19,6 +19,7 @@ import socket
 import types
 from typing import Any, NamedTuple
 
+from parl.errors import SerializationError
 from parl.shm.afterfork import limit_threads
 from parl.wire.dispatch import ClassRef
 from parl.wire.failure import ChainedFailure, failure_of
@@ -90,7 +91,7 @@ class ParlActor:
         if isinstance(result, types.GeneratorType):  # Ray would stream its items instead
             return Failed(
                 failure_of(
-                    TypeError(
+                    SerializationError(
                         f"the return value of {_parl_method}() cannot be sent back to the "
                         "caller: cannot pickle 'generator' object"
                     )

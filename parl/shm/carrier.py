@@ -221,8 +221,9 @@ class ProcessGone:
         return self._gone
 
     def __del__(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
+        pidfd = getattr(self, "_pidfd", None)
+        if pidfd is not None and os is not None:  # at exit, module globals may be gone already
+            os.close(pidfd)
 
 
 class _WorkerLiveness:

@@ -13,6 +13,7 @@ import pickle
 import time
 from typing import Any, NamedTuple
 
+from parl.errors import SerializationError
 from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
@@ -109,7 +110,8 @@ def serve(sock: FrameSocket, link: Link) -> Any:
         except Exception as exc:  # noqa: BLE001 - unpicklable, or too large for a frame
             if reply == RESULT_HIDING and hidden is not None:
                 hidden.not_sent()
-            error = TypeError(f"{what} cannot be sent back to the caller: {exc}")
+            # a SerializationError (also a TypeError): PARL's RemoteSerializeError catches it
+            error = SerializationError(f"{what} cannot be sent back to the caller: {exc}")
             meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, encoder)
         if sending.defined:
             sending.finish(True)

@@ -467,3 +467,35 @@ def test_a_script_s_lifecycle_on_ray(on_ray, tmp_path):
     assert "CHILD ENDED True" in out
     assert "KEEPER True True" in out
     assert marker.read_text() == "ended"
+
+
+DESTROY_THEN_SHUTDOWN = """
+import parl, ray
+
+@parl.remote_class
+class A:
+    def ping(self):
+        return 1
+
+ray.init()  # the user's (RAY_ADDRESS names the test's Ray)
+parl.connect("ray")
+actor = A()
+actor.ping()
+actor.destroy()  # still stopping when Ray goes
+ray.shutdown()
+print("EXITING", flush=True)
+"""
+
+
+def test_an_actor_destroyed_just_before_ray_shutdown_leaves_a_quiet_exit(on_ray, tmp_path):
+    script = tmp_path / "destroy_then_shutdown.py"
+    script.write_text(DESTROY_THEN_SHUTDOWN)
+    env = dict(os.environ, RAY_ADDRESS=on_ray.get_runtime_context().gcs_address)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "EXITING" in done.stdout, done.stderr
+    # was: at exit, waiting for the stopping actor started a new Ray and failed in it
+    assert "Exception ignored" not in done.stderr, done.stderr
+    assert "Started a local Ray instance" not in done.stderr, done.stderr

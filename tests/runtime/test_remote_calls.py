@@ -102,8 +102,11 @@ def test_exception_that_cannot_be_rebuilt_becomes_remote_error(sampler):
 
 
 def test_unpicklable_return_value_is_a_type_error(sampler):
-    with pytest.raises(TypeError, match="return value of return_unpicklable"):
+    from parl.remote.exceptions import RemoteSerializeError
+
+    with pytest.raises(TypeError, match="return value of return_unpicklable") as raised:
         sampler.return_unpicklable()
+    assert isinstance(raised.value, RemoteSerializeError)  # what PARL code catches
     assert sampler.add(1, 2) == 3
 
 
