@@ -270,11 +270,21 @@ def _read_line(fd: int, timeout: float) -> str:
 
 
 def _status() -> int:
-    masters = [s for s in state.read_all() if s.role == "master"]
-    if not masters:
+    records = state.read_all()
+    masters = [s for s in records if s.role == "master"]
+    # host agents of this user whose master runs elsewhere (an agent-only machine)
+    ports = {m.cluster_port for m in masters}
+    agents = [s for s in records if s.role == "agent" and s.cluster_port not in ports]
+    if not masters and not agents:
         print("no cluster of yours is running (start one with `xparl start --port P`)")
         return 0
-    secret = load_secret()
+    for agent in agents:
+        print(
+            f"host agent at {agent.address} (pid {agent.pid}) in the cluster at {agent.cluster} "
+            f"(`xparl status` on that machine lists the cluster; `xparl stop --port "
+            f"{agent.cluster_port}` here stops this agent)"
+        )
+    secret = load_secret() if masters else b""
     for master in masters:
         try:
             info = _ask_master(master.address, {"op": "status"}, secret)

@@ -228,6 +228,28 @@ def test_xparl_start_status_stop_one_cluster_only(cluster, tmp_path):
     assert gone.returncode == 1 and "no cluster of yours is running on port" in gone.stdout
 
 
+def test_xparl_status_on_a_machine_with_only_an_agent_names_it_and_its_master(cluster, tmp_path):
+    # another machine: its own HOME, the cluster's secret, an agent that `xparl connect` started
+    home = tmp_path / "agent-machine"
+    home.mkdir()
+    env = dict(cluster.env, HOME=str(home))
+    before = len(cluster.status()["hosts"])
+    joined = clusters.xparl(env, "connect", "--address", cluster.address, "--cpu_num", "1")
+    assert "joined the cluster" in joined.stdout
+    try:
+        assert wait_until(lambda: len(cluster.status()["hosts"]) == before + 1, timeout=10)
+        status = clusters.xparl(env, "status").stdout
+        assert "no cluster of yours" not in status
+        (agent,) = _states(str(home))
+        assert f"host agent at {agent['address']} (pid {agent['pid']})" in status
+        assert f"in the cluster at {cluster.address}" in status
+    finally:
+        port = cluster.address.rsplit(":", 1)[1]
+        clusters.xparl(env, "stop", "--port", port)
+    assert wait_until(lambda: len(cluster.status()["hosts"]) == before, timeout=10)
+    assert "no cluster of yours is running" in clusters.xparl(env, "status").stdout
+
+
 def _states(home: str) -> list[dict]:
     import json
 
