@@ -167,46 +167,42 @@ def _run_agent(
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
     link = _dial_master(where, secret, master_address)
-    try:
-        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
-    except BaseException:
-        link.close()
-        raise
     if host == control.AUTO_HOST:  # the link's local end: an address the master's machine reaches
         host = link.sock.getsockname()[0]
+    agent: HostAgent | None = None
+    server: Server | None = None
     try:
+        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
         server = Server(host, 0, secret, agent.handlers)
-    except BaseException:
-        link.close()
-        agent.close()
-        raise
-    advertised = listening = server.host
-    if control.is_wildcard(server.host):
-        listening = link.sock.getsockname()[0]
-        # the master's own agent is where callers reach the master; another, where the
-        # master's machine reached us from
-        advertised = "" if master_slots else listening
-    port = server.port
-    if advertise is not None:
-        advertised, port = control.parse_address(advertise)
-    hello = {
-        "op": "register",
-        "host": advertised,
-        "port": port,
-        "hostname": agent.hostname,
-        "slots": cpus,
-        "gpus": len(agent.gpus),
-        "versions": agent.versions,
-    }
-    if label:
-        hello["label"] = label
-    master = MasterLink(where, secret, hello, agent, stop)
-    server.start()  # serving before registering: the master may try the address first
-    try:
+        advertised = listening = server.host
+        if control.is_wildcard(server.host):
+            listening = link.sock.getsockname()[0]
+            # the master's own agent is where callers reach the master; another, where the
+            # master's machine reached us from
+            advertised = "" if master_slots else listening
+        port = server.port
+        if advertise is not None:
+            advertised, port = control.parse_address(advertise)
+        hello = {
+            "op": "register",
+            "host": advertised,
+            "port": port,
+            "hostname": agent.hostname,
+            "slots": cpus,
+            "gpus": len(agent.gpus),
+            "versions": agent.versions,
+        }
+        if label:
+            hello["label"] = label
+        master = MasterLink(where, secret, hello, agent, stop)
+        server.start()  # serving before registering: the master may try the address first
         master.registered(link)
     except BaseException:
-        server.close()
-        agent.close()
+        link.close()
+        if server is not None:
+            server.close()
+        if agent is not None:
+            agent.close()
         raise
     agent.report = master.report
     threading.Thread(target=master.run, name="parl-master-link", daemon=True).start()

@@ -1,16 +1,18 @@
 """The master: which host agents a cluster has, and which of their slots are free.
 
 Host agents register (op ``register``) with the address callers reach them at and their slot
-count, then report how many slots they use. A registration is refused, with what to pass to
-``xparl connect``, when callers could not reach that address: a loopback address from another
-machine, an address the master cannot open a connection to, or ``""`` (the master's own address,
-for the agent of the master's machine) from another machine. An agent on loopback serves only
-callers on the master's machine: callers from elsewhere are never granted its slots. A caller (op ``client``) asks for a slot with
-``place``: the master grants the host with the most free slots and counts the grant as used
-until the agent reports the actor started (or the grant expires; ``extend`` renews it while
-the caller uploads its code to that host). With no free slot, it
-answers ``waiting`` at once and the grant (or an error naming the slots) when one frees or the
-caller's timeout passes. Calls never pass through the master.
+count, then report how many slots they use. A registration from another machine is refused,
+with what to pass to ``xparl connect``, when callers could not reach its address: loopback,
+``""`` (the master's own address: for the agent of the master's machine only) or an address
+where the master finds no cluster peer. An agent on loopback serves only callers on the
+master's machine: callers from elsewhere are never granted its slots.
+
+A caller (op ``client``) asks for a slot with ``place``: the master grants the host with the
+most free slots (of those the caller reaches) and counts the grant as used until the agent
+reports the actor started (or the grant expires; ``extend`` renews it while the caller
+uploads its code to that host). With no free slot, it answers ``waiting`` at once and the
+grant (or an error naming the slots) when one frees or the caller's timeout passes. Calls
+never pass through the master.
 """
 
 from __future__ import annotations

@@ -152,9 +152,9 @@ def test_the_readme_recipe_runs_actors_on_every_machine(machines, script):
     for name in ("a", "b"):
         assert f"  {machines[name].address}:" in status, status
     assert "3 host(s), 0 of 3 slot(s) used" in status
-    machines = sorted(machines[name].address for name in ("master", "a", "b"))
-    assert machines["caller"].call(script, address, 3) == machines  # one slot on each machine
-    assert machines["master"].call(script, address, 3) == machines  # and from the master's machine
+    everywhere = sorted(machines[name].address for name in ("master", "a", "b"))
+    assert machines["caller"].call(script, address, 3) == everywhere  # a slot on each machine
+    assert machines["master"].call(script, address, 3) == everywhere  # also from the master's
     # the agents' own status names them and their master
     assert f"in the cluster at {address}" in machines["a"].xparl("status").stdout
     for name in ("a", "b", "master"):
