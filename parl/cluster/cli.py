@@ -224,7 +224,7 @@ def _start(
         for i, line in enumerate(shown):
             lead = "add a machine:  " if i == 0 else "            or: "
             print(f"{lead} xparl connect --address {line} [--cpu_num N]")
-        print(f"                 (on that machine, which needs {_secret_how()})")
+        print(f"                 ({_secret_how()})")
     print(f"in your script:  parl.connect({shown[0]!r})")
     if monitor_port:
         page_host = addresses[0]
@@ -259,8 +259,11 @@ def _addresses(wildcard: str) -> list[str]:
 def _secret_how() -> str:
     """How another machine gets this cluster's secret."""
     if os.environ.get(SECRET_ENV):
-        return f"the same {SECRET_ENV} as here"
-    return f"this cluster's secret: copy {secret_path()} to ~/.parl/cluster_secret there, mode 0600"
+        return f"first set {SECRET_ENV} there as it is here: the cluster's secret"
+    return (
+        f"first copy {secret_path()} to ~/.parl/cluster_secret there, mode 0600: the "
+        "cluster's secret"
+    )
 
 
 def _end(process: subprocess.Popen) -> None:
@@ -286,6 +289,11 @@ def _connect(
     print(
         f"host agent at {listening} with {_offer(cpus, list(gpus))} joined the cluster at {address}"
     )
+    if control.is_loopback(control.parse_address(listening)[0]):
+        print(
+            "(it listens on loopback: only callers on this machine are placed on it; "
+            "`--host 0.0.0.0` lets callers of other machines use it)"
+        )
     return 0
 
 

@@ -194,13 +194,14 @@ class Master:
         if control.same_machine(sock.sock):
             return ""
         peer = sock.sock.getpeername()[0]
+        here, port_here = sock.sock.getsockname()[:2]
         if not host or control.is_loopback(host):
             listens = f"on {host or 'the address of the master'}"
             return (
                 f"this host agent listens {listens}, which only its own machine reaches: "
                 f"callers on other machines could not use it. Start it with `xparl connect "
-                f"--host {peer}` (the address the master sees this machine at), or "
-                "`--host 0.0.0.0` to listen on every address"
+                f"--address {here}:{port_here} --host {peer}` (the address the master sees "
+                "this machine at), or `--host 0.0.0.0` to listen on every address"
             )
         failure = control.greets((host, port), DIAL_BACK_TIMEOUT_S)
         if failure:

@@ -18,11 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from parl.cluster.monitor import monitor_token
 from tests.runtime.conftest import wait_until
 from tests.runtime.netns import Machine, Network, _ip
 
 pytestmark = pytest.mark.slow
 PORT = 8010  # each machine has a network of its own: the README's port is free on all of them
+PAGE_PORT = 8011
+# the monitor page's data, as another machine reads it with the token `xparl start` printed
+PAGE = """
+import json, sys, urllib.request
+ask = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+print(json.dumps(json.load(urllib.request.urlopen(ask, timeout=30))))
+"""
 
 # the caller's script: creates N actors, each says which machine it runs on (the address its
 # machine reaches the master from: each machine of the lab has one of its own)
@@ -132,8 +140,12 @@ def _start_everywhere(machines: dict[str, Host]) -> str:
     """The README's recipe: the master on every address, the secret copied, two agents
     joined as written; returns the master's address."""
     master = machines["master"]
-    out = master.xparl("start", "--port", str(PORT), "--host", "0.0.0.0", "--cpu_num", "1").stdout
+    out = master.xparl(
+        *("start", "--port", str(PORT), "--host", "0.0.0.0", "--cpu_num", "1"),
+        *("--monitor_port", str(PAGE_PORT)),
+    ).stdout
     address = f"{master.address}:{PORT}"
+    assert f"monitor:         http://{master.address}:{PAGE_PORT}/" in out
     assert f"add a machine:   xparl connect --address {address} [--cpu_num N]" in out
     secret = master.home / ".parl" / "cluster_secret"
     assert f"copy {secret} to ~/.parl/cluster_secret there, mode 0600" in out
@@ -155,6 +167,17 @@ def test_the_readme_recipe_runs_actors_on_every_machine(machines, script):
     everywhere = sorted(machines[name].address for name in ("master", "a", "b"))
     assert machines["caller"].call(script, address, 3) == everywhere  # a slot on each machine
     assert machines["master"].call(script, address, 3) == everywhere  # also from the master's
+    # the monitor page, from another machine, shows every host
+    started = machines["master"].xparl("status", "--json").stdout
+    token = monitor_token(
+        (machines["master"].home / ".parl" / "cluster_secret").read_bytes().strip()
+    )
+    url = f"http://{machines['master'].address}:{PAGE_PORT}/api/status"
+    page = machines["caller"].machine.run(
+        [sys.executable, "-c", PAGE, url, token], capture_output=True, text=True, timeout=60
+    )
+    assert page.returncode == 0, page.stderr
+    assert len(json.loads(page.stdout)["hosts"]) == 3 == len(json.loads(started)[0]["hosts"])
     # the agents' own status names them and their master
     assert f"in the cluster at {address}" in machines["a"].xparl("status").stdout
     for name in ("a", "b", "master"):
@@ -204,3 +227,20 @@ def test_a_master_on_loopback_says_other_machines_cannot_join_and_how(machines):
     assert "Connection refused" in refused.stderr
     assert f"start it with `xparl start --port {PORT} --host 0.0.0.0`" in refused.stderr
     assert not agent.daemons()
+
+
+def test_an_agent_at_an_address_the_master_cannot_reach_is_refused(machines):
+    address = _start_everywhere(machines)
+    agent = machines["a"]
+    agent.xparl("stop")
+    # an address of this machine that no other machine has a route to (TEST-NET-1)
+    _ip("addr", "add", "192.0.2.1/32", "dev", "lo", netns=agent.machine.netns)
+    start = time.monotonic()
+    refused = agent.xparl("connect", "--address", address, "--host", "192.0.2.1", check=False)
+    assert time.monotonic() - start < 30  # the master's try has a short deadline
+    assert refused.returncode == 1
+    assert "the master cannot reach this host agent at 192.0.2.1:" in refused.stderr
+    assert f"the master sees it as {agent.address}" in refused.stderr, refused.stderr
+    assert not agent.daemons()
+    status = machines["master"].xparl("status").stdout
+    assert "192.0.2.1" not in status and "2 host(s)" in status
