@@ -33,7 +33,6 @@ from parl.cluster import control, state
 from parl.cluster.auth import SECRET_ENV, load_secret, secret_path
 from parl.cluster.monitor import monitor_token
 from parl.errors import ParlError
-from parl.monitoring.server import is_loopback
 
 _READY_TIMEOUT_S = 30.0
 _CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
@@ -230,7 +229,7 @@ def _start(
         page_host = addresses[0]
         page_host = f"[{page_host}]" if ":" in page_host else page_host
         print(f"monitor:         http://{page_host}:{monitor_port}/")
-        if not is_loopback(listen):
+        if not control.is_loopback(listen):
             token = monitor_token(load_secret())
             print(f"                 (asks for this token, or the cluster secret: {token})")
     return 0
@@ -238,14 +237,17 @@ def _start(
 
 def _addresses(wildcard: str) -> list[str]:
     """This machine's addresses that other machines may reach a listener on ``wildcard`` at
-    (not loopback, not IPv6 link-local), first those of its default route's interface; its
-    hostname when it has none (a hostname may not resolve elsewhere: addresses first)."""
+    (on interfaces that are up; not loopback, not IPv6 link-local); its hostname
+    when it has none (a hostname may not resolve on other machines: addresses first)."""
     import ipaddress
     import socket
 
     families = {socket.AF_INET} if wildcard == "0.0.0.0" else {socket.AF_INET, socket.AF_INET6}
     found: list[str] = []
-    for entries in psutil.net_if_addrs().values():
+    up = {name for name, stats in psutil.net_if_stats().items() if stats.isup}
+    for name, entries in psutil.net_if_addrs().items():
+        if name not in up:
+            continue
         for entry in entries:
             if entry.family not in families:
                 continue

@@ -233,14 +233,14 @@ def test_an_agent_at_an_address_the_master_cannot_reach_is_refused(machines):
     address = _start_everywhere(machines)
     agent = machines["a"]
     agent.xparl("stop")
-    # an address of this machine that no other machine has a route to (TEST-NET-1)
-    _ip("addr", "add", "192.0.2.1/32", "dev", "lo", netns=agent.machine.netns)
+    # an address of this machine that no other machine has a route to (TEST-NET-2)
+    _ip("addr", "add", "198.51.100.1/32", "dev", "lo", netns=agent.machine.netns)
     start = time.monotonic()
-    refused = agent.xparl("connect", "--address", address, "--host", "192.0.2.1", check=False)
+    refused = agent.xparl("connect", "--address", address, "--host", "198.51.100.1", check=False)
     assert time.monotonic() - start < 30  # the master's try has a short deadline
     assert refused.returncode == 1
-    assert "the master cannot reach this host agent at 192.0.2.1:" in refused.stderr
+    assert "the master cannot reach this host agent at 198.51.100.1:" in refused.stderr
     assert f"the master sees it as {agent.address}" in refused.stderr, refused.stderr
     assert not agent.daemons()
     status = machines["master"].xparl("status").stdout
-    assert "192.0.2.1" not in status and "2 host(s)" in status
+    assert "198.51.100.1" not in status and "2 host(s)" in status
