@@ -194,10 +194,13 @@ def test_an_agent_on_loopback_of_another_machine_is_refused_naming_the_host_to_p
     assert time.monotonic() - start < 30  # refused at once, not after a hang
     assert refused.returncode == 1
     assert "listens on 127.0.0.1" in refused.stderr
-    assert f"xparl connect --host {agent.address}" in refused.stderr, refused.stderr
+    fix = f"xparl connect --address {address} --host {agent.address}"
+    assert fix in refused.stderr, refused.stderr
     assert not agent.daemons()  # nothing left running for it
     status = machines["master"].xparl("status").stdout
     assert f"  {agent.address}:" not in status and "2 host(s)" in status
+    agent.xparl(*fix.split()[1:])  # the command it names joins
+    assert f"  {agent.address}:" in machines["master"].xparl("status").stdout
 
 
 def test_no_caller_is_placed_on_an_agent_it_cannot_reach(machines, script):
