@@ -247,3 +247,16 @@ def test_an_agent_at_an_address_the_master_cannot_reach_is_refused(machines):
     assert not agent.daemons()
     status = machines["master"].xparl("status").stdout
     assert "198.51.100.1" not in status and "2 host(s)" in status
+
+
+def test_a_master_on_one_address_of_its_machine_serves_its_slots_there(machines, script):
+    master, agent = machines["master"], machines["a"]
+    address = f"{master.address}:{PORT}"
+    out = master.xparl("start", "--port", str(PORT), "--host", master.address, "--cpu_num", "1")
+    assert f"add a machine:   xparl connect --address {address} [--cpu_num N]" in out.stdout
+    agent.take_secret(master)
+    machines["caller"].take_secret(master)
+    agent.xparl("connect", "--address", address, "--cpu_num", "1")
+    status = master.xparl("status").stdout
+    assert f"  {master.address}:" in status and f"  {agent.address}:" in status, status
+    assert machines["caller"].call(script, address, 2) == sorted([master.address, agent.address])
