@@ -2,15 +2,18 @@
 
     xparl start --port P [--cpu_num N] [--host ADDR] [--cache_dir D] [--gpu_cluster --gpu 0,1]
                 [--hosts hosts.txt [--ssh_config F] [--known_hosts F]]
-                                                          master + a local host agent
-                                                          (+ one per SSH host)
+                                                          master + a host agent for this
+                                                          machine's slots (+ one per SSH host)
     xparl connect --address HOST:PORT [--cpu_num N] [--gpu 0,1] [--host ADDR] [--cache_dir D]
                                                           add this machine
     xparl status                                          each cluster: hosts, slots, clients
     xparl stop [--port P]                                 only that cluster's processes
 
 The processes run in the background (their own session); ``start`` and ``connect`` return
-once they serve. They are found again through state files (:mod:`parl.cluster.state`).
+once they serve. They are found again through state files (:mod:`parl.cluster.state`). The
+master owns no slots: those of its machine belong to a host agent process of their own, which
+goes on serving its actors when the master is killed and registers again with the master that
+``xparl start`` starts next on that port.
 """
 
 from __future__ import annotations
@@ -27,10 +30,9 @@ from collections.abc import Sequence
 import psutil
 
 from parl.cluster import control, state
-from parl.cluster.auth import load_secret
+from parl.cluster.auth import SECRET_ENV, load_secret, secret_path
 from parl.cluster.monitor import monitor_token
 from parl.errors import ParlError
-from parl.monitoring.server import is_loopback
 
 _READY_TIMEOUT_S = 30.0
 _CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
@@ -38,6 +40,10 @@ _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
 _SSH_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
+_AGENT_HOST_HELP = (
+    "address to listen on (default: the address of this machine that its connection to the "
+    "master leaves from, which the master's machine reaches; 0.0.0.0: every address)"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     start = commands.add_parser("start", help="start a master and a local host agent")
     start.add_argument("--port", type=int, required=True)
     start.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
-    start.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    start.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every "
+        "address, so that other machines can join and call)",
+    )
     start.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     start.add_argument("--gpu_cluster", action="store_true", help="local GPUs, no CPU slots")
     start.add_argument("--gpu", default="", help=_GPU_HELP)
@@ -69,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     connect = commands.add_parser("connect", help="add this machine to a cluster")
     connect.add_argument("--address", required=True, help="the master's host:port")
     connect.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
-    connect.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    connect.add_argument("--host", default=control.AUTO_HOST, help=_AGENT_HOST_HELP)
     connect.add_argument("--cache_dir", default="", help=_CACHE_HELP)
     connect.add_argument("--gpu", default="", help=_GPU_HELP)
     status = commands.add_parser("status", help="list the clusters this user started")
@@ -94,10 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(
                         f"--monitor_port must be a free port other than --port, got {monitor}"
                     )
-                if monitor:
-                    options.append(f"--monitor_port={monitor}")
-                options += _ssh_options(args)
-                return _start(args.port, cpus, args.host, options, gpus, monitor)
+                master = [f"--monitor_port={monitor}"] if monitor else []
+                master += _ssh_options(args)
+                return _start(args.port, cpus, args.host, options, gpus, monitor, master)
             return _connect(args.address, cpus, args.host, options, gpus)
         if args.command == "status":
             return _status_json() if args.json else _status()
@@ -159,37 +169,113 @@ def _start(
     options: list[str] | None = None,
     gpus: Sequence[str] = (),
     monitor_port: int = 0,
+    master_options: list[str] | None = None,
 ) -> int:
+    """Start the master (``master_options``), then the host agent of this machine's ``cpus``
+    slots and ``gpus`` (``options``), unless one outlived an earlier master on ``port``."""
     if cpus < 0:
         raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
     load_secret(create=True)  # refuses a secret file that others can read
-    for other in state.read_all():
+    records = state.read_all()
+    for other in records:
         if other.role == "master" and other.cluster_port == port:
             raise ParlError(
                 f"a cluster of yours already runs on port {port} ({other.address}); stop it "
                 f"with `xparl stop --port {port}` or choose another port"
             )
-    options = options or []
-    ssh = any(o.startswith("--hosts=") for o in options)
+    kept = [s for s in records if s.master_slots and s.cluster_port == port]
+    master_options = master_options or []
+    ssh = any(o.startswith("--hosts=") for o in master_options)
     timeout = _SSH_READY_TIMEOUT_S if ssh else _READY_TIMEOUT_S
-    address = _spawn("master", host, str(port), cpus, f"xparl-{port}.log", options, timeout)
-    host, port_number = control.parse_address(address)
-    shown = f"{_hostname()}:{port_number}" if control.is_wildcard(host) else address
-    print(f"parl cluster started: master at {shown}, {_offer(cpus, list(gpus))} here")
+    log = f"xparl-{port}.log"
+    address, process = _spawn("master", host, str(port), 0, log, master_options, timeout)
+    listen, port_number = control.parse_address(address)
+    if (cpus or gpus) and not kept:
+        where = address
+        if control.is_wildcard(listen):  # the agent dials the master on loopback
+            where = f"[::1]:{port_number}" if ":" in listen else f"127.0.0.1:{port_number}"
+        agent_options = [*(options or []), "--master_slots"]
+        try:
+            _spawn("agent", host, where, cpus, f"xparl-agent-{port}.log", agent_options)
+        except BaseException:
+            _end(process)
+            raise
+    addresses = _addresses(listen) if control.is_wildcard(listen) else [listen]
+    shown = [f"[{a}]:{port_number}" if ":" in a else f"{a}:{port_number}" for a in addresses]
+    slots = (
+        f"the host agent that outlived the earlier master (pid {kept[0].pid}) has its slots"
+        if kept
+        else f"{_offer(cpus, list(gpus))} here"
+    )
+    print(f"parl cluster started: master at {shown[0]}, {slots}")
     if ssh:
         for h in _ask_master(address, {"op": "status"})["hosts"]:
             if h.get("label"):
                 print(f"SSH host {h['label']}: host agent at {h['address']}, {h['slots']} slot(s)")
-    print(f"add a machine:   xparl connect --address {shown} [--cpu_num N]")
-    print(f"in your script:  parl.connect({shown!r})")
+    if control.is_loopback(listen):
+        print(f"add slots here:  xparl connect --address {shown[0]} [--cpu_num N]")
+        print(
+            f"other machines:  cannot join, the master listens on {listen} only; to let them, "
+            f"`xparl stop --port {port_number}` and `xparl start --port {port_number} --host "
+            "0.0.0.0` (or this machine's address)"
+        )
+    else:
+        for i, line in enumerate(shown):
+            lead = "add a machine:  " if i == 0 else "            or: "
+            print(f"{lead} xparl connect --address {line} [--cpu_num N]")
+        print(f"                 ({_secret_how()})")
+    print(f"in your script:  parl.connect({shown[0]!r})")
     if monitor_port:
-        page_host = _hostname() if control.is_wildcard(host) else host
+        page_host = addresses[0]
         page_host = f"[{page_host}]" if ":" in page_host else page_host
         print(f"monitor:         http://{page_host}:{monitor_port}/")
-        if not is_loopback(host):
+        if not control.is_loopback(listen):
             token = monitor_token(load_secret())
             print(f"                 (asks for this token, or the cluster secret: {token})")
     return 0
+
+
+def _addresses(wildcard: str) -> list[str]:
+    """This machine's addresses that other machines may reach a listener on ``wildcard`` at
+    (on interfaces that are up; not loopback, not IPv6 link-local); its hostname
+    when it has none (a hostname may not resolve on other machines: addresses first)."""
+    import ipaddress
+    import socket
+
+    families = {socket.AF_INET} if wildcard == "0.0.0.0" else {socket.AF_INET, socket.AF_INET6}
+    found: list[str] = []
+    up = {name for name, stats in psutil.net_if_stats().items() if stats.isup}
+    for name, entries in psutil.net_if_addrs().items():
+        if name not in up:
+            continue
+        for entry in entries:
+            if entry.family not in families:
+                continue
+            address = entry.address.split("%", 1)[0]
+            ip = ipaddress.ip_address(address)
+            if not (ip.is_loopback or ip.is_link_local) and address not in found:
+                found.append(address)
+    return found or [_hostname()]
+
+
+def _secret_how() -> str:
+    """How another machine gets this cluster's secret."""
+    if os.environ.get(SECRET_ENV):
+        return f"first set {SECRET_ENV} there as it is here: the cluster's secret"
+    return (
+        f"first copy {secret_path()} to ~/.parl/cluster_secret there, mode 0600: the "
+        "cluster's secret"
+    )
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Stop a daemon this command started (the rest of a start that failed)."""
+    process.terminate()
+    try:
+        process.wait(_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _connect(
@@ -201,10 +287,15 @@ def _connect(
     load_secret()
     _, port = control.parse_address(address)
     log_name = f"xparl-agent-{port}-{os.getpid()}.log"
-    listening = _spawn("agent", host, address, cpus, log_name, options or [])
+    listening, _ = _spawn("agent", host, address, cpus, log_name, options or [])
     print(
         f"host agent at {listening} with {_offer(cpus, list(gpus))} joined the cluster at {address}"
     )
+    if control.is_loopback(control.parse_address(listening)[0]):
+        print(
+            "(it listens on loopback: only callers on this machine are placed on it; "
+            "`--host 0.0.0.0` lets callers of other machines use it)"
+        )
     return 0
 
 
@@ -216,8 +307,8 @@ def _spawn(
     log_name: str,
     options: list[str],
     timeout: float = _READY_TIMEOUT_S,
-) -> str:
-    """Start a daemon in its own session; its address once it serves."""
+) -> tuple[str, subprocess.Popen]:
+    """Start a daemon in its own session; its address once it serves, and its process."""
     os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
     log_path = os.path.join(state.parl_dir(), "logs", log_name)
     ready_r, ready_w = os.pipe()
@@ -245,7 +336,7 @@ def _spawn(
     os.close(ready_w)
     line = _read_line(ready_r, timeout)
     if line.startswith("ok "):
-        return line[3:]
+        return line[3:], process
     if process.poll() is None:
         process.kill()
     process.wait()
@@ -279,6 +370,13 @@ def _status() -> int:
         print("no cluster of yours is running (start one with `xparl start --port P`)")
         return 0
     for agent in agents:
+        if agent.master_slots:
+            print(
+                f"host agent at {agent.address} (pid {agent.pid}) of this machine's slots; its "
+                f"master is not running (`xparl start --port {agent.cluster_port}` starts one it "
+                f"registers with again; `xparl stop --port {agent.cluster_port}` stops the agent)"
+            )
+            continue
         print(
             f"host agent at {agent.address} (pid {agent.pid}) in the cluster at {agent.cluster} "
             f"(`xparl status` on that machine lists the cluster; `xparl stop --port "

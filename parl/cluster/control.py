@@ -8,11 +8,12 @@ JSON objects, one per frame: they are never unpickled, and their frames are capp
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from typing import Any
 
-from parl.cluster.auth import client_handshake
+from parl.cluster.auth import MAGIC, client_handshake
 from parl.errors import ClusterError
 from parl.wire.framing import FrameSocket, wait_readable
 
@@ -29,6 +30,7 @@ KEEPALIVE_INTERVAL_S = 1
 KEEPALIVE_COUNT = 3
 
 Message = dict[str, Any]
+AUTO_HOST = "auto"  # a host agent's ``--host`` default: where its link to the master leaves from
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -62,6 +64,41 @@ def is_wildcard(host: str) -> bool:
     """Whether ``host`` means "every address of this machine" (only ever chosen by the user
     with ``--host``: the default is 127.0.0.1); such a host is advertised by another name."""
     return host in ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1, an IPv4-mapped 127.x, or
+    ``localhost``): only processes of this machine reach a peer that listens there."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def same_machine(sock: socket.socket) -> bool:
+    """Whether the peer of the accepted ``sock`` runs on this machine: it came over loopback,
+    or from the very address it reached us at."""
+    peer, local = sock.getpeername()[0], sock.getsockname()[0]
+    return is_loopback(peer) or peer == local
+
+
+def greets(address: tuple[str, int], timeout: float) -> str:
+    """Open a connection to ``address`` and read a cluster peer's greeting (no secret needed),
+    then close it: "" when a cluster peer answers there within ``timeout``, else why not."""
+    try:
+        with socket.create_connection(address, timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            hello = b""
+            while len(hello) < len(MAGIC):
+                chunk = sock.recv(len(MAGIC) - len(hello))
+                if not chunk:
+                    break
+                hello += chunk
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+    return "" if hello == MAGIC else "something other than a parl cluster peer answers there"
 
 
 def tune(sock: socket.socket) -> None:

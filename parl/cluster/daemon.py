@@ -1,11 +1,16 @@
 """The long-running cluster processes that ``xparl`` starts in the background.
 
-``python -m parl.cluster.daemon master HOST PORT CPUS READY_FD [--cache_dir=CACHE]
-[--gpus=0,1] [--monitor_port=M]``: the master, with a local host agent of CPUS slots (and the
-GPUs listed) on the same port (none when it has neither), and its monitor page on port M. ``... agent HOST MASTER CPUS READY_FD [...]``: a host
-agent that registers with the master at MASTER, and again whenever a master answers there
-after the connection was lost. CACHE: where host agents keep callers' code (default
-``~/.parl/cache``). Each writes one line to
+``python -m parl.cluster.daemon master HOST PORT 0 READY_FD [--monitor_port=M]``: the master,
+with its monitor page on port M; it owns no slots (``xparl start`` gives the slots of the
+master's machine to a host agent of their own, so that they outlive a killed master).
+``... agent HOST MASTER CPUS READY_FD [--cache_dir=CACHE] [--gpus=0,1]``: a host agent of CPUS
+slots (and the GPUs listed) that registers with the master at MASTER, and again whenever a
+master answers there after the connection was lost. HOST ``auto``: the agent listens on the
+address of this machine that its connection to the master left from, which the master's
+machine reaches (loopback for a master on loopback). With ``--master_slots``, it is the agent
+of the master's own machine (``xparl start``): on a wildcard HOST it registers the master's
+address (callers reach it where they reach the master). CACHE: where host agents keep
+callers' code (default ``~/.parl/cache``). Each writes one line to
 READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
 or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
 environment or the secret file, and is removed from the environment before anything is started
@@ -37,7 +42,7 @@ from parl.cluster.hostagent import HostAgent
 from parl.cluster.master import Master
 from parl.cluster.monitor import monitor_token
 from parl.cluster.server import Server
-from parl.errors import ClusterError
+from parl.errors import AuthenticationError, ClusterError
 from parl.monitoring.server import MonitorServer
 
 log = logging.getLogger("parl.cluster")
@@ -62,26 +67,35 @@ def main(argv: list[str]) -> int:
         from_stdin = "--secret-stdin" in argv[5:]
         secret = _secret_from_stdin(stop) if from_stdin else load_secret()
         os.environ.pop(SECRET_ENV, None)
+        agent: HostAgent | None = None
         if role == "master":
-            parts = _run_master(host, int(where), cpus, secret, cache_dir, gpus, monitor_port)
+            if cpus or gpus:
+                raise ValueError("a master owns no slots: start a host agent for them")
+            server, own = _run_master(host, int(where), secret, monitor_port)
             if not options.get("hosts"):
-                state.write(parts[2])
+                state.write(own)
         else:
-            advertise = options.get("advertise")
-            label = options.get("label")
-            parts = _run_agent(host, where, cpus, secret, stop, cache_dir, gpus, advertise, label)
+            server, agent, own = _run_agent(
+                host,
+                where,
+                cpus,
+                secret,
+                stop,
+                cache_dir,
+                gpus,
+                options.get("advertise"),
+                options.get("label"),
+                "--master_slots" in argv[5:],
+            )
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, control.error_line(str(exc)))
         return 1
-    server, agent, own = parts
     launch = None
     if role == "master" and options.get("hosts"):
         try:
             launch = _launch_hosts(server, secret, options, "--accept_unknown_host_keys" in argv)
         except Exception as exc:  # noqa: BLE001 - the same message parl.connect(hosts=) gives
             server.close()
-            if agent is not None:
-                agent.close()
             _ready(ready_fd, control.error_line(str(exc)))
             return 1
         state.write(own)
@@ -101,14 +115,8 @@ def main(argv: list[str]) -> int:
 
 
 def _run_master(
-    host: str,
-    port: int,
-    cpus: int,
-    secret: bytes,
-    cache_dir: str | None = None,
-    gpus: list[str] | None = None,
-    monitor_port: int = 0,
-) -> tuple[Server, HostAgent | None, state.ProcessState]:
+    host: str, port: int, secret: bytes, monitor_port: int = 0
+) -> tuple[Server, state.ProcessState]:
     master = Master()
     server = Server(host, port, secret, master.handlers)
     if monitor_port:  # the page, bound like the master; its token derives from the secret
@@ -124,17 +132,8 @@ def _run_master(
             also=(secret_text,),
         )
         master.monitoring = True
-    agent = None
-    if cpus > 0 or gpus:
-        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
-        # listening on every address: callers reach it where they reach the master ("")
-        local = "" if control.is_wildcard(server.host) else server.host
-        _, agent.report = master.add_host(
-            local, server.port, agent.hostname, cpus, agent.versions, len(agent.gpus)
-        )
-        server.handlers.update(agent.handlers)
     server.start()
-    return server, agent, _state("master", server.address, server.address, server.port)
+    return server, _state("master", server.address, server.address, server.port)
 
 
 def _launch_hosts(server: Server, secret: bytes, options: dict[str, str], accept: bool) -> Any:
@@ -164,36 +163,69 @@ def _run_agent(
     gpus: list[str] | None = None,
     advertise: str | None = None,
     label: str | None = None,
+    master_slots: bool = False,
 ) -> tuple[Server, HostAgent, state.ProcessState]:
     where = control.parse_address(master_address)
-    link = control.dial(where, secret, f"the master at {master_address}")
-    agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
-    server = Server(host, 0, secret, agent.handlers)
-    advertised = server.host
-    if control.is_wildcard(advertised):  # reachable where the master reached us from
-        advertised = link.sock.getsockname()[0]
-    port, listening = server.port, advertised
-    if advertise is not None:
-        advertised, port = control.parse_address(advertise)
-    hello = {
-        "op": "register",
-        "host": advertised,
-        "port": port,
-        "hostname": agent.hostname,
-        "slots": cpus,
-        "gpus": len(agent.gpus),
-        "versions": agent.versions,
-    }
-    if label:
-        hello["label"] = label
-    master = MasterLink(where, secret, hello, agent, stop)
-    master.registered(link)
+    link = _dial_master(where, secret, master_address)
+    if host == control.AUTO_HOST:  # the link's local end: an address the master's machine reaches
+        host = link.sock.getsockname()[0]
+    agent: HostAgent | None = None
+    server: Server | None = None
+    try:
+        agent = HostAgent(cpus, cache_dir=cache_dir, gpus=gpus)
+        server = Server(host, 0, secret, agent.handlers)
+        advertised = listening = server.host
+        if control.is_wildcard(server.host):
+            listening = link.sock.getsockname()[0]
+            # the master's own agent is where callers reach the master; another, where the
+            # master's machine reached us from
+            advertised = "" if master_slots else listening
+        port = server.port
+        if advertise is not None:
+            advertised, port = control.parse_address(advertise)
+        hello = {
+            "op": "register",
+            "host": advertised,
+            "port": port,
+            "hostname": agent.hostname,
+            "slots": cpus,
+            "gpus": len(agent.gpus),
+            "versions": agent.versions,
+        }
+        if label:
+            hello["label"] = label
+        master = MasterLink(where, secret, hello, agent, stop)
+        server.start()  # serving before registering: the master may try the address first
+        master.registered(link)
+    except BaseException:
+        link.close()
+        if server is not None:
+            server.close()
+        if agent is not None:
+            agent.close()
+        raise
     agent.report = master.report
-    server.start()
     threading.Thread(target=master.run, name="parl-master-link", daemon=True).start()
     own = _state("agent", f"{listening}:{server.port}", master_address, where[1])
+    own.master_slots = master_slots
     state.write(own)
     return server, agent, own
+
+
+def _dial_master(where: tuple[str, int], secret: bytes, address: str) -> control.FrameSocket:
+    """The first connection to the master; a refused or unanswered one says what to check."""
+    try:
+        return control.dial(where, secret, f"the master at {address}")
+    except AuthenticationError:
+        raise
+    except ClusterError as exc:
+        if control.is_loopback(where[0]):
+            raise
+        raise ClusterError(
+            f"{exc} A master listens on 127.0.0.1 unless told otherwise: on its machine, "
+            f"start it with `xparl start --port {where[1]} --host 0.0.0.0` (or that machine's "
+            "address), and check that no firewall blocks the port"
+        ) from None
 
 
 class MasterLink:

@@ -1,12 +1,18 @@
 """The master: which host agents a cluster has, and which of their slots are free.
 
 Host agents register (op ``register``) with the address callers reach them at and their slot
-count, then report how many slots they use. A caller (op ``client``) asks for a slot with
-``place``: the master grants the host with the most free slots and counts the grant as used
-until the agent reports the actor started (or the grant expires; ``extend`` renews it while
-the caller uploads its code to that host). With no free slot, it
-answers ``waiting`` at once and the grant (or an error naming the slots) when one frees or the
-caller's timeout passes. Calls never pass through the master.
+count, then report how many slots they use. A registration from another machine is refused,
+with what to pass to ``xparl connect``, when callers could not reach its address: loopback,
+``""`` (the master's own address: for the agent of the master's machine only) or an address
+where the master finds no cluster peer. An agent on loopback serves only callers on the
+master's machine: callers from elsewhere are never granted its slots.
+
+A caller (op ``client``) asks for a slot with ``place``: the master grants the host with the
+most free slots (of those the caller reaches) and counts the grant as used until the agent
+reports the actor started (or the grant expires; ``extend`` renews it while the caller
+uploads its code to that host). With no free slot, it answers ``waiting`` at once and the
+grant (or an error naming the slots) when one frees or the caller's timeout passes. Calls
+never pass through the master.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from parl.cluster.server import Handler
 from parl.wire.framing import FrameSocket
 
 GRANT_TTL_S = 30.0  # a grant that no actor used by then is a free slot again
+DIAL_BACK_TIMEOUT_S = 3.0  # opening a connection to a registering agent's address
 
 
 @dataclass
@@ -43,6 +50,11 @@ class _Host:
     gpu_used: int = 0
     # grant token -> (expiry, GPUs): 0 for a CPU slot
     pending: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    def reachable(self, local: bool) -> bool:
+        """Whether a caller reaches this host: one on the master's machine (``local``)
+        reaches every host, one elsewhere every host not on loopback."""
+        return local or not control.is_loopback(self.host)
 
     def free(self, now: float, gpu: bool = False) -> int:
         """Free CPU slots (or GPUs), counting the grants not taken yet as used."""
@@ -149,6 +161,11 @@ class Master:
             control.send(sock, {"op": "error", "message": reason})
             sock.close()
             return
+        refused = self._unreachable(sock, str(hello["host"]), port)
+        if refused:
+            control.send(sock, {"op": "error", "message": refused})
+            sock.close()
+            return
         hid, report = self.add_host(
             str(hello["host"]),
             port,
@@ -169,6 +186,33 @@ class Master:
             self.remove_host(hid)
             sock.close()
 
+    def _unreachable(self, sock: FrameSocket, host: str, port: int) -> str:
+        """Why callers could not reach an agent that registers on ``sock`` with ``host:port``
+        ("" when they can). An agent of the master's machine (over loopback, or from the
+        master's own address) is trusted as it is: its address may be the local end of a
+        tunnel that opens only once the agent has registered."""
+        if control.same_machine(sock.sock):
+            return ""
+        peer = sock.sock.getpeername()[0]
+        here, port_here = sock.sock.getsockname()[:2]
+        if not host or control.is_loopback(host):
+            listens = f"on {host or 'the address of the master'}"
+            return (
+                f"this host agent listens {listens}, which only its own machine reaches: "
+                f"callers on other machines could not use it. Start it with `xparl connect "
+                f"--address {here}:{port_here} --host {peer}` (the address the master sees "
+                "this machine at), or `--host 0.0.0.0` to listen on every address"
+            )
+        failure = control.greets((host, port), DIAL_BACK_TIMEOUT_S)
+        if failure:
+            return (
+                f"the master cannot reach this host agent at {host}:{port} ({failure}), so "
+                f"callers could not either: give `xparl connect` a `--host` address of this "
+                f"machine that the others reach (the master sees it as {peer}), and let a "
+                "firewall pass connections to the agent's port"
+            )
+        return ""
+
     # -- callers ------------------------------------------------------------------------------
 
     def _serve_client(self, sock: FrameSocket, hello: control.Message) -> None:
@@ -176,6 +220,7 @@ class Master:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
         key = f"{id(sock):x}-{next(self._ids)}"
+        local = control.same_machine(sock.sock)  # the caller reaches agents on loopback
         try:
             with self._lock:
                 hosts = [h.describe() for h in self._hosts.values()]
@@ -192,7 +237,7 @@ class Master:
                     if not _is_int(n_gpu) or n_gpu < 0:
                         control.send(sock, {"op": "error", "message": "n_gpu: an int >= 0"})
                         continue
-                    self._place(sock, float(timeout), grants, n_gpu)
+                    self._place(sock, float(timeout), grants, n_gpu, local)
                 elif message["op"] == "release":
                     self._release(grants, {str(message.get("token"))})
                 elif message["op"] == "extend":
@@ -246,8 +291,11 @@ class Master:
         finally:
             sock.close()
 
-    def _place(self, sock: FrameSocket, timeout: float, grants: set[str], n_gpu: int) -> None:
-        """Grant a CPU slot (``n_gpu`` 0) or ``n_gpu`` GPUs of one host: the host with the most
+    def _place(
+        self, sock: FrameSocket, timeout: float, grants: set[str], n_gpu: int, local: bool
+    ) -> None:
+        """Grant a CPU slot (``n_gpu`` 0) or ``n_gpu`` GPUs of one host: of the hosts the
+        caller reaches (``local``: it runs on the master's machine), the one with the most
         free; wait up to ``timeout`` for one."""
         deadline = time.monotonic() + timeout
         told = False
@@ -256,7 +304,8 @@ class Master:
         with self._changed:
             while True:
                 now = time.monotonic()
-                best = max(self._hosts.values(), key=lambda h: h.free(now, gpu), default=None)
+                hosts = [h for h in self._hosts.values() if h.reachable(local)]
+                best = max(hosts, key=lambda h: h.free(now, gpu), default=None)
                 if best is not None and best.free(now, gpu) >= need:
                     token = secrets.token_hex(8)
                     best.pending[token] = (now + GRANT_TTL_S, n_gpu)
@@ -271,11 +320,11 @@ class Master:
                         "token": token,
                     }
                     break
-                slots, used = self._totals(now, gpu)
+                slots, used = self._totals(now, gpu, local)
                 if now >= deadline:
                     grant = {
                         "op": "error",
-                        "message": self._none_free(timeout, n_gpu, now),
+                        "message": self._none_free(timeout, n_gpu, now, local),
                         "reason": "no_slot",
                     }
                     break
@@ -289,19 +338,28 @@ class Master:
                 self._changed.wait(min(deadline - now, GRANT_TTL_S / 3))
         control.send(sock, grant)
 
-    def _none_free(self, timeout: float, n_gpu: int, now: float) -> str:
-        hosts = len(self._hosts)
+    def _none_free(self, timeout: float, n_gpu: int, now: float, local: bool = True) -> str:
+        hosts = sum(1 for h in self._hosts.values() if h.reachable(local))
+        hint = ""
+        apart = [h for h in self._hosts.values() if not h.reachable(local)]
+        if apart:  # hosts this caller cannot reach, not counted above
+            where = ", ".join(f"{h.host}:{h.port}" for h in apart)
+            hint = (
+                f" Not counted: {len(apart)} host agent(s) on the master's loopback ({where}), "
+                "which callers on other machines cannot reach: restart them with `xparl "
+                "connect --host <an address of the master's machine>`."
+            )
         if n_gpu:
-            gpus, used = self._totals(now, gpu=True)
+            gpus, used = self._totals(now, True, local)
             return (
                 f"no host with {n_gpu} free GPU(s) in the cluster within {timeout:g} s: "
                 f"{hosts} host(s), {gpus} GPU(s), {used} used. Close GPU actors you no longer "
                 "need, add a machine with `xparl connect --gpu 0,1,...`, or ask for fewer GPUs"
+                + hint
             )
-        slots, used = self._totals(now, gpu=False)
-        hint = ""
-        if slots == 0 and self._totals(now, gpu=True)[0]:
-            hint = " This cluster has only GPUs: give the class @parl.remote_class(n_gpu=N)."
+        slots, used = self._totals(now, False, local)
+        if slots == 0 and self._totals(now, True, local)[0]:
+            hint += " This cluster has only GPUs: give the class @parl.remote_class(n_gpu=N)."
         return (
             f"no free slot in the cluster within {timeout:g} s: {hosts} host(s), {slots} "
             f"slot(s), {used} used. Close actors you no longer need (parl.close_actor), add a "
@@ -309,9 +367,12 @@ class Master:
             + hint
         )
 
-    def _totals(self, now: float, gpu: bool = False) -> tuple[int, int]:
-        total = sum(h.gpus if gpu else h.slots for h in self._hosts.values())
-        return total, total - sum(h.free(now, gpu) for h in self._hosts.values())
+    def _totals(self, now: float, gpu: bool = False, local: bool = True) -> tuple[int, int]:
+        """Slots (or GPUs) and used ones, over the hosts a caller reaches (``local``: one on
+        the master's machine reaches all)."""
+        hosts = [h for h in self._hosts.values() if h.reachable(local)]
+        total = sum(h.gpus if gpu else h.slots for h in hosts)
+        return total, total - sum(h.free(now, gpu) for h in hosts)
 
     def monitor_snapshot(self) -> dict:
         """What the monitor page shows (see :mod:`parl.cluster.monitor`)."""

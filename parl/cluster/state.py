@@ -17,13 +17,14 @@ import psutil
 
 @dataclass
 class ProcessState:
-    role: str  # "master" (with its local host agent) or "agent"
+    role: str  # "master" or "agent"
     pid: int
     started: float  # psutil's create_time of the process
     address: str  # where it listens
     cluster: str  # the master's address
     cluster_port: int
     log: str
+    master_slots: bool = False  # the host agent of the master's machine (``xparl start``)
 
     @property
     def path(self) -> str:

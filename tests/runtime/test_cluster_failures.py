@@ -5,6 +5,7 @@ creations a clear error, and host agents register again with a master restarted 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -75,6 +76,44 @@ def test_a_restarted_master_gets_its_host_agents_back(small_cluster):
     again = Sampler()  # this caller connects to the new master by itself
     assert again.add(2, 3) == 5
     assert psutil.pid_exists(agent)
+
+
+def test_a_killed_master_leaves_the_actors_on_its_own_slots_working(tmp_path, monkeypatch):
+    """The slots of ``xparl start --cpu_num N`` belong to a host agent process of their own:
+    a SIGKILL of the master leaves their actors answering, and the agent registers again with
+    the master started next on that port (no second agent is started for them)."""
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    home = str(tmp_path / "home")
+    cluster = clusters.start(home, agent_slots=(), master_args=("--cpu_num", "1"))
+    try:
+        parl.connect(cluster.address, linger=0)
+        actor = Sampler()
+        worker = actor.pid()
+        (master,) = cluster.pids("master")
+        (agent,) = cluster.pids("agent")
+        assert worker in [p.pid for p in psutil.Process(agent).children(recursive=True)]
+        os.kill(master, signal.SIGKILL)
+        assert wait_until(lambda: not psutil.pid_exists(master), timeout=5)
+        for i in range(20):  # well past the keepalive's 4 s: the agent holds on
+            assert actor.add(i, 1) == i + 1
+            time.sleep(0.25)
+        assert actor.pid() == worker
+        status = clusters.xparl(cluster.env, "status").stdout
+        assert f"(pid {agent}) of this machine's slots; its master is not running" in status
+
+        started = clusters.xparl(
+            cluster.env, "start", "--port", str(cluster.port), "--cpu_num", "1"
+        )
+        assert f"outlived the earlier master (pid {agent})" in started.stdout
+        hosts = wait_until(lambda: cluster.status()["hosts"], timeout=10)
+        assert [(h["slots"], h["used"]) for h in hosts] == [(1, 1)]  # registered, with its actor
+        assert cluster.pids("agent") == [agent]
+        assert actor.add(2, 3) == 5
+    finally:
+        gc.collect()
+        parl.disconnect()
+        parl.connect(linger=0)
+        clusters.stop(cluster)
 
 
 def test_cluster_connections_probe_dead_peers(cluster):
