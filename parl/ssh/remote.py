@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from importlib import metadata
 
+from parl.cluster import cachedir
 from parl.errors import RemoteEnvironmentError, VersionMismatchError
 from parl.ssh.client import quote
 
@@ -21,17 +22,14 @@ REQUIRED = ("numpy", "cloudpickle", "psutil")
 MATCHED = ("numpy", "cloudpickle", "torch")
 """Packages whose version must be the caller's: their objects cross in pickles."""
 
+# PROBE runs after the source of parl.cluster.cachedir's checks (see probe_command): the host
+# agent judges its cache folder with the same code.
+
 PROBE = """\
 import json, os, sys
 from importlib import metadata
-base = os.path.abspath(os.path.expanduser(sys.argv[1]))
-os.makedirs(base, mode=0o700, exist_ok=True)  # (mode: a umask of 002 makes no group cache)
-mode, owner = os.stat(base).st_mode, os.stat(base).st_uid
-unsafe = None
-if owner != os.getuid():
-    unsafe = "belongs to another user (uid %d)" % owner
-elif mode & 0o022:
-    unsafe = "can be written by other users (mode %o)" % (mode & 0o7777)
+base = make_private(sys.argv[1])  # each missing level 0700 (a umask of 002 makes none group's)
+unsafe = unsafe_folder(base)
 packages = {}
 for name in sys.argv[3:]:
     try:
@@ -96,7 +94,8 @@ def shell_word(word: str) -> str:
 
 
 def probe_command(python: str, base: str, digests: list[str]) -> str:
-    args = [PROBE, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
+    script = f"import os\n{cachedir.source()}\n{PROBE}"
+    args = [script, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
     return f"{shell_word(python)} -c {quote(args)}"
 
 
