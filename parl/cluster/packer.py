@@ -268,16 +268,16 @@ def _walk(
         if real in above or (folder != base and os.path.isfile(os.path.join(folder, "pyvenv.cfg"))):
             continue
         above = above | {real}
-        empty = True
+        empty = True  # nothing in it but ignored names (not: all left out by the rules, as git)
         for entry in sorted(os.scandir(folder), key=lambda e: e.name, reverse=True):
             if entry.name == DERIVED or _ignored(entry.name, ignore):
                 continue
+            empty = False
             path = Path(entry.path)
             name = prefix + path.relative_to(base).as_posix()
             is_dir = entry.is_dir()
             if rules is not None and rules.skip(name, is_dir, inherited):
                 continue
-            empty = False
             if entry.is_symlink() and not _inside(path, base):
                 log.debug("not deploying %s: a link out of %s", path, base)
                 continue
