@@ -21,6 +21,7 @@ unpacked files' mtime is 0, so even a copy that keeps times shows).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import os
 import stat
@@ -100,6 +101,20 @@ def entries(base: Path) -> dict[str, os.stat_result]:
         if not listed and folder != base:
             found[folder.relative_to(base).as_posix()] = folder.stat()
     return {n: i for n, i in found.items() if DERIVED not in n.split("/")}
+
+
+def source() -> str:
+    """A standalone script defining :func:`folder_digest` (the standard library only), for
+    the SSH launcher's probe of a host that may not have parl yet: a host is checked with the
+    very code the host agent uses."""
+    head = (
+        "import hashlib, io, os, stat, tarfile\n"
+        "from pathlib import Path\n"
+        f"DERIVED = {DERIVED!r}\n"
+        "class DeploymentError(Exception):\n    pass\n"
+    )
+    parts = (member_header, _Hasher, entries, folder_digest)
+    return head + "\n".join(inspect.getsource(part) for part in parts)
 
 
 def _seen(folder: Path) -> _Seen:
