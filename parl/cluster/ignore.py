@@ -105,7 +105,8 @@ def credential_rules() -> list[Rule]:
 
 def git_ignored(root: Path) -> set[str] | None:
     """The ignored paths below ``root`` as git sees them (folders as ``"name/"``), or None when
-    ``root`` is not in a git work tree or git is not installed (or refuses the repository)."""
+    ``root`` is not in a git work tree, git is not installed (or refuses the repository), or
+    the repository ignores ``root`` itself (its scratch folder is still a project)."""
     git = shutil.which("git")
     if git is None:
         return None
@@ -135,7 +136,10 @@ def git_ignored(root: Path) -> set[str] | None:
             said,
         )
         return None
-    return {p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
+    found = {p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p}
+    if "./" in found:  # the project folder itself is ignored (a scratch folder of a repo):
+        return None  # its own .gitignore files still count, read without git
+    return found
 
 
 def _strip_trailing_spaces(line: str) -> str:

@@ -398,6 +398,22 @@ def test_without_git_the_gitignore_files_give_what_git_gives(tmp_path, monkeypat
     assert _names(pack_project(plain).data) == _names(pack_project(repo).data)
 
 
+@needs_git
+def test_a_project_in_a_folder_its_repository_ignores_is_packed_by_its_own_rules(
+    tmp_path, monkeypatch
+):
+    repo = tmp_path / "repo"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    root = _project(repo / "scratch" / "project")
+    (repo / ".gitignore").write_text("scratch/\n")
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "run.log").write_text("log")
+    _git(repo, "init", "-q")
+    assert set(_names(pack_project(root).data)) == {
+        ".gitignore", "main.py", "pkg/__init__.py", "pkg/mod.py", "data.txt"
+    }  # fmt: skip
+
+
 def test_without_git_installed_the_gitignore_files_are_read(tmp_path, monkeypatch):
     root = _tree(tmp_path / "plain")
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
