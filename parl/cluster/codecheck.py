@@ -137,8 +137,11 @@ class Checked:
         with self._lock:
             before = self._seen.get(digest)
         try:
-            if os.lstat(folder).st_uid != os.getuid():
-                raise DeploymentError(f"{folder} belongs to another user")
+            info = os.lstat(folder)
+            if not stat.S_ISDIR(info.st_mode):
+                raise DeploymentError(f"{folder} is not a folder (a link?)")
+            if info.st_uid != os.getuid():
+                raise DeploymentError(f"{folder} belongs to another user (uid {info.st_uid})")
             now = _seen(folder)
             if now == before:
                 return None
@@ -152,7 +155,11 @@ class Checked:
                     "changed or removed)"
                 )
             changed = sorted(n for n in before.keys() | now.keys() if before.get(n) != now.get(n))
-            return f"these files changed since it was checked: {', '.join(changed[:10])}"
+            return (
+                f"these files changed since it was checked: {', '.join(changed[:10])} (working "
+                "folders share large files with the cache: an actor that rewrites one in place "
+                "changes it here too)"
+            )
         with self._lock:
             self._seen[digest] = now
         return None

@@ -419,3 +419,13 @@ def test_with_reflinks_every_file_is_a_private_copy(tmp_path):
         pytest.skip(f"the file system of {tmp_path} has no reflinks")
     assert cache.sharer.linked == 0
     assert (job / "data" / "weights.bin").stat().st_nlink == 1
+
+
+def test_a_cached_digest_that_is_a_link_is_not_used(tmp_path):
+    pack = _code(tmp_path, "a")
+    elsewhere = tmp_path / "elsewhere"
+    packer.unpack(pack.data, elsewhere)  # the genuine code, but outside the cache
+    cache = deploy.CodeCache(tmp_path / "cache")
+    (cache.root / pack.digest).symlink_to(elsewhere)
+    assert cache.folder(pack.digest) is None
+    assert not (cache.root / pack.digest).exists() and elsewhere.is_dir()
