@@ -45,7 +45,7 @@ for digest in [d for d in sys.argv[2].split(",") if d and not unsafe]:
     if not os.path.isdir(folder):
         continue
     try:  # a folder named by a digest proves nothing: its files must give that digest
-        proved = folder_digest(folder) == digest
+        proved = not os.path.islink(folder) and folder_digest(folder) == digest
     except Exception:
         proved = False
     if proved:
@@ -55,8 +55,8 @@ for digest in [d for d in sys.argv[2].split(",") if d and not unsafe]:
         os.rename(folder, os.path.join(base, ".%s.stale-%d" % (digest, os.getpid())))
         dropped.append(folder)
     except OSError as exc:
-        unsafe = "holds %s, which is not the code it is named after and cannot be moved " \
-                 "away (%s)" % (folder, exc.strerror)
+        unsafe = ("holds %s, which is not the code it is named after and cannot be moved "
+                  "away (%s)" % (folder, exc.strerror))
 print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
                   "base": base, "packages": packages, "have": have, "cpus": os.cpu_count(),
                   "unsafe": unsafe, "dropped": dropped}))

@@ -125,3 +125,23 @@ def test_an_ssh_config_number_in_other_digits_is_an_ssh_error():
 
     with pytest.raises(SSHError, match="host box: the ssh config's serveraliveinterval"):
         keepalive.settings({"serveraliveinterval": "\u00b2"}, "box")
+
+
+@pytest.mark.parametrize("parent_mode", [0o777, 0o1777])
+def test_the_probe_judges_the_folders_above_the_cache_as_the_host_agent_does(tmp_path, parent_mode):
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(parent_mode)
+    base = parent / "cache"  # made 0700 by the probe: only its parent can be wrong
+    command = remote.probe_command(sys.executable, str(base), [])
+    done = subprocess.run(command, shell=True, capture_output=True)
+    if parent_mode & 0o1000:  # sticky, as /tmp: others cannot move what is not theirs
+        probe = remote.parse_probe("h", sys.executable, done.returncode, done.stdout, done.stderr)
+        assert probe.base == str(base)
+        return
+    with pytest.raises(RemoteEnvironmentError) as raised:
+        remote.parse_probe("h", sys.executable, done.returncode, done.stdout, done.stderr)
+    assert f"lies in {parent}, which other users can write (mode 777)" in str(raised.value)
+    from parl.cluster import cachedir
+
+    assert cachedir.unsafe_folder(str(base)) in str(raised.value)  # the agent's words
