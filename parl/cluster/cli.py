@@ -35,7 +35,10 @@ from parl.cluster.monitor import monitor_token
 from parl.errors import ParlError
 
 _READY_TIMEOUT_S = 30.0
-_CACHE_HELP = "where callers' code is kept (default: ~/.parl/cache)"
+_CACHE_HELP = (
+    "where callers' code is kept (default: ~/.parl/cache); it must be yours and writable by "
+    "you alone (made with mode 700 when missing)"
+)
 _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0

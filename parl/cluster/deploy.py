@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
+import secrets
 import shutil
 import site
 import stat
@@ -25,9 +27,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from parl.cluster import control
+from parl.cluster.cachedir import private_cache
+from parl.cluster.codecheck import Checked
+from parl.cluster.linking import Sharer
 from parl.cluster.packer import Pack, digest_of, unpack
 from parl.errors import DeploymentError
 from parl.wire.framing import FrameSocket
+
+log = logging.getLogger("parl.cluster")
 
 MAX_UPLOAD_BYTES = 1 << 30  # the largest (compressed) archive a host agent accepts
 CHUNK_BYTES = 512 << 10  # one frame of an upload, well under control.CONTROL_MAX_FRAME
@@ -57,17 +64,27 @@ class CodeCache:
     folders of its callers' actors under ``root/jobs``; counts the uploads it received
     (``uploads``), which tests and ``xparl status`` read.
 
+    ``root`` must be private (:func:`parl.cluster.cachedir.private_cache`: made with mode
+    0700 when missing; DeploymentError naming the folder and the fix when others can write it
+    or it is another user's). A digest folder is used only once proved to be the code of that
+    digest (:mod:`parl.cluster.codecheck`: hashed once per process, then compared by stat
+    before each use); one that is not (planted, changed, incomplete) is removed and reported
+    missing, so the caller sends its code again.
+
     The cached code is never a working folder: each caller's actors on this host run in their
-    own copy of it (made at the caller's first actor here), so that what they write there
-    (checkpoints, logs, a changed config) cannot change the code that later callers, or the
-    other callers of the same digest, start from. A caller's folder stays when it leaves; the
+    own folder made from it (at the caller's first actor here; :mod:`parl.cluster.linking`:
+    small files copied, large ones hard-linked or reflinked), so that what they write there
+    (checkpoints, logs, a changed config) does not change the code that later callers start
+    from. A caller's folder stays when it leaves; the
     oldest beyond ``KEEP_JOBS`` left ones go. Digest folders beyond the ``KEEP_CODES`` used
     last go when they were not used for ``CODE_MIN_AGE_S`` (other host agents of this user
     may share the folder) and no caller of this agent uses them."""
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else default_cache_dir()
+        self.root = Path(private_cache(str(root if root is not None else default_cache_dir())))
         self.uploads = 0
+        self.sharer = Sharer()
+        self._checked = Checked()
         self._lock = threading.Lock()
         self._in_use: dict[str, str] = {}  # job name -> digest, while its caller is here
         self._held: dict[str, int] = {}  # job name -> fd of its folder, flocked (shared)
@@ -78,14 +95,43 @@ class CodeCache:
         self._own_held = [_hold(root / name) for name in self._own]
 
     def folder(self, digest: str) -> Path | None:
-        """The folder of ``digest``, or None when it is not here (or not a digest)."""
+        """The folder of ``digest``, or None when it is not here (or not a digest, or not the
+        code of that digest: then it is removed, and a warning says why)."""
+        return self._folder(digest)[0]
+
+    def _folder(self, digest: str) -> tuple[Path | None, str]:
+        """(the checked folder of ``digest`` or None, why not)."""
         if not valid_digest(digest):
-            return None
+            return None, f"{digest!r} is not a code digest"
         path = self.root / digest
         if not path.is_dir():
-            return None
+            return None, f"the caller's code {digest!r} is not on this host"
+        problem = self._checked.problem(path, digest)
+        if problem is not None:
+            self._drop(path, digest, problem)
+            return None, (
+                f"the cached code {path} was not the caller's code ({problem}), so it was "
+                "removed: connect again to send it"
+            )
         _touch(path)  # "used now": eviction goes by the time of last use
-        return path
+        return path, ""
+
+    def _drop(self, path: Path, digest: str, problem: str) -> None:
+        """Remove the digest folder ``path`` that is not the code of ``digest``: renamed away
+        first (so it is never used again even where it cannot be deleted)."""
+        log.warning(
+            "not using the cached code %s: %s; it is removed, and the next caller of that "
+            "code sends it again",
+            path,
+            problem,
+        )
+        self._checked.forget(digest)
+        away = path.with_name(f".{digest}.stale-{secrets.token_hex(4)}")
+        try:
+            os.rename(path, away)
+        except OSError:
+            return  # gone already (another agent of this cache dropped it)
+        _remove_unless_held(away)
 
     def job_folder(self, client: str, digest: str) -> Path:
         """The working folder of caller ``client``'s actors: a copy of the code of ``digest``
@@ -98,10 +144,7 @@ class CodeCache:
         for _ in range(2):
             done.unlink(missing_ok=True)  # in use (again: a caller that reconnected)
             if not path.is_dir():
-                code = self.folder(digest)
-                if code is None:
-                    raise ValueError(f"the caller's code {digest!r} is not on this host")
-                _copy(code, path)  # not under the lock: a large copy delays no other caller
+                self._make_job(path, digest)  # not under the lock: it delays no other caller
             with self._lock:
                 self._in_use[name] = digest
                 if name not in self._held:
@@ -113,6 +156,30 @@ class CodeCache:
                 _release(self._held.pop(name, None))  # pruned in between: copy again
         raise ValueError(f"the working folder {path} cannot be made")
 
+    def _make_job(self, path: Path, digest: str) -> None:
+        """Make the working folder ``path`` from the checked code of ``digest``, under a
+        temporary name renamed into place; checked again after (an actor of another caller
+        may rewrite a shared file meanwhile: then the folder is not used)."""
+        code, why = self._folder(digest)
+        names = self._checked.files(digest) if code is not None else None
+        if code is None or names is None:
+            raise ValueError(why or f"the caller's code {digest!r} is not on this host")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.sharer.fill(code, temp, names)
+            code, why = self._folder(digest)
+            if code is None:
+                raise ValueError(why)
+            try:
+                os.rename(temp, path)
+            except OSError:
+                if not path.is_dir():  # not "another thread made it meanwhile"
+                    raise
+        finally:
+            if temp.exists():
+                _remove(temp)
+
     def job_done(self, client: str) -> None:
         """Caller ``client`` left (its actors were stopped): its folder is marked finished and
         the oldest finished ones beyond ``KEEP_JOBS`` are removed."""
@@ -120,11 +187,15 @@ class CodeCache:
         jobs = self.root / JOBS
         with self._lock:
             _release(self._held.pop(name, None))
-            if self._in_use.pop(name, None) is None:
+            digest = self._in_use.pop(name, None)
+            if digest is None:
                 return  # it started no actor here
             if (jobs / name).is_dir():
                 (jobs / f"{name}{_DONE}").touch()
             _prune_jobs(jobs)
+        # its actors may have rewritten a file it shares with the cache: if so, the cache
+        # drops that code now (with a warning naming the file), not at the next caller
+        self.folder(digest)
 
     def close(self) -> None:
         """Let go of the folders this cache holds (they may be pruned and evicted now)."""
@@ -196,7 +267,11 @@ class CodeCache:
             raise DeploymentError(
                 "the uploaded code archive does not match its digest; connect again"
             )
-        unpack(bytes(data), self.root / digest)
+        path = self.root / digest
+        if unpack(bytes(data), path):
+            self._checked.trust(path, digest)  # just unpacked from the archive checked above
+        elif self.folder(digest) is None:  # another agent of this cache unpacked it meanwhile
+            raise DeploymentError(f"the code folder {path} cannot be made; connect again")
         with self._lock:
             self.uploads += 1
         self.evict()
@@ -295,22 +370,6 @@ def _prune_jobs(jobs: Path) -> None:
         if path.is_dir() and now - _mtime(path) > JOB_MAX_AGE_S:
             if not (jobs / f"{path.name}{_DONE}").exists():
                 _remove_unless_held(path)
-
-
-def _copy(code: Path, path: Path) -> None:
-    """Copy the folder ``code`` to ``path`` under a temporary name, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        shutil.copytree(code, temp, symlinks=True, dirs_exist_ok=True)
-        try:
-            os.rename(temp, path)
-        except OSError:
-            if not path.is_dir():  # not "another thread made it meanwhile"
-                raise
-    finally:
-        if temp.exists():
-            _remove(temp)
 
 
 def _hold(path: Path) -> int | None:

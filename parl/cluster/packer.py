@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from parl.cluster import ignore as ignoring
 from parl.errors import DeploymentError
 
 log = logging.getLogger("parl.cluster")
@@ -50,7 +51,13 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     ".ipynb_checkpoints",
 )
 """Names (fnmatch patterns, matched against each file's and folder's own name) never packed.
-A folder holding ``pyvenv.cfg`` (a virtual environment of any name) is skipped too."""
+A folder holding ``pyvenv.cfg`` (a virtual environment of any name) is skipped too, and so is
+what the project's ``.gitignore`` files ignore and what looks like a credential
+(:mod:`parl.cluster.ignore`)."""
+
+DERIVED = "__pycache__"
+"""Never packed, even inside a ``distributed_files`` folder: Python makes these folders where
+code runs, and a code cache's check (:func:`folder_digest`) leaves them out."""
 
 DEFAULT_MAX_FILE_BYTES = 32 << 20
 MAX_PROJECT_FILES = 10_000  # a project folder with more is not one (a home folder, /tmp)
@@ -104,9 +111,12 @@ def pack_project(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ignore: Sequence[str] = DEFAULT_IGNORE,
 ) -> Pack:
-    """Pack ``root`` recursively (minus ``ignore`` and files above ``max_file_bytes``) plus
-    every file matching a ``distributed_files`` glob (relative to ``root``; ``**`` recurses).
-    A glob matching nothing raises ValueError naming it."""
+    """Pack ``root`` recursively (minus ``ignore``, what its ``.gitignore`` files ignore,
+    credentials and files above ``max_file_bytes``) plus every file matching a
+    ``distributed_files`` glob (relative to ``root``; ``**`` recurses), whatever the rules
+    say: a file named there is shipped on purpose (in a folder named there, all but
+    credentials). Left-out credentials are named in a warning. A glob matching nothing
+    raises ValueError naming it."""
     base = Path(root).resolve()
     if not base.is_dir():
         raise ValueError(f"the project folder to pack, {str(root)!r}, is not a folder")
@@ -118,7 +128,8 @@ def pack_project(
     files: dict[str, Path] = {}
     too_large: list[str] = []
     total = 0
-    for name, path in _walk(base, ignore):
+    rules = _Rules(base, gitignore=True)
+    for name, path in _walk(base, ignore, rules):
         try:
             size = 0 if path.is_dir() else path.stat().st_size
         except OSError:  # gone meanwhile
@@ -136,7 +147,17 @@ def pack_project(
                 "a folder of its own with the code it needs, and pass data files with "
                 "distributed_files"
             )
-    files.update(_globbed(base, distributed_files))
+    explicit = _Rules(base, gitignore=False)
+    files.update(_globbed(base, distributed_files, explicit))
+    secrets = sorted(set(rules.credentials + explicit.credentials) - set(files))
+    if secrets:
+        log.warning(
+            "not deploying %d file(s) or folder(s) of %s that look like credentials: %s; to "
+            "ship one on purpose, name it in parl.connect(..., distributed_files=[...])",
+            len(secrets),
+            base,
+            ", ".join(secrets),
+        )
     skipped = sorted(set(too_large) - set(files))
     if skipped:
         log.warning(
@@ -157,15 +178,15 @@ def pack_parl() -> Pack:
     return _pack(files)
 
 
-def unpack(data: bytes, dest: str | Path, *, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
+def unpack(data: bytes, dest: str | Path, *, max_bytes: int = MAX_UNPACKED_BYTES) -> bool:
     """Extract the archive ``data`` into the folder ``dest``, atomically: it is filled under a
     temporary name beside ``dest`` and renamed into place, so a half-written folder is never
     seen. When ``dest`` exists already (the same digest was unpacked before) this does nothing.
     Absolute names, ``..``, links, devices and archives above ``max_bytes`` raise
-    DeploymentError before anything is written."""
+    DeploymentError before anything is written. Whether this call made the folder."""
     target = Path(dest)
     if target.is_dir():
-        return
+        return False
     members, archive = _checked_members(data, max_bytes)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -180,9 +201,11 @@ def unpack(data: bytes, dest: str | Path, *, max_bytes: int = MAX_UNPACKED_BYTES
         except OSError:
             if not target.is_dir():  # not "another process won the race"
                 raise
+            return False
     finally:
         if temp.exists():
             shutil.rmtree(temp, ignore_errors=True)
+    return True
 
 
 def digest_of(data: bytes) -> str:
@@ -196,40 +219,84 @@ def _ignored(name: str, ignore: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in ignore)
 
 
-def _walk(base: Path, ignore: Sequence[str]) -> Iterator[tuple[str, Path]]:
+class _Rules:
+    """What a walk of the project ``root`` leaves out besides names: what git (or, without it,
+    the ``.gitignore`` files) ignores when ``gitignore``, and credentials, which it lists in
+    ``credentials``."""
+
+    def __init__(self, root: Path, gitignore: bool) -> None:
+        self.gitignore = gitignore
+        self.git = ignoring.git_ignored(root) if gitignore else None
+        self.secrets = ignoring.credential_rules()
+        self.credentials: list[str] = []
+
+    def enter(self, folder: Path, rel: str, above: list[ignoring.Rule]) -> list[ignoring.Rule]:
+        """The rules below ``folder`` (``rel`` from the root): ``above`` and its .gitignore's."""
+        if not self.gitignore or self.git is not None:
+            return above
+        try:
+            text = (folder / ".gitignore").read_text(errors="replace")
+        except OSError:  # none (or unreadable): nothing more
+            return above
+        return above + ignoring.parse(text, f"{rel}/" if rel else "")
+
+    def skip(self, name: str, is_dir: bool, rules: list[ignoring.Rule]) -> bool:
+        if self.git is not None:
+            if name in self.git or f"{name}/" in self.git:
+                return True
+        elif ignoring.ignored(rules, name, is_dir):
+            return True
+        if ignoring.ignored(self.secrets, name, is_dir):
+            self.credentials.append(f"{name}/" if is_dir else name)
+            return True
+        return False
+
+
+def _walk(
+    base: Path, ignore: Sequence[str], rules: _Rules | None = None, prefix: str = ""
+) -> Iterator[tuple[str, Path]]:
     """(archive name, path) of every regular file under ``base``, and of every empty folder
-    (nothing in it but ignored names) below it, minus ignored names: a program may expect a
-    folder it writes into to be there. Links are followed only where they stay inside
-    ``base``; a link to a folder that holds it (a loop) is not."""
-    stack: list[tuple[Path, frozenset[str]]] = [(base, frozenset())]
+    (nothing in it but ignored names) below it, minus ignored names and what ``rules`` leave
+    out (names relative to the project, ``prefix`` + the path below ``base``): a program may
+    expect a folder it writes into to be there. Links are followed only where they stay
+    inside ``base``; a link to a folder that holds it (a loop) is not."""
+    top = rules.enter(base, prefix.rstrip("/"), []) if rules is not None else []
+    stack: list[tuple[Path, frozenset[str], list[ignoring.Rule]]] = [(base, frozenset(), top)]
     while stack:
-        folder, above = stack.pop()
+        folder, above, inherited = stack.pop()
         real = os.path.realpath(folder)
         if real in above or (folder != base and os.path.isfile(os.path.join(folder, "pyvenv.cfg"))):
             continue
         above = above | {real}
-        empty = True
+        empty = True  # nothing in it but ignored names (not: all left out by the rules, as git)
         for entry in sorted(os.scandir(folder), key=lambda e: e.name, reverse=True):
-            if _ignored(entry.name, ignore):
+            if entry.name == DERIVED or _ignored(entry.name, ignore):
                 continue
             empty = False
             path = Path(entry.path)
+            name = prefix + path.relative_to(base).as_posix()
+            is_dir = entry.is_dir()
+            if rules is not None and rules.skip(name, is_dir, inherited):
+                continue
             if entry.is_symlink() and not _inside(path, base):
                 log.debug("not deploying %s: a link out of %s", path, base)
                 continue
-            if entry.is_dir():
-                stack.append((path, above))
+            if is_dir:
+                below = rules.enter(path, name, inherited) if rules is not None else inherited
+                stack.append((path, above, below))
             elif entry.is_file():
-                yield path.relative_to(base).as_posix(), path
+                yield name, path
         if empty and folder != base:
-            yield folder.relative_to(base).as_posix(), folder
+            yield prefix + folder.relative_to(base).as_posix(), folder
 
 
 def _inside(path: Path, base: Path) -> bool:
     return os.path.commonpath([os.path.realpath(path), str(base)]) == str(base)
 
 
-def _globbed(base: Path, patterns: Sequence[str]) -> dict[str, Path]:
+def _globbed(base: Path, patterns: Sequence[str], rules: _Rules) -> dict[str, Path]:
+    """What the ``distributed_files`` globs name: a file matched by a glob is shipped whatever
+    the rules say; in a matched folder, all but credentials (left in ``rules.credentials``)."""
     files: dict[str, Path] = {}
     for pattern in patterns:
         if os.path.isabs(pattern) or ".." in Path(pattern).parts:
@@ -240,12 +307,15 @@ def _globbed(base: Path, patterns: Sequence[str]) -> dict[str, Path]:
         matched = 0
         for hit in sorted(glob.glob(pattern, root_dir=base, recursive=True)):
             path = base / hit
-            if path.is_dir():
-                found = {f"{Path(hit).as_posix()}/{n}": p for n, p in _walk(path, ())}
+            name = Path(hit).as_posix()
+            if DERIVED in Path(hit).parts:
+                found = {}
+            elif path.is_dir():
+                found = dict(_walk(path, (), rules, f"{name}/"))
                 if not found and _inside(path, base):  # an empty folder: itself
-                    found = {Path(hit).as_posix(): path}
+                    found = {name: path}
             elif path.is_file() and _inside(path, base):
-                found = {Path(hit).as_posix(): path}
+                found = {name: path}
             else:
                 found = {}
             files.update(found)
@@ -265,33 +335,38 @@ def _pack(files: dict[str, Path]) -> Pack:
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as archive:
         for name in sorted(files):
             if files[name].is_dir():  # an empty folder
-                info = tarfile.TarInfo(name)
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                info.mtime = 0
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                archive.addfile(info)
+                archive.addfile(member_header(name, None, False))
                 continue
             try:  # read whole: a file that changes meanwhile cannot break the archive
                 with open(files[name], "rb") as file:
-                    executable = os.fstat(file.fileno()).st_mode & stat.S_IXUSR
+                    executable = bool(os.fstat(file.fileno()).st_mode & stat.S_IXUSR)
                     content = file.read()
             except OSError as exc:  # removed meanwhile, or not readable
                 log.warning("not deploying %s: %s", files[name], exc.strerror or exc)
                 continue
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            info.mode = 0o755 if executable else 0o644
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            archive.addfile(info, io.BytesIO(content))
+            archive.addfile(member_header(name, len(content), executable), io.BytesIO(content))
             size += len(content)
             count += 1
     tar = raw.getvalue()
     data = gzip.compress(tar, compresslevel=_GZIP_LEVEL, mtime=0)
     return Pack(hashlib.sha256(tar).hexdigest(), data, count, size)
+
+
+def member_header(name: str, size: int | None, executable: bool) -> tarfile.TarInfo:
+    """The header of a file of ``size`` bytes, or of an empty folder (``size`` None): all but
+    the name, the size and the executable bit are fixed, so that the archive (and its digest)
+    depend on the content alone."""
+    info = tarfile.TarInfo(name)
+    if size is None:
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+    else:
+        info.size = size
+        info.mode = 0o755 if executable else 0o644
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
 
 
 def _checked_members(data: bytes, max_bytes: int) -> tuple[list[tarfile.TarInfo], tarfile.TarFile]:

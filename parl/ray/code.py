@@ -9,9 +9,10 @@ and the same gzip tar archives are stored in Ray's GCS under content-named URIs
 
 Why not let Ray pack a local folder itself: Ray accepts local paths only in the job's
 ``runtime_env`` (``ray.init``), not in an actor's, and it would apply its own ignore rules
-(``.gitignore``, ``.rayignore``, its default excludes) on top of ours, so that a data file
-given in ``distributed_files`` could silently be left out. Storing our own archive keeps the
-deployment rules identical to the cluster's; it uses Ray's packaging helpers
+(``.rayignore``, its default excludes) on top of ours, so that a data file given in
+``distributed_files`` could silently be left out. Storing our own archive keeps the
+deployment rules identical to the cluster's (``.gitignore`` as git reads it, credentials left
+out, ``distributed_files`` shipped on purpose); it uses Ray's packaging helpers
 (``ray._private.runtime_env.packaging``), pinned by ``ray>=2.60`` and covered by the tests.
 """
 

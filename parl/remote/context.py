@@ -91,9 +91,11 @@ def connect(
     ``distributed_files`` (cluster; also the second positional argument, as in PARL's
     ``connect(master_address, distributed_files)``): globs, relative to the entry script's
     folder, of files and folders to deploy besides that folder's own (which is packed, minus
-    ``.git``, virtual environments, caches and files over 32 MiB, and sent once per host and
-    content); e.g. ``["data/*.npz", "config.json"]``. A folder goes with everything in it,
-    empty folders included.
+    ``.git``, virtual environments, caches, what its ``.gitignore`` files ignore, credentials
+    such as ``.env`` or private keys, and files over 32 MiB, and sent once per host and
+    content); e.g. ``["data/*.npz", "config.json"]``. A file named here is shipped even if
+    ignored or a credential; a folder goes with everything in it but credentials, empty
+    folders included.
     ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
     ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
     ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings

@@ -10,38 +10,56 @@ parl yet. Nothing here touches the network, so it is tested without SSH.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from importlib import metadata
 
+from parl.cluster import cachedir, codecheck
 from parl.errors import RemoteEnvironmentError, VersionMismatchError
 from parl.ssh.client import quote
+
+log = logging.getLogger("parl.ssh")
 
 REQUIRED = ("numpy", "cloudpickle", "psutil")
 """Packages a host agent and its workers import (parl itself is shipped, not required)."""
 MATCHED = ("numpy", "cloudpickle", "torch")
 """Packages whose version must be the caller's: their objects cross in pickles."""
 
+# PROBE runs after the source of parl.cluster.cachedir's and parl.cluster.codecheck's checks
+# (see probe_command): the host agent judges its cache folder and cached code with the same code.
+
 PROBE = """\
 import json, os, sys
 from importlib import metadata
-base = os.path.abspath(os.path.expanduser(sys.argv[1]))
-os.makedirs(base, mode=0o700, exist_ok=True)  # (mode: a umask of 002 makes no group cache)
-mode, owner = os.stat(base).st_mode, os.stat(base).st_uid
-unsafe = None
-if owner != os.getuid():
-    unsafe = "belongs to another user (uid %d)" % owner
-elif mode & 0o022:
-    unsafe = "can be written by other users (mode %o)" % (mode & 0o7777)
+base = make_private(sys.argv[1])  # each missing level 0700 (a umask of 002 makes none group's)
+unsafe = unsafe_folder(base)
 packages = {}
 for name in sys.argv[3:]:
     try:
         packages[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
         packages[name] = None
-have = [d for d in sys.argv[2].split(",") if d and os.path.isdir(os.path.join(base, d))]
+have, dropped = [], []
+for digest in [d for d in sys.argv[2].split(",") if d and not unsafe]:
+    folder = os.path.join(base, digest)
+    if not os.path.isdir(folder):
+        continue
+    try:  # a folder named by a digest proves nothing: its files must give that digest
+        proved = not os.path.islink(folder) and folder_digest(folder) == digest
+    except Exception:
+        proved = False
+    if proved:
+        have.append(digest)
+        continue
+    try:  # away, never used; the host agent's cache removes it later
+        os.rename(folder, os.path.join(base, ".%s.stale-%d" % (digest, os.getpid())))
+        dropped.append(folder)
+    except OSError as exc:
+        unsafe = ("holds %s, which is not the code it is named after and cannot be moved "
+                  "away (%s)" % (folder, exc.strerror))
 print(json.dumps({"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
                   "base": base, "packages": packages, "have": have, "cpus": os.cpu_count(),
-                  "unsafe": unsafe}))
+                  "unsafe": unsafe, "dropped": dropped}))
 """
 
 UNPACK = """\
@@ -96,7 +114,8 @@ def shell_word(word: str) -> str:
 
 
 def probe_command(python: str, base: str, digests: list[str]) -> str:
-    args = [PROBE, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
+    script = f"import os\n{cachedir.source()}\n{codecheck.source()}\n{PROBE}"
+    args = [script, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
     return f"{shell_word(python)} -c {quote(args)}"
 
 
@@ -120,11 +139,19 @@ def parse_probe(host: str, python: str, status: int, stdout: bytes, stderr: byte
             cpus=int(answer["cpus"] or 1),
         )
         unsafe = answer.get("unsafe")
+        dropped = [str(folder) for folder in answer.get("dropped") or ()]
     except (ValueError, KeyError, IndexError, TypeError):
         raise RemoteEnvironmentError(
             f"host {host}: {python!r} could not run parl's check (exit status {status}): "
             f"{said or stdout.decode(errors='replace')[-500:]}; parl needs Python 3.10 or newer"
         ) from None
+    if dropped:
+        log.warning(
+            "host %s: not using the cached code %s: its files are not those of the code it is "
+            "named after (a file was added, changed or removed); it is sent again",
+            host,
+            ", ".join(dropped),
+        )
     if unsafe:  # anyone who can write there could plant code that would run as this user
         raise RemoteEnvironmentError(
             f"host {host}: the cache folder {probe.base} {unsafe}: code found there would run "

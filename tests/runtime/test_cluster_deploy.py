@@ -276,3 +276,94 @@ def test_uploads_are_capped_checked_and_unpacked_safely(cluster, tmp_path):
     assert not (cache / ("0" * 64)).exists() and not (cache / packer.digest_of(hostile)).exists()
     assert not (Path(cluster.home) / "escaped").exists() and not (cache.parent / "escaped").exists()
     assert len(cluster.status()["hosts"]) == 2  # and the host agent goes on serving
+
+
+# -- code planted in a host's cache ------------------------------------------------------------
+
+PROBE = """
+import parl
+
+
+@parl.remote_class
+class Probe:
+    def helpers(self):
+        try:
+            from helpers import stats  # not in the project: only a planted folder has it
+        except ImportError:
+            return "no helpers.stats"
+        return stats.WHO
+
+    def config(self):
+        with open("config.txt") as file:
+            return file.read()
+"""
+
+PROBE_MAIN = """
+import json, sys
+import parl
+from pkg.probe import Probe
+
+parl.connect(sys.argv[1])
+probes = [Probe() for _ in range(5)]  # the 2 + 3 slots of both hosts
+print(json.dumps({"helpers": [p.helpers() for p in probes], "config": [p.config() for p in probes]}))
+"""
+
+
+def test_code_planted_in_a_hosts_cache_under_the_projects_digest_never_runs(cluster, tmp_path):
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "main.py").write_text(PROBE_MAIN)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "probe.py").write_text(PROBE)
+    (project / "config.txt").write_text(f"genuine {uuid.uuid4().hex}")  # a digest of its own
+    pack = packer.pack_project(project)  # what the caller will send: anyone can compute it
+    marker = tmp_path / "planted-code-ran"
+    for i in range(2):  # the planter knows the code and the digest, and plants on both hosts
+        planted = Path(cluster.home, f"cache-{i}", pack.digest)
+        packer.unpack(pack.data, planted)
+        (planted / "helpers").mkdir()
+        (planted / "helpers" / "stats.py").write_text(
+            f"open({str(marker)!r}, 'w').close()\nWHO = 'planted'\n"
+        )
+        (planted / "config.txt").write_text("planted")
+    before = cluster.uploads()
+    env = {k: v for k, v in cluster.env.items() if k != "PYTHONPATH"}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(project / "main.py"), cluster.address],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["helpers"] == ["no helpers.stats"] * 5
+    assert answer["config"] == [(project / "config.txt").read_text()] * 5
+    assert not marker.exists()
+    assert cluster.uploads() == before + 2  # each host threw the planted folder away
+    for i in range(2):
+        cached = Path(cluster.home, f"cache-{i}", pack.digest)
+        assert not (cached / "helpers").exists()
+        assert (cached / "config.txt").read_text() == (project / "config.txt").read_text()
+
+
+@pytest.mark.parametrize("where", ["--cache_dir", "the default ~/.parl/cache"])
+def test_a_host_agent_refuses_a_cache_folder_others_can_write(cluster, tmp_path, where):
+    home = tmp_path / "home"
+    folder = home / ".parl" / "cache" if where.startswith("the default") else tmp_path / "open"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    env = dict(cluster.env, HOME=str(home))
+    args = ["connect", "--address", cluster.address, "--cpu_num", "1"]
+    args += ["--cache_dir", str(folder)] if where == "--cache_dir" else []
+    hosts = len(cluster.status()["hosts"])
+    done = clusters.xparl(env, *args, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert f"the code cache folder {folder} can be written by other users (mode 777)" in said
+    assert f"chmod 700 {folder}" in said
+    assert len(cluster.status()["hosts"]) == hosts  # no agent joined
+    folder.chmod(0o700)
+    assert not list(folder.iterdir())  # nothing was written there

@@ -5,14 +5,17 @@ small limits; tests/runtime/test_cluster_deploy.py checks the same through a rea
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from parl.cluster import deploy, packer
+from parl.cluster import codecheck, deploy, linking, packer
+from parl.errors import DeploymentError
 
 DAY = 86400.0
 
@@ -218,3 +221,211 @@ def test_a_caller_that_reconnects_keeps_its_folder_while_it_runs(tmp_path, monke
         cache.job_done(f"done{i:04d}")
     assert folder.is_dir()
     cache.job_done("again000")
+
+
+# -- a private cache folder ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o722])
+def test_a_cache_folder_others_can_write_is_refused(tmp_path, mode):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(mode)
+    with pytest.raises(DeploymentError) as caught:
+        deploy.CodeCache(folder)
+    message = str(caught.value)
+    assert str(folder) in message and "can be written by other users" in message
+    assert f"chmod 700 {folder}" in message and "another folder" in message
+    folder.chmod(0o700)
+    assert deploy.CodeCache(folder).root == folder  # the fix it names works
+
+
+def test_a_cache_folder_in_a_folder_others_can_write_is_refused(tmp_path):
+    parent = tmp_path / "open"
+    (parent / "cache").mkdir(parents=True)
+    (parent / "cache").chmod(0o700)
+    parent.chmod(0o777)  # anyone could rename "cache" away and put theirs in its place
+    with pytest.raises(DeploymentError, match=f"lies in {parent}, which other users can write"):
+        deploy.CodeCache(parent / "cache")
+    parent.chmod(0o1777)  # sticky, as /tmp: others cannot rename what is not theirs
+    assert deploy.CodeCache(parent / "cache").root == parent / "cache"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_folder_of_another_user_is_refused(tmp_path):
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    with pytest.raises(DeploymentError, match="belongs to another user .uid 65534"):
+        deploy.CodeCache(folder)
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o000])
+def test_the_default_cache_and_its_parents_are_made_private(tmp_path, monkeypatch, umask):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    old = os.umask(umask)
+    try:
+        cache = deploy.CodeCache()
+    finally:
+        os.umask(old)
+    assert cache.root == tmp_path / ".parl" / "cache"
+    for folder in (tmp_path / ".parl", cache.root):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+# -- cached code proved against its digest ------------------------------------------------------
+
+
+def _plant(folder: Path, how: str) -> None:
+    if how == "added":
+        (folder / "helpers").mkdir()
+        (folder / "helpers" / "stats.py").write_text("import os; os.system('id')\n")
+    elif how == "changed":
+        (folder / "main.py").write_text("print('planted')\n")
+    elif how == "removed":
+        (folder / "config.txt").unlink()
+    elif how == "made executable":
+        (folder / "config.txt").chmod(0o755)
+    elif how == "emptied folder":
+        (folder / "empty" / "file").write_text("")
+
+
+@pytest.mark.parametrize(
+    "how", ["added", "changed", "removed", "made executable", "emptied folder"]
+)
+def test_a_cached_folder_that_is_not_its_digests_code_is_removed_not_used(tmp_path, how, caplog):
+    project = tmp_path / "project"
+    (project / "empty").mkdir(parents=True)
+    (project / "main.py").write_text("print('a')\n")
+    (project / "config.txt").write_text("a")
+    pack = packer.pack_project(project)
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    packer.unpack(pack.data, root / pack.digest)  # as a planter who knows the code would
+    _plant(root / pack.digest, how)
+    cache = deploy.CodeCache(root)
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        assert cache.folder(pack.digest) is None  # so the caller sends its code
+    assert not (root / pack.digest).exists()
+    assert f"not using the cached code {root / pack.digest}" in caplog.text
+    with pytest.raises(ValueError, match="not on this host"):
+        cache.job_folder("c0ffee0000000001", pack.digest)
+    assert not (root / deploy.JOBS).exists()
+    assert packer.unpack(pack.data, root / pack.digest)  # a fresh upload is used
+    assert (cache.job_folder("c0ffee0000000001", pack.digest) / "config.txt").read_text() == "a"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="planting a file of another user needs root")
+def test_a_file_of_another_user_in_a_cached_folder_is_refused(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    pycache = cache.root / digest / "__pycache__"  # not hashed (Python writes it), but owned
+    pycache.mkdir()
+    (pycache / "main.cpython-312.pyc").write_bytes(b"planted")
+    os.chown(pycache / "main.cpython-312.pyc", 65534, 65534)
+    assert cache.folder(digest) is None
+
+
+def test_the_check_is_a_hash_once_then_a_stat_per_file(tmp_path, monkeypatch):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _code(tmp_path, "a"))
+    hashed = []
+    real = codecheck.folder_digest
+    monkeypatch.setattr(codecheck, "folder_digest", lambda f: hashed.append(f) or real(f))
+    for client in ("c1", "c2", "c3"):
+        cache.job_folder(client, digest)
+    assert len(hashed) == 1
+    os.utime(cache.root / digest / "main.py")  # touched, same content: hashed again, kept
+    assert cache.folder(digest) is not None and len(hashed) == 2
+    assert cache.folder(digest) is not None and len(hashed) == 2
+
+
+def test_python_caches_in_a_cached_folder_do_not_count(tmp_path):
+    root = tmp_path / "cache"
+    digest = _store(deploy.CodeCache(root), _code(tmp_path, "a"))
+    (root / digest / "__pycache__").mkdir()  # an SSH-launched agent imports from there
+    (root / digest / "__pycache__" / "main.cpython-312.pyc").write_bytes(b"compiled")
+    cache = deploy.CodeCache(root)
+    assert codecheck.folder_digest(root / digest) == digest
+    job = cache.job_folder("c0ffee0000000001", digest)
+    assert not (job / "__pycache__").exists()  # a working folder holds only checked files
+
+
+# -- working folders share large files with the cache -----------------------------------------
+
+
+def _big_code(tmp_path: Path) -> packer.Pack:
+    project = tmp_path / "big-project"
+    (project / "data").mkdir(parents=True)
+    (project / "main.py").write_text("print('big')\n")
+    (project / "data" / "weights.bin").write_bytes(os.urandom(linking.LINK_MIN_BYTES + 1))
+    return packer.pack_project(project)
+
+
+def test_large_files_of_working_folders_are_hard_links_to_the_cache(tmp_path, monkeypatch):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)  # as on ext4: no reflinks
+    digest = _store(cache, _big_code(tmp_path))
+    jobs = [cache.job_folder(f"c0ffee000000000{i}", digest) for i in range(3)]
+    cached = (cache.root / digest / "data" / "weights.bin").stat()
+    assert cached.st_nlink == 4
+    for job in jobs:
+        assert (job / "data" / "weights.bin").stat().st_ino == cached.st_ino
+        assert (job / "main.py").stat().st_ino != (cache.root / digest / "main.py").stat().st_ino
+    (jobs[0] / "main.py").write_text("print('changed by an actor')\n")  # copied: its own
+    assert cache.folder(digest) is not None
+    assert (cache.root / digest / "main.py").read_text() == "print('big')\n"
+
+
+def test_a_shared_file_rewritten_in_place_makes_the_cache_drop_that_code(tmp_path, monkeypatch):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    pack = _big_code(tmp_path)
+    digest = _store(cache, pack)
+    job = cache.job_folder("c0ffee0000000001", digest)
+    with open(job / "data" / "weights.bin", "w") as file:  # "w": the cache's inode too
+        file.write("rewritten by an actor")
+    with pytest.raises(ValueError, match="changed since it was checked: data/weights.bin"):
+        cache.job_folder("c0ffee0000000002", digest)  # never from the changed code
+    assert not (cache.root / digest).exists()
+    assert (job / "data" / "weights.bin").read_text() == "rewritten by an actor"  # the actor's
+    assert packer.unpack(pack.data, cache.root / digest)  # the next caller sends it again
+    fresh = cache.job_folder("c0ffee0000000003", digest)
+    assert (fresh / "data" / "weights.bin").read_bytes() == (
+        cache.root / digest / "data" / "weights.bin"
+    ).read_bytes()
+    assert codecheck.folder_digest(fresh) == digest
+
+
+def test_a_caller_that_leaves_after_rewriting_a_shared_file_has_the_code_dropped(
+    tmp_path, monkeypatch, caplog
+):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    digest = _store(cache, _big_code(tmp_path))
+    job = cache.job_folder("c0ffee0000000001", digest)
+    (job / "data" / "weights.bin").chmod(0o755)  # a chmod changes the shared inode too
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        cache.job_done("c0ffee0000000001")
+    assert "data/weights.bin" in caplog.text and not (cache.root / digest).exists()
+    assert job.is_dir()  # what the actor wrote stays
+
+
+def test_with_reflinks_every_file_is_a_private_copy(tmp_path):
+    cache = deploy.CodeCache(tmp_path / "cache")
+    digest = _store(cache, _big_code(tmp_path))
+    job = cache.job_folder("c0ffee0000000001", digest)
+    if cache.sharer.cloned == 0:
+        pytest.skip(f"the file system of {tmp_path} has no reflinks")
+    assert cache.sharer.linked == 0
+    assert (job / "data" / "weights.bin").stat().st_nlink == 1
+
+
+def test_a_cached_digest_that_is_a_link_is_not_used(tmp_path):
+    pack = _code(tmp_path, "a")
+    elsewhere = tmp_path / "elsewhere"
+    packer.unpack(pack.data, elsewhere)  # the genuine code, but outside the cache
+    cache = deploy.CodeCache(tmp_path / "cache")
+    (cache.root / pack.digest).symlink_to(elsewhere)
+    assert cache.folder(pack.digest) is None
+    assert not (cache.root / pack.digest).exists() and elsewhere.is_dir()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -301,3 +302,204 @@ def test_a_folder_too_large_to_be_a_project_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(packer, "MAX_PROJECT_FILES", 3)
     with pytest.raises(DeploymentError, match="keep the script in a folder of its own"):
         pack_project(root)
+
+
+# -- .gitignore and credentials ---------------------------------------------------------------
+
+GITIGNORE = (
+    """\
+# build output, anywhere
+build/
+*.log
+!keep.log
+/data/*
+!/data/small/
+docs/**/*.html
+**/cache
+secret[0-9].txt
+notes\\#1.md
+"""
+    + "trailing.txt   \n"
+)  # trailing spaces do not count
+
+NESTED_GITIGNORE = """\
+*.tmp
+!important.tmp
+/local.cfg
+deep/**
+"""
+
+
+def _tree(root: Path) -> Path:
+    """A project whose .gitignore files use every kind of rule (nested files, ``!``, folders
+    only, anchored, ``**``, classes, escapes, trailing spaces)."""
+    files = [
+        "main.py", "build/out.bin", "src/build/x.o", "src/build.py", "a.log", "sub/b.log",
+        "keep.log", "sub/keep.log", "data/big.csv", "data/small/s.csv", "sub/data/kept.csv",
+        "docs/a/b/page.html", "docs/page.html", "docs/index.md", "cache/c", "sub/x/cache",
+        "secret1.txt", "secretX.txt", "notes#1.md", "notes#2.md", "trailing.txt",
+        "sub/t.tmp", "sub/important.tmp", "sub/local.cfg", "sub/y/local.cfg", "sub/deep/a/z",
+        "sub/deep.py", "other/t.tmp",
+    ]  # fmt: skip
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    (root / ".gitignore").write_text(GITIGNORE)
+    (root / "sub" / ".gitignore").write_text(NESTED_GITIGNORE)
+    return root
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(HOME=str(root.parent), GIT_CONFIG_NOSYSTEM="1")  # no user's global excludes
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout
+
+
+needs_git = pytest.mark.skipif(not shutil.which("git"), reason="git is not installed")
+
+
+@needs_git
+def test_in_a_git_work_tree_what_git_ignores_is_not_packed(tmp_path, monkeypatch):
+    root = _tree(tmp_path / "repo")
+    _git(root, "init", "-q")
+    monkeypatch.setenv("HOME", str(tmp_path))  # the packer's git: no global excludes either
+    expected = set(_git(root, "ls-files", "--cached", "--others", "--exclude-standard").split())
+    names = set(_names(pack_project(root).data))
+    assert names == expected
+    assert {"keep.log", "sub/important.tmp", "data/small/s.csv", "src/build.py"} <= names
+    assert not {"a.log", "build/out.bin", "data/big.csv", "sub/deep/a/z"} & names
+
+
+@needs_git
+def test_a_tracked_file_is_packed_though_ignored_and_a_subfolder_uses_the_repos_rules(
+    tmp_path, monkeypatch
+):
+    root = _tree(tmp_path / "repo")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _git(root, "init", "-q")
+    _git(root, "add", "-f", "a.log")  # tracked: git does not ignore it any more
+    assert "a.log" in _names(pack_project(root).data)
+    names = set(_names(pack_project(root / "sub").data))  # a script in a subfolder
+    assert names == {".gitignore", "keep.log", "important.tmp", "y/local.cfg", "data/kept.csv"} | {
+        "deep.py"
+    }
+
+
+@needs_git
+def test_without_git_the_gitignore_files_give_what_git_gives(tmp_path, monkeypatch):
+    repo = _tree(tmp_path / "repo")
+    _git(repo, "init", "-q")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    plain = _tree(tmp_path / "plain")  # the same files, in no work tree
+    assert packer.ignoring.git_ignored(plain) is None
+    assert _names(pack_project(plain).data) == _names(pack_project(repo).data)
+
+
+@needs_git
+def test_a_project_in_a_folder_its_repository_ignores_is_packed_by_its_own_rules(
+    tmp_path, monkeypatch
+):
+    repo = tmp_path / "repo"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    root = _project(repo / "scratch" / "project")
+    (repo / ".gitignore").write_text("scratch/\n")
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "run.log").write_text("log")
+    _git(repo, "init", "-q")
+    assert set(_names(pack_project(root).data)) == {
+        ".gitignore", "main.py", "pkg/__init__.py", "pkg/mod.py", "data.txt"
+    }  # fmt: skip
+
+
+def test_without_git_installed_the_gitignore_files_are_read(tmp_path, monkeypatch):
+    root = _tree(tmp_path / "plain")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    names = set(_names(pack_project(root).data))
+    assert {"keep.log", "sub/keep.log", "sub/important.tmp", "data/small/s.csv"} <= names
+    assert {"sub/y/local.cfg", "secretX.txt", "notes#2.md", "docs/index.md"} <= names
+    ignored = {"a.log", "sub/b.log", "build/out.bin", "src/build/x.o", "data/big.csv"}
+    ignored |= {
+        "docs/a/b/page.html",
+        "docs/page.html",
+        "cache/c",
+        "sub/x/cache",
+        "secret1.txt",
+        "notes#1.md",
+    }
+    ignored |= {"trailing.txt", "sub/t.tmp", "sub/local.cfg", "sub/deep/a/z"}
+    assert not ignored & names
+    assert "other/t.tmp" in names  # a nested .gitignore rules only below its folder
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "is_dir", "expected"),
+    [
+        ("*.py", "a/b/c.py", False, True),
+        ("/top.py", "a/top.py", False, None),
+        ("a/*.py", "a/b/c.py", False, None),
+        ("a/**/c.py", "a/c.py", False, True),
+        ("a/**/c.py", "a/x/y/c.py", False, True),
+        ("**/c.py", "c.py", False, True),
+        ("a/**", "a", True, None),
+        ("a/**", "a/b/c", False, True),
+        ("out/", "x/out", False, None),
+        ("out/", "x/out", True, True),
+        ("[!a]b", "cb", False, True),
+        ("[!a]b", "ab", False, None),
+        ("?b", "/b", False, None),
+        ("\\!x", "!x", False, True),
+    ],
+)
+def test_gitignore_patterns(pattern, path, is_dir, expected):
+    assert packer.ignoring.ignored(packer.ignoring.parse(pattern), path, is_dir) is expected
+
+
+CREDENTIALS = [
+    ".env", ".env.local", ".ssh/id_ed25519", ".ssh/config", "keys/server.pem", "tls/site.key",
+    "id_rsa", "deploy/id_ed25519", "id_ecdsa", "id_dsa", ".netrc", ".pypirc",
+    ".aws/credentials", ".git-credentials",
+]  # fmt: skip
+
+
+def test_credentials_are_left_out_without_a_gitignore_and_named(tmp_path, caplog):
+    root = _project(tmp_path / "project")
+    for name in [*CREDENTIALS, "id_rsa.pub", "envs/prod.yaml", "keyboard.py"]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("SECRET")
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        names = _names(pack_project(root).data)
+    assert not set(CREDENTIALS) & set(names)
+    assert not [n for n in names if n.startswith((".ssh/", ".aws/"))]
+    assert {"id_rsa.pub", "envs/prod.yaml", "keyboard.py", "main.py"} <= set(names)
+    (warning,) = [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()]
+    for name in [".env", ".env.local", ".ssh/", ".aws/", "keys/server.pem", "id_rsa"]:
+        assert name in warning.split(": ", 1)[1]
+    assert "distributed_files" in warning
+
+
+def test_files_named_in_distributed_files_are_shipped_though_ignored_or_credentials(
+    tmp_path, caplog
+):
+    root = _project(tmp_path / "project")
+    (root / ".gitignore").write_text("data/\n")
+    (root / "data").mkdir()
+    (root / "data" / "big.csv").write_text("1,2\n")
+    (root / ".env").write_text("TOKEN=1")
+    (root / "certs").mkdir()
+    (root / "certs" / "ca.pem").write_text("CERT")
+    (root / "certs" / "readme.txt").write_text("about")
+    (root / "conf").mkdir()
+    (root / "conf" / ".env").write_text("TOKEN=2")
+    (root / "conf" / "a.yaml").write_text("a: 1")
+    assert not {".env", "data/big.csv", "certs/ca.pem"} & set(_names(pack_project(root).data))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        pack = pack_project(root, [".env", "data/big.csv", "certs/*.pem", "conf"])
+    names = set(_names(pack.data))
+    assert {".env", "data/big.csv", "certs/ca.pem", "certs/readme.txt", "conf/a.yaml"} <= names
+    assert "conf/.env" not in names  # a folder named goes whole, but for its credentials
+    (warning,) = [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()]
+    assert "conf/.env" in warning and "certs/ca.pem" not in warning

@@ -4,13 +4,16 @@ folder is private), the master's address, and numbers of the ssh config."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from parl.cluster import packer
 from parl.errors import RemoteEnvironmentError
 from parl.ssh import remote
 from parl.ssh.launcher import _master_binds
@@ -45,16 +48,31 @@ def test_an_agent_without_a_project_runs_in_the_cache_with_parl_alone_and_its_la
     assert "--label=alice@box:22" in words and "--advertise" not in command
 
 
-def test_the_probe_runs_here_and_reports_versions_and_cached_digests(tmp_path):
-    (tmp_path / "abc").mkdir()
+def _cached(base: Path, text: str) -> str:
+    project = base.parent / f"project-{text}"
+    project.mkdir()
+    (project / "main.py").write_text(f"print({text!r})\n")
+    pack = packer.pack_project(project)
+    packer.unpack(pack.data, base / pack.digest)
+    return pack.digest
+
+
+def test_the_probe_runs_here_and_reports_versions_and_cached_digests(tmp_path, caplog):
+    base = tmp_path / "cache"
+    base.mkdir(mode=0o700)
+    cached, planted = _cached(base, "cached"), _cached(base, "planted")
+    (base / planted / "helpers.py").write_text("import os\n")  # not that digest's code
     # "~/" stays the shell's to expand: this interpreter, named from a HOME above it
     home, rest = os.path.dirname(os.path.dirname(sys.executable)), os.path.basename(sys.executable)
     python = f"~/bin/{rest}"
-    command = remote.probe_command(python, str(tmp_path), ["abc", "def"])
+    command = remote.probe_command(python, str(base), [cached, planted, "d" * 64])
     env = dict(os.environ, HOME=home)
     done = subprocess.run(command, shell=True, capture_output=True, env=env)
-    probe = remote.parse_probe("here", python, done.returncode, done.stdout, done.stderr)
-    assert probe.have == ("abc",) and probe.base == str(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="parl.ssh"):
+        probe = remote.parse_probe("here", python, done.returncode, done.stdout, done.stderr)
+    assert probe.have == (cached,) and probe.base == str(base)
+    assert not (base / planted).exists()  # moved away: an upload replaces it
+    assert f"not using the cached code {base / planted}" in caplog.text
     assert probe.packages == remote.local_versions()
     remote.check_versions("here", probe, remote.local_versions(), sys.executable)  # no error
 
@@ -107,3 +125,23 @@ def test_an_ssh_config_number_in_other_digits_is_an_ssh_error():
 
     with pytest.raises(SSHError, match="host box: the ssh config's serveraliveinterval"):
         keepalive.settings({"serveraliveinterval": "\u00b2"}, "box")
+
+
+@pytest.mark.parametrize("parent_mode", [0o777, 0o1777])
+def test_the_probe_judges_the_folders_above_the_cache_as_the_host_agent_does(tmp_path, parent_mode):
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(parent_mode)
+    base = parent / "cache"  # made 0700 by the probe: only its parent can be wrong
+    command = remote.probe_command(sys.executable, str(base), [])
+    done = subprocess.run(command, shell=True, capture_output=True)
+    if parent_mode & 0o1000:  # sticky, as /tmp: others cannot move what is not theirs
+        probe = remote.parse_probe("h", sys.executable, done.returncode, done.stdout, done.stderr)
+        assert probe.base == str(base)
+        return
+    with pytest.raises(RemoteEnvironmentError) as raised:
+        remote.parse_probe("h", sys.executable, done.returncode, done.stdout, done.stderr)
+    assert f"lies in {parent}, which other users can write (mode 777)" in str(raised.value)
+    from parl.cluster import cachedir
+
+    assert cachedir.unsafe_folder(str(base)) in str(raised.value)  # the agent's words
