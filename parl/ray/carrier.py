@@ -4,8 +4,8 @@
 (``ray.init`` called by the user: that Ray is left running at the end), or calls ``ray.init``
 itself (starting or joining a local Ray, or a Ray Client connection for ``ray://``) and shuts
 it down at ``parl.disconnect``. An actor asks Ray for ``num_cpus`` CPUs and ``num_gpus`` GPUs
-(``n_gpu``) when the decorator gives them, else Ray's default for actors (a CPU to place it,
-none while it runs), and for ``max_memory`` as Ray's ``memory`` resource; creation waits up to
+(``n_gpu``) when the decorator gives them, else Ray's default for actors (a node with a CPU to
+schedule it on, none held while it runs), and for ``max_memory`` as Ray's ``memory`` resource; creation waits up to
 ``slot_timeout`` seconds for Ray to place and start it.
 
 A thin adapter rather than Ray for placement plus our TCP carrier for calls: Ray already gives
@@ -138,16 +138,19 @@ class RayCarrier:
     def _not_placed(self, class_name: str, resources: dict[str, Any]) -> str:
         asked = ", ".join(f"{k}={v:g}" for k, v in resources.items() if v)
         if "num_cpus" not in resources:
-            held = "none while it runs" if "num_gpus" not in resources else "held while it runs"
-            default = f"Ray's default CPU for actors (one free to place it, {held})"
+            default = (
+                "Ray's default CPU for actors (a node with a CPU to schedule it on, none held "
+                "while it runs)"
+                if "num_gpus" not in resources
+                else "the CPU Ray holds for an actor that asks for GPUs only"
+            )
             asked = f"{asked}, and {default}" if asked else default
         total, free = ray.cluster_resources(), ray.available_resources()
         have = ", ".join(
             f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k in ("CPU", "GPU")
         )
         head = f"Ray did not start actor {class_name} within {self.slot_timeout:g} s: it asks for "
-        needs = _placement_needs(resources)
-        if all(free.get(name, 0) >= need for name, need in needs.items() if need):
+        if _placeable(resources, free, total):
             # placed, or placeable: the time went into starting its worker (a few seconds
             # with a new runtime_env), which slot_timeout counts too on Ray
             return (
@@ -353,11 +356,12 @@ def _resources(options: dict[str, Any]) -> dict[str, Any]:
     ``max_memory`` (megabytes; Ray's ``memory`` is in bytes).
 
     Only what the decorator asks for is passed: an actor that asks for nothing gets Ray's
-    default for actors, a CPU to be placed and none while it runs, so that a script runs as
-    many actors as it does on local workers (``num_cpus=1`` would hold a CPU per actor for
-    its whole life: a third actor on 2 CPUs would wait for a free one). Any CPU or GPU count
-    given, ``num_gpus=0`` included, switches Ray to holding what is asked for (and one CPU
-    unless ``num_cpus`` says otherwise) for the actor's life; ``memory`` does not."""
+    default for actors (a node with a CPU to schedule it on, none held while it runs), as a
+    plain ``@ray.remote`` actor does, so that a script runs as many actors on Ray as on local
+    workers (``num_cpus=1`` holds a CPU for the actor's whole life: a third actor on 2 CPUs
+    would wait for a free one). Any CPU or GPU count given, ``num_gpus=0`` included, makes Ray
+    hold what is asked for (and one CPU unless ``num_cpus`` says otherwise) while the actor
+    lives; ``memory`` does not."""
     resources: dict[str, Any] = {}
     num_cpus = options.get("num_cpus")
     if num_cpus is not None:
@@ -373,16 +377,17 @@ def _resources(options: dict[str, Any]) -> dict[str, Any]:
     return resources
 
 
-def _placement_needs(resources: dict[str, Any]) -> dict[str, float]:
-    """What Ray needs free on a node to place an actor with ``resources``, by resource name
-    (``CPU``, ``GPU``, ``memory``): what it asks for, and the CPU that Ray's default
-    takes to place one that asks for neither CPUs nor GPUs (Ray's actor scheduling rule)."""
-    needs = {
-        "CPU": float(resources.get("num_cpus", 0)),
-        "GPU": float(resources.get("num_gpus", 0)),
-        "memory": float(resources.get("memory", 0)),
-    }
-    if "num_cpus" not in resources:
-        # asking for nothing: placed with one CPU, run with none; for GPUs only: one held
-        needs["CPU"] = 1.0
-    return needs
+def _placeable(resources: dict[str, Any], free: dict[str, float], total: dict[str, float]) -> bool:
+    """Whether Ray could place an actor with ``resources`` now, by the cluster's totals.
+
+    What the actor holds while it runs must be free: what it asks for, and one CPU when it
+    asks for GPUs but no CPUs (Ray holds one then). One that asks for neither holds nothing,
+    and Ray only needs a node with a CPU at all to schedule it on (measured on Ray 2.60: such
+    an actor starts while every CPU is held; on a cluster of zero-CPU nodes it never does)."""
+    cpus = resources.get("num_cpus", 1 if "num_gpus" in resources else 0)
+    held = {"CPU": cpus, "GPU": resources.get("num_gpus", 0), "memory": resources.get("memory", 0)}
+    if not all(free.get(name, 0) >= need for name, need in held.items() if need):
+        return False
+    if "num_cpus" not in resources and "num_gpus" not in resources:
+        return total.get("CPU", 0) >= 1
+    return True
