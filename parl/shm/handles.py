@@ -121,6 +121,9 @@ def _scanner_class() -> type:
                     if _tensor_is_handle(obj):
                         raise _Found
                     return _skipped, ()
+                if type(obj).__module__.startswith("ray."):
+                    return _skipped, ()  # object refs, actor handles: Ray's own pickling of
+                    # them registers them with its worker, which a dry run must not do
                 return super().reducer_override(obj)
 
         _scanner = _Scanner
