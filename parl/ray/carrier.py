@@ -5,8 +5,8 @@
 itself (starting or joining a local Ray, or a Ray Client connection for ``ray://``) and shuts
 it down at ``parl.disconnect``. An actor asks Ray for ``num_cpus`` CPUs and ``num_gpus`` GPUs
 (``n_gpu``) when the decorator gives them, else Ray's default for actors (a node with a CPU to
-schedule it on, none held while it runs), and for ``max_memory`` as Ray's ``memory`` resource; creation waits up to
-``slot_timeout`` seconds for Ray to place and start it.
+schedule it on, none held while it runs), and for ``max_memory`` as Ray's ``memory``
+resource; creation waits up to ``slot_timeout`` seconds for Ray to place and start it.
 
 A thin adapter rather than Ray for placement plus our TCP carrier for calls: Ray already gives
 ordered calls per actor, futures (object refs), failure detection and a zero-copy object store
