@@ -18,28 +18,27 @@ value the handle is, for the error message.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import numpy as np
 
 from parl.errors import SHARED_HANDLE_HINT, SharedHandleError
-from parl.shm import segment
+from parl.shm.segment import existing_table
 from parl.wire.unpicklable import find_unpicklable
 
 
 def handles_here() -> bool:
     """Whether a ``parl.shm`` handle ever lived in this process (never creates the table)."""
-    table = segment._table
-    return table is not None and table.handles_seen and table.pid == os.getpid()
+    table = existing_table()
+    return table is not None and table.handles_seen
 
 
 def is_handle_memory(address: int, nbytes: int) -> bool:
     """Whether ``[address, address + nbytes)`` lies in a shared handle of this process."""
-    if not handles_here():
+    table = existing_table()
+    if table is None or not table.handles_seen:
         return False
-    table = segment.segment_table()
     found = table.find(address, max(nbytes, 1))
     return found is not None and table.is_handle(found)
 

@@ -315,6 +315,12 @@ _table: SegmentTable | None = None
 _table_lock = threading.Lock()
 
 
+def existing_table() -> SegmentTable | None:
+    """This process's table if it has made one, without making it."""
+    table = _table
+    return table if table is not None and table.pid == os.getpid() else None
+
+
 def segment_table() -> SegmentTable:
     """This process's table (a forked child gets a new, empty one)."""
     global _table
