@@ -1,8 +1,8 @@
 """Finding ``parl.shm`` handles in what is about to cross to a process that cannot share memory.
 
 A shared handle reaches a local worker as the same memory; an actor on a cluster, on SSH hosts
-or on Ray cannot map it, and a copy there would silently cut the two sides apart (the README's
-rollout buffer came back as zeros). The carriers that cannot share memory refuse a handle
+or on Ray cannot map it, and a copy there would silently cut the two sides apart (a rollout
+buffer the actor fills would stay zeros for the caller). The carriers that cannot share memory refuse a handle
 instead (:class:`parl.errors.SharedHandleError`):
 
 - the TCP carriers (cluster, SSH hosts) ask about each out-of-band buffer of a message as it is

@@ -401,7 +401,7 @@ def test_bfloat16_strided_view_of_a_handle_stays_shared():
 # -- shared handles where memory cannot be shared ---------------------------------------------
 # An actor on a cluster, on SSH hosts (test_ssh_launch.py) or on Ray cannot map this process's
 # memory: a handle sent there would arrive as a copy and the actor's writes would be lost (the
-# README's rollout buffer summed to 0.0 there). It is refused before anything is sent, with
+# README's rollout buffer would sum to 0.0). It is refused before anything is sent, with
 # what to do instead, and the actor stays usable; local workers share it.
 
 
