@@ -25,7 +25,7 @@ from parl.shm.link import ShmLink
 from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
-from tests.runtime.actors import Roller, Sampler, Sink
+from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink
 from tests.runtime.conftest import lasting_new_shm_entries, wait_until
 
 # -- allocator ----------------------------------------------------------------------------------
@@ -459,6 +459,17 @@ def test_a_handle_inside_a_value_is_refused_off_local_workers_and_named(carrier,
     )
     assert buf.min() == buf.max() == 1.0
     assert roller.total({"obs": np.ones(3)}) == 3.0
+
+
+def test_a_handle_to_a_wait_false_actor_is_refused_at_the_call_not_the_get(carrier):
+    actor = AsyncSampler()
+    buf = parl.shm.full(3, 2.0, np.float64)
+    if carrier == "local":
+        np.testing.assert_array_equal(actor.add(buf, 1.0).get(), [3.0, 3.0, 3.0])
+        return
+    with pytest.raises(parl.SharedHandleError, match=r"^argument 'a' of AsyncSampler.add\(\) is"):
+        actor.add(buf, 1.0)
+    np.testing.assert_array_equal(actor.add(np.array(buf), 1.0).get(), [3.0, 3.0, 3.0])
 
 
 def test_a_handle_as_a_constructor_argument_or_attribute(carrier):
