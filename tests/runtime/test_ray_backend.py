@@ -110,6 +110,35 @@ def test_more_actors_than_cpus_run_at_once_as_on_local_workers(on_ray):
     assert wait_until(lambda: ray.available_resources().get("CPU", 0) == cpus, timeout=10)
 
 
+THREE_ACTORS_ON_TWO_CPUS = """
+import os
+
+import ray
+
+import parl
+
+ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error")
+parl.connect("ray", slot_timeout=30)
+
+
+@parl.remote_class
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+
+workers = [Worker() for _ in range(3)]
+print("running:", len({worker.pid() for worker in workers}))
+"""
+
+
+def test_a_script_with_more_actors_than_cpus_runs_on_a_ray_of_its_own(tmp_path):
+    """The user's view: a script that runs 3 actors on local workers, a cluster or SSH hosts
+    runs them on a Ray of 2 CPUs too (with a CPU held per actor, the third would wait)."""
+    (tmp_path / "three.py").write_text(THREE_ACTORS_ON_TWO_CPUS)
+    assert "running: 3" in _run("three.py", str(tmp_path))
+
+
 def test_default_actors_start_while_every_cpu_is_held(on_ray):
     """Only actors that ask for CPUs wait for them: with every CPU held by one that asked,
     a default actor still starts (as a plain Ray actor does), and one asking for a CPU waits
