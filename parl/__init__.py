@@ -24,6 +24,7 @@ from parl.errors import (
     RemoteError,
     ResourceError,
     SerializationError,
+    SharedHandleError,
     VersionMismatchError,
     WeightsMismatchError,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "RemoteError",
     "ResourceError",
     "SerializationError",
+    "SharedHandleError",
     "VersionMismatchError",
     "WeightsMismatchError",
     "algorithms",

@@ -49,6 +49,27 @@ class SerializationError(ParlError, TypeError):
     """A value could not be pickled (also a ``TypeError``, as the call site expects)."""
 
 
+SHARED_HANDLE_HINT = (
+    "parl.shm arrays are shared only between a process and its local worker processes; this "
+    "one would cross to a process that cannot map its memory (an actor on a cluster, on SSH "
+    "hosts or on Ray, or the caller of such an actor), arrive there as a copy, and what either "
+    "side writes into it would be lost. To hand the data over once, send a copy (np.array(a)): "
+    "the other side gets an ordinary array of its own; to get results back, return them from "
+    "the method instead of writing them into a shared array"
+)
+
+
+class SharedHandleError(SerializationError):
+    """A ``parl.shm`` array (a shared handle, or a view of one) was about to cross to a process
+    that cannot share memory with this one: an actor on a cluster, on SSH hosts or on Ray
+    (as an argument, an attribute value or a constructor argument), or back from such an actor
+    (a return value). It would arrive as a copy, silently cutting the two sides apart, so it
+    is refused before anything is sent; the actor stays usable. Also a ``TypeError``."""
+
+    def __init__(self, message: str = SHARED_HANDLE_HINT) -> None:
+        super().__init__(message)
+
+
 class ActorForkedError(ParlError):
     """An actor was used in a forked child of the process that created it.
 

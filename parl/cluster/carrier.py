@@ -26,6 +26,7 @@ from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
 from parl.shm.carrier import worker_death_error
+from parl.shm.handles import HANDLES
 from parl.shm.output import write_output
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
@@ -159,7 +160,7 @@ class ClusterCarrier:
         with self._lock:
             self._live += 1
         liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
-        connection = Connection(sock, InlineLink(), liveness, label)
+        connection = Connection(sock, InlineLink(HANDLES), liveness, label)
         self._connections.add(connection)
         return connection
 

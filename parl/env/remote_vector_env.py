@@ -85,7 +85,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         transport: ``"shm"`` (shared arrays, local actors) or ``"values"`` (results returned
             by value, for carriers without shared memory); ``None`` (default) picks ``"shm"``
             for local workers and ``"values"`` after ``parl.connect`` to a cluster, SSH hosts
-            or Ray, where a shared array crosses as a copy.
+            or Ray, which cannot share memory (a ``parl.shm`` array is refused there).
 
     ``RemoteVectorEnv.make(env_id, num_envs)`` builds the envs from a registered id and picks
     the fastest form that gives the same trajectories (see :meth:`make`).
@@ -213,21 +213,25 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         self._rung = [False] * len(bells)
 
     def _allocate(self) -> dict[str, np.ndarray]:
+        # shared with local workers; with values, each actor gets a copy to step into (a
+        # parl.shm array cannot cross to a cluster, SSH hosts or Ray)
+        zeros = np.zeros if self._values else parl.shm.zeros
+
         def shared(space: gymnasium.Space, name: str) -> np.ndarray:
             if space.shape is None or space.dtype is None:
                 raise TypeError(
                     f"RemoteVectorEnv needs array {name} spaces (Box, Discrete, MultiDiscrete, "
                     f"MultiBinary), got {space}"
                 )
-            return parl.shm.zeros(space.shape, space.dtype)
+            return zeros(space.shape, space.dtype)
 
         n = self.num_envs
         return {
             "obs": shared(self.observation_space, "observation"),
             "actions": shared(self.action_space, "action"),
-            "rewards": parl.shm.zeros(n, np.float64),
-            "terminations": parl.shm.zeros(n, np.bool_),
-            "truncations": parl.shm.zeros(n, np.bool_),
+            "rewards": zeros(n, np.float64),
+            "terminations": zeros(n, np.bool_),
+            "truncations": zeros(n, np.bool_),
         }
 
     def _merge(self, per_worker: list[Infos | None]) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 ``parl.connect`` builds one per process. It joins the Ray this process already initialised
 (``ray.init`` called by the user: that Ray is left running at the end), or calls ``ray.init``
 itself (starting or joining a local Ray, or a Ray Client connection for ``ray://``) and shuts
-it down at ``parl.disconnect``. An actor asks Ray for ``num_cpus`` CPUs (default 1),
-``num_gpus`` GPUs (default ``n_gpu``) and ``max_memory`` as Ray's ``memory`` resource; creation
-waits up to ``slot_timeout`` seconds for Ray to place and start it.
+it down at ``parl.disconnect``. An actor asks Ray for ``num_cpus`` CPUs and ``num_gpus`` GPUs
+(``n_gpu``) when the decorator gives them, else Ray's default for actors (a node with a CPU to
+schedule it on, none held while it runs), and for ``max_memory`` as Ray's ``memory``
+resource; creation waits up to ``slot_timeout`` seconds for Ray to place and start it.
 
 A thin adapter rather than Ray for placement plus our TCP carrier for calls: Ray already gives
 ordered calls per actor, futures (object refs), failure detection and a zero-copy object store
@@ -135,14 +136,21 @@ class RayCarrier:
         return RayConnection(handle, label, functools.partial(self._end, local_pid))
 
     def _not_placed(self, class_name: str, resources: dict[str, Any]) -> str:
-        asked = ", ".join(f"{k}={v:g}" for k, v in resources.items() if v) or "nothing"
+        asked = ", ".join(f"{k}={v:g}" for k, v in resources.items() if v)
+        if "num_cpus" not in resources:
+            default = (
+                "Ray's default CPU for actors (a node with a CPU to schedule it on, none held "
+                "while it runs)"
+                if "num_gpus" not in resources
+                else "the CPU Ray holds for an actor that asks for GPUs only"
+            )
+            asked = f"{asked}, and {default}" if asked else default
         total, free = ray.cluster_resources(), ray.available_resources()
         have = ", ".join(
             f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k in ("CPU", "GPU")
         )
         head = f"Ray did not start actor {class_name} within {self.slot_timeout:g} s: it asks for "
-        names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}  # option -> resource
-        if all(free.get(names[k], 0) >= v for k, v in resources.items() if v):
+        if _placeable(resources, free, total):
             # placed, or placeable: the time went into starting its worker (a few seconds
             # with a new runtime_env), which slot_timeout counts too on Ray
             return (
@@ -345,14 +353,41 @@ def _kill(handle: Any) -> None:
 
 def _resources(options: dict[str, Any]) -> dict[str, Any]:
     """Ray's actor options for the decorator's ``num_cpus``, ``num_gpus``/``n_gpu`` and
-    ``max_memory`` (megabytes; Ray's ``memory`` is in bytes)."""
+    ``max_memory`` (megabytes; Ray's ``memory`` is in bytes).
+
+    Only what the decorator asks for is passed: an actor that asks for nothing gets Ray's
+    default for actors (a node with a CPU to schedule it on, none held while it runs), as a
+    plain ``@ray.remote`` actor does, so that a script runs as many actors on Ray as on local
+    workers (``num_cpus=1`` holds a CPU for the actor's whole life: a third actor on 2 CPUs
+    would wait for a free one). Any CPU or GPU count given, ``num_gpus=0`` included, makes Ray
+    hold what is asked for (and one CPU unless ``num_cpus`` says otherwise) while the actor
+    lives; ``memory`` does not."""
+    resources: dict[str, Any] = {}
     num_cpus = options.get("num_cpus")
+    if num_cpus is not None:
+        resources["num_cpus"] = num_cpus
     num_gpus = options.get("num_gpus")
-    resources: dict[str, Any] = {
-        "num_cpus": 1 if num_cpus is None else num_cpus,
-        "num_gpus": options.get("n_gpu") or 0 if num_gpus is None else num_gpus,
-    }
+    if num_gpus is None:
+        num_gpus = options.get("n_gpu") or None
+    if num_gpus is not None:
+        resources["num_gpus"] = num_gpus
     max_memory = options.get("max_memory")
     if max_memory:
         resources["memory"] = int(max_memory * 2**20)
     return resources
+
+
+def _placeable(resources: dict[str, Any], free: dict[str, float], total: dict[str, float]) -> bool:
+    """Whether Ray could place an actor with ``resources`` now, by the cluster's totals.
+
+    What the actor holds while it runs must be free: what it asks for, and one CPU when it
+    asks for GPUs but no CPUs (Ray holds one then). One that asks for neither holds nothing,
+    and Ray only needs a node with a CPU at all to schedule it on (measured on Ray 2.60: such
+    an actor starts while every CPU is held; on a cluster of zero-CPU nodes it never does)."""
+    cpus = resources.get("num_cpus", 1 if "num_gpus" in resources else 0)
+    held = {"CPU": cpus, "GPU": resources.get("num_gpus", 0), "memory": resources.get("memory", 0)}
+    if not all(free.get(name, 0) >= need for name, need in held.items() if need):
+        return False
+    if "num_cpus" not in resources and "num_gpus" not in resources:
+        return total.get("CPU", 0) >= 1
+    return True

@@ -26,8 +26,10 @@ from parl.errors import (
     ParlError,
     RemoteError,
     SerializationError,
+    SharedHandleError,
 )
 from parl.ray.host import Failed, Hiding
+from parl.shm.handles import holds_handle
 from parl.wire.caller import CallTimeout
 from parl.wire.failure import rebuild_exception
 from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR
@@ -61,6 +63,8 @@ class RayConnection:
         pickle an argument (the actor stays usable)."""
         self._check_usable()
         handle = self._handle
+        if holds_handle(payload):  # Ray would send a copy of it: refused, as on a cluster
+            raise SharedHandleError()
         try:
             if kind == CALL:
                 name, args, kwargs = payload

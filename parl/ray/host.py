@@ -19,8 +19,9 @@ import socket
 import types
 from typing import Any, NamedTuple
 
-from parl.errors import SerializationError
+from parl.errors import SerializationError, SharedHandleError
 from parl.shm.afterfork import limit_threads
+from parl.shm.handles import refuse_handles
 from parl.wire.dispatch import ClassRef
 from parl.wire.failure import ChainedFailure, failure_of
 from parl.wire.hiding import HiddenMethods
@@ -88,6 +89,10 @@ class ParlActor:
             result = getattr(self._instance, _parl_method)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - re-raised at the call site
             return _failed(exc)
+        try:  # Ray would hand the caller a copy of a parl.shm array this actor made
+            refuse_handles(result, f"the return value of {_parl_method}()")
+        except SharedHandleError as exc:
+            return _failed(exc)
         if isinstance(result, types.GeneratorType):  # Ray would stream its items instead
             return Failed(
                 failure_of(
@@ -106,6 +111,10 @@ class ParlActor:
             return _failed(exc)
         if getattr(value, "__self__", None) is self._instance and callable(value):
             return MethodRef(name)
+        try:
+            refuse_handles(value, f"attribute {name!r}")
+        except SharedHandleError as exc:
+            return _failed(exc)
         return value
 
     def stop(self) -> None:

@@ -334,7 +334,8 @@ def disconnect() -> None:
 def actors_share_memory() -> bool:
     """Whether actors created now run in local workers, which share ``parl.shm`` handles with
     this process (what an actor writes into one, this process sees). On a cluster, SSH hosts
-    or Ray a handle crosses as a copy, so results must come back as return values."""
+    or Ray a handle is refused (:class:`parl.SharedHandleError`), so results must come back
+    as return values."""
     options = _options
     return options.get("address") is None and not options.get("hosts") and not options.get("ray")
 

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
-from parl.errors import SerializationError
+from parl.errors import SerializationError, SharedHandleError
 from parl.remote.future import Future
+from parl.shm.handles import find_handle, holds_handle
 from parl.wire.caller import Connection
 from parl.wire.protocol import CALL
 from parl.wire.serialization import dumps
@@ -171,7 +172,8 @@ def submit_call(proxy: Any, conn: Connection, name: str, args: tuple, kwargs: di
 def argument_error(
     cls: type, method: str, args: tuple, kwargs: dict, exc: SerializationError
 ) -> SerializationError:
-    """Name the first argument that cannot be pickled."""
+    """Name the first argument that cannot be pickled, or that holds a ``parl.shm`` array the
+    actor cannot share (:class:`SharedHandleError`, kept as such)."""
     named: list[tuple[str, Any]]
     unbound = not isinstance(inspect.getattr_static(cls, method, None), (staticmethod, classmethod))
     try:
@@ -180,6 +182,8 @@ def argument_error(
         named = list(bound.arguments.items())[1 if unbound else 0 :]
     except (TypeError, ValueError):
         named = [(f"#{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    if isinstance(exc, SharedHandleError):
+        return _handle_error(f"{cls.__qualname__}.{method}()", named, exc)
     for arg_name, value in named:
         try:
             dumps(value)
@@ -191,3 +195,17 @@ def argument_error(
     return SerializationError(
         f"the arguments of {cls.__qualname__}.{method}() cannot be pickled: {exc}"
     )
+
+
+def _handle_error(
+    call: str, named: list[tuple[str, Any]], exc: SharedHandleError
+) -> SharedHandleError:
+    """The refusal of a ``parl.shm`` array, naming the argument that holds it."""
+    for arg_name, value in named:
+        if holds_handle(value):
+            where = find_handle(value)
+            inside = f" at {where}" if where else ""
+            return SharedHandleError(
+                f"argument {arg_name!r} of {call} is or holds a parl.shm array{inside}: {exc}"
+            )
+    return SharedHandleError(f"an argument of {call} is or holds a parl.shm array: {exc}")

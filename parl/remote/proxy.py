@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from parl.errors import ActorClosedError, SerializationError
+from parl.errors import ActorClosedError, SerializationError, SharedHandleError
 from parl.remote.context import current
 from parl.remote.methods import argument_error, make_method, proxy_methods
 from parl.wire.caller import Connection
@@ -173,6 +173,11 @@ class RemoteProxy(metaclass=ProxyType):
         conn = self._parl_conn
         try:
             call_id = conn.submit(SETATTR, (name, value))
+        except SharedHandleError as exc:
+            raise SharedHandleError(
+                f"the value for attribute {name!r} of {type(self).__name__} is or holds a "
+                f"parl.shm array: {exc}"
+            ) from None
         except SerializationError as exc:
             raise SerializationError(
                 f"the value for attribute {name!r} of {type(self).__name__} cannot be pickled "

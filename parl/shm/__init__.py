@@ -11,6 +11,10 @@ own.) ::
     buf.mean()
 
 The memory is reclaimed when the last view of it (here or in any actor) is dropped.
+
+Handles are shared with local workers only: an actor on a cluster, on SSH hosts or on Ray
+cannot map this memory, so sending it one there (or it sending one back) raises
+:class:`parl.SharedHandleError` instead of passing a copy (:mod:`parl.shm.handles`).
 """
 
 from __future__ import annotations

@@ -64,6 +64,8 @@ class Allocator:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         self._process_returned()
+        if handle:
+            self._table.handles_seen = True
         slot = max(PAGE, 1 << max(0, nbytes - 1).bit_length())
         segment, offset = self._take(slot)
         self._process_returned()  # blocks dropped while _take held the lock

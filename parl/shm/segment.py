@@ -138,6 +138,10 @@ class SegmentTable:
         self._id_base = ((self.pid & 0x3FFFFF) << 42) | (nonce << 22)
         self._counter = itertools.count(1)
         self.allocator = Allocator(self, cache_bytes)
+        # whether a parl.shm handle ever lived here (made here, or a peer's mapped shared):
+        # until then nothing sent from this process can be a handle, and the carriers that
+        # cannot share memory skip looking for one
+        self.handles_seen = False
         self._dropped_listeners: weakref.WeakSet[_DropListener] = weakref.WeakSet()
 
     # -- segments -----------------------------------------------------------------------------
@@ -192,6 +196,8 @@ class SegmentTable:
         """The shared mapping of ``segment``, or a new private one."""
         if not private and segment.shared is not None:
             return segment.shared
+        if not private and not segment.owned:
+            self.handles_seen = True  # a peer's segment is mapped shared only for handles
         mapping = Mapping(segment, private)
         with self._lock:
             if private:
@@ -307,6 +313,12 @@ def limit_error(exc: OSError, what: str) -> BaseException:
 
 _table: SegmentTable | None = None
 _table_lock = threading.Lock()
+
+
+def existing_table() -> SegmentTable | None:
+    """This process's table if it has made one, without making it."""
+    table = _table
+    return table if table is not None and table.pid == os.getpid() else None
 
 
 def segment_table() -> SegmentTable:

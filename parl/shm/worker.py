@@ -101,6 +101,7 @@ def _serve(sock: FrameSocket, threshold: int, inline: bool = False) -> int:
 
     The instance is dropped here, after stopping can no longer interrupt its ``__del__``."""
     global _serving, _stoppable
+    from parl.shm.handles import HANDLES
     from parl.shm.link import ShmLink
     from parl.shm.segment import segment_table
     from parl.wire.dispatch import serve
@@ -110,7 +111,8 @@ def _serve(sock: FrameSocket, threshold: int, inline: bool = False) -> int:
     code = 0
     try:
         _serving = _stoppable = True
-        link: Link = InlineLink() if inline else ShmLink(segment_table(), threshold)
+        # on a host of a cluster: a parl.shm array this actor made is refused on its way back
+        link: Link = InlineLink(HANDLES) if inline else ShmLink(segment_table(), threshold)
         instance = serve(sock, link)
     except BaseException as exc:  # noqa: BLE001 - how the worker ends
         _serving = _stoppable = False

@@ -13,7 +13,7 @@ import pickle
 import time
 from typing import Any, NamedTuple
 
-from parl.errors import SerializationError
+from parl.errors import SerializationError, SharedHandleError
 from parl.wire import classes, protocol
 from parl.wire.classes import ClassTable
 from parl.wire.failure import failure_of
@@ -111,7 +111,11 @@ def serve(sock: FrameSocket, link: Link) -> Any:
             if reply == RESULT_HIDING and hidden is not None:
                 hidden.not_sent()
             # a SerializationError (also a TypeError): PARL's RemoteSerializeError catches it
-            error = SerializationError(f"{what} cannot be sent back to the caller: {exc}")
+            error: SerializationError
+            if isinstance(exc, SharedHandleError):  # memory the caller cannot map
+                error = SharedHandleError(f"{what} is or holds a parl.shm array: {exc}")
+            else:
+                error = SerializationError(f"{what} cannot be sent back to the caller: {exc}")
             meta, bodies, fds = protocol.encode(ERROR, call_id, failure_of(error), link, encoder)
         if sending.defined:
             sending.finish(True)

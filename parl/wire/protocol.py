@@ -26,6 +26,7 @@ import pickle
 import struct
 from typing import Any, NamedTuple, Protocol
 
+from parl.errors import SharedHandleError
 from parl.wire.framing import Frame
 from parl.wire.serialization import Encoder, dumps, loads
 
@@ -101,17 +102,40 @@ class Link(Protocol):
         """Forget everything lent to or borrowed from the peer."""
 
 
+class HandleFinder(Protocol):
+    """Which memory of this process is a shared handle (``parl.shm``); supplied by
+    :mod:`parl.shm.handles` to the links of carriers that cannot share memory."""
+
+    def holds_handle(self, buffer: memoryview) -> bool:
+        """Whether ``buffer`` lies in a shared handle."""
+
+    def is_handle(self, address: int, nbytes: int) -> bool:
+        """Whether ``[address, address + nbytes)`` lies in a shared handle."""
+
+
 class InlineLink:
-    """A link that shares nothing: every buffer travels inline in the frame."""
+    """A link that shares nothing: every buffer travels inline in the frame.
+
+    With ``handles``, a buffer of a shared handle is refused (:class:`SharedHandleError`)
+    rather than sent as a copy that the peer would take for the shared memory itself. A strided
+    view of a handle is reported as one (:meth:`is_handle`), so that it reaches :meth:`place`
+    as the handle's own bytes instead of a contiguous copy and is refused there too."""
+
+    def __init__(self, handles: HandleFinder | None = None) -> None:
+        self._handles = handles
 
     def place(self, buffer: pickle.PickleBuffer) -> SharedRef | None:
+        handles = self._handles
+        if handles is not None and handles.holds_handle(buffer.raw()):
+            raise SharedHandleError()
         return None
 
     def stage(self, nbytes: int) -> Any:
         return None
 
     def is_handle(self, address: int, nbytes: int) -> bool:
-        return False
+        handles = self._handles
+        return handles is not None and handles.is_handle(address, nbytes)
 
     def take_attachments(self) -> tuple[list[tuple[int, int, int, int]], list[int]]:
         return [], []

@@ -563,3 +563,43 @@ class OneGpu:
 class TwoGpus:
     def visible(self):
         return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@parl.remote_class
+class Roller:
+    """The README's rollout-buffer pattern: fills an array it is given in place, or one it was
+    constructed with; makes parl.shm arrays of its own."""
+
+    def __init__(self, buf=None):
+        self.buf = buf
+
+    def rollout_into(self, buf):
+        buf[...] = np.arange(buf.size, dtype=buf.dtype).reshape(buf.shape)
+        return buf.size
+
+    def fill_own(self, value):
+        self.buf[...] = value
+
+    def fill_all(self, data, value):
+        """Fill every array in ``data``'s values (lists of them, objects with ``obs``)."""
+        parts = list(data.values())
+        while parts:
+            part = parts.pop()
+            if isinstance(part, list):
+                parts.extend(part)
+            else:
+                getattr(part, "obs", part)[...] = value
+
+    def total(self, data):
+        return float(sum(np.sum(part) for part in data.values()))
+
+    def make_shared(self, n):
+        import parl.shm
+
+        self.made = parl.shm.full(n, 7.0)
+        return self.made
+
+    def make_nested(self, n):
+        import parl.shm
+
+        return {"steps": n, "obs": [parl.shm.zeros(n)]}

@@ -21,7 +21,7 @@ import pytest
 
 from tests.runtime.conftest import wait_until
 
-NUM_CPUS = 4  # logical: test_wait_get holds 3 actors at once (the machine has 2 cores)
+NUM_CPUS = 4  # logical (the machine has 2 cores): test_ray_backend's resource tests hold them
 
 
 def require_ray():

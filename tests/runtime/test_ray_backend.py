@@ -90,8 +90,78 @@ def test_an_actor_still_starting_at_slot_timeout_is_named_so(on_ray):
     class Slow:
         pass
 
-    with pytest.raises(parl.ClusterError, match=r"num_cpus=1, .*still starting.*slot_timeout"):
+    with pytest.raises(
+        parl.ClusterError,
+        match=r"asks for Ray's default CPU for actors \(a node with a CPU to schedule it on, "
+        r"none held while it runs\), and the Ray cluster has CPU \d+ free of 4, .*still "
+        r"starting.*slot_timeout",
+    ):
         Slow()
+
+
+def test_more_actors_than_cpus_run_at_once_as_on_local_workers(on_ray):
+    """An actor that asks for no resources gets Ray's default (a CPU to place it, none while
+    it runs), as a plain ``@ray.remote`` actor does: a script with more actors than CPUs
+    runs on Ray as it does on local workers, a cluster or SSH hosts."""
+    ray = on_ray
+    cpus = ray.cluster_resources()["CPU"]
+    actors = [Sampler() for _ in range(int(cpus) + 1)]
+    assert len({actor.pid() for actor in actors}) == cpus + 1  # all running at once
+    assert wait_until(lambda: ray.available_resources().get("CPU", 0) == cpus, timeout=10)
+
+
+THREE_ACTORS_ON_TWO_CPUS = """
+import os
+
+import ray
+
+import parl
+
+ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="error")
+parl.connect("ray", slot_timeout=30)
+
+
+@parl.remote_class
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+
+workers = [Worker() for _ in range(3)]
+print("running:", len({worker.pid() for worker in workers}))
+"""
+
+
+def test_a_script_with_more_actors_than_cpus_runs_on_a_ray_of_its_own(tmp_path):
+    """The user's view: a script that runs 3 actors on local workers, a cluster or SSH hosts
+    runs them on a Ray of 2 CPUs too (with a CPU held per actor, the third would wait)."""
+    (tmp_path / "three.py").write_text(THREE_ACTORS_ON_TWO_CPUS)
+    assert "running: 3" in _run("three.py", str(tmp_path))
+
+
+def test_default_actors_start_while_every_cpu_is_held(on_ray):
+    """Only actors that ask for CPUs wait for them: with every CPU held by one that asked,
+    a default actor still starts (as a plain Ray actor does), and one asking for a CPU waits
+    and fails with what is free."""
+    parl.connect("ray", slot_timeout=2)
+
+    @parl.remote_class(num_cpus=4)
+    class Hog:
+        def ping(self):
+            return "pong"
+
+    @parl.remote_class(num_cpus=1)
+    class OneCpu:
+        pass
+
+    hog = Hog()
+    assert hog.ping() == "pong"
+    assert Sampler().pid() > 0
+    with pytest.raises(
+        parl.ClusterError, match=r"asks for num_cpus=1, and the Ray cluster has CPU 0 free of 4"
+    ):
+        OneCpu()
+    parl.close_actor(hog)
 
 
 def test_resource_options_are_checked():

@@ -3,10 +3,13 @@ handles stay handles, and the memory of closed and dead actors comes back."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -17,11 +20,12 @@ import torch
 import parl
 import parl.shm
 from parl.shm.allocator import MIN_SEGMENT
+from parl.shm.handles import HANDLES
 from parl.shm.link import ShmLink
 from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
-from tests.runtime.actors import Sampler, Sink
+from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink
 from tests.runtime.conftest import lasting_new_shm_entries, wait_until
 
 # -- allocator ----------------------------------------------------------------------------------
@@ -392,6 +396,154 @@ def test_bfloat16_strided_view_of_a_handle_stays_shared():
     finally:
         parl.close_actor(actor)
     assert (buf[:, 1] != 0).all(), buf[:2]
+
+
+# -- shared handles where memory cannot be shared ---------------------------------------------
+# An actor on a cluster, on SSH hosts (test_ssh_launch.py) or on Ray cannot map this process's
+# memory: a handle sent there would arrive as a copy and the actor's writes would be lost (the
+# README's rollout buffer would sum to 0.0). It is refused before anything is sent, with
+# what to do instead, and the actor stays usable; local workers share it.
+
+
+@dataclasses.dataclass
+class Batch:
+    obs: np.ndarray
+    steps: int = 0
+
+
+def test_the_readme_rollout_buffer_is_shared_locally_and_refused_elsewhere(carrier):
+    roller = Roller()
+    buf = parl.shm.zeros(4000, np.float64)
+    if carrier == "local":
+        assert roller.rollout_into(buf) == 4000
+        assert float(buf.sum()) == 7_998_000.0
+        return
+    with pytest.raises(parl.SharedHandleError) as info:
+        roller.rollout_into(buf)
+    message = str(info.value)
+    assert message.startswith(
+        "argument 'buf' of Roller.rollout_into() is or holds a parl.shm array: parl.shm "
+        "arrays are shared only between a process and its local worker processes"
+    ), message
+    assert "send a copy (np.array(a))" in message and "return them from the method" in message
+    assert isinstance(info.value, TypeError)  # PARL's RemoteSerializeError catches it
+    assert not buf.any()
+    # read-only use, as the message says: a copy of one's own; the actor is still usable
+    assert roller.total({"obs": np.array(buf) + 1}) == 4000.0
+
+
+@pytest.mark.parametrize(
+    ("make", "where"),
+    [
+        (lambda buf: {"obs": buf}, "the dict['obs'] (a numpy.ndarray)"),
+        (lambda buf: {"runs": [np.ones(3), buf[3]]}, "the dict['runs'][1] (a numpy.ndarray)"),
+        (lambda buf: {"column": buf[:, 1]}, "the dict['column'] (a numpy.ndarray)"),
+        (lambda buf: {"reversed": buf[::-1]}, "the dict['reversed'] (a numpy.ndarray)"),
+        (lambda buf: {"t": torch.from_numpy(buf)[:, 1]}, "the dict['t'] (a torch.Tensor)"),
+        (lambda buf: {"batch": Batch(buf)}, "the dict['batch'].obs (a numpy.ndarray)"),
+    ],
+    ids=["in-a-dict", "in-a-list", "strided-view", "reversed-view", "torch-view", "dataclass"],
+)
+def test_a_handle_inside_a_value_is_refused_off_local_workers_and_named(carrier, make, where):
+    roller = Roller()
+    buf = parl.shm.full((100, 4), 1.0, np.float64)
+    data = make(buf)
+    if carrier == "local":
+        roller.fill_all(data, 9.0)
+        assert buf.max() == 9.0  # the actor wrote into buf
+        return
+    with pytest.raises(parl.SharedHandleError) as info:
+        roller.fill_all(data, 9.0)
+    assert f"argument 'data' of Roller.fill_all() is or holds a parl.shm array at {where}:" in str(
+        info.value
+    )
+    assert buf.min() == buf.max() == 1.0
+    assert roller.total({"obs": np.ones(3)}) == 3.0
+
+
+def test_a_handle_to_a_wait_false_actor_is_refused_at_the_call_not_the_get(carrier):
+    actor = AsyncSampler()
+    buf = parl.shm.full(3, 2.0, np.float64)
+    if carrier == "local":
+        np.testing.assert_array_equal(actor.add(buf, 1.0).get(), [3.0, 3.0, 3.0])
+        return
+    with pytest.raises(parl.SharedHandleError, match=r"^argument 'a' of AsyncSampler.add\(\) is"):
+        actor.add(buf, 1.0)
+    np.testing.assert_array_equal(actor.add(np.array(buf), 1.0).get(), [3.0, 3.0, 3.0])
+
+
+def test_a_handle_as_a_constructor_argument_or_attribute(carrier):
+    buf = parl.shm.zeros(8, np.float32)
+    if carrier == "local":
+        roller = Roller(buf)
+        roller.fill_own(2.0)
+        roller.buf = buf[:4]
+        roller.fill_own(3.0)
+        np.testing.assert_array_equal(buf, [3, 3, 3, 3, 2, 2, 2, 2])
+        return
+    with pytest.raises(
+        parl.SharedHandleError,
+        match=r"^argument 'buf' of Roller.__init__\(\) is or holds a parl.shm",
+    ):
+        Roller(buf)
+    roller = Roller(np.array(buf))  # a copy of one's own
+    with pytest.raises(
+        parl.SharedHandleError,
+        match=r"^the value for attribute 'buf' of Roller is or holds a parl.shm array: ",
+    ):
+        roller.buf = buf
+    np.testing.assert_array_equal(roller.buf, np.zeros(8))  # it kept its copy
+
+
+def test_a_handle_an_actor_returns_is_shared_locally_and_refused_elsewhere(carrier):
+    roller = Roller()
+    if carrier == "local":
+        made = roller.make_shared(5)
+        assert parl.shm.is_shared(made)
+        made[:] = 1.0  # the actor's own array
+        assert float(roller.made.sum()) == 5.0
+        return
+    with pytest.raises(
+        parl.SharedHandleError,
+        match=r"^the return value of make_shared\(\) is or holds a parl.shm array",
+    ):
+        roller.make_shared(5)
+    with pytest.raises(parl.SharedHandleError, match=r"^attribute 'made' is or holds a parl.shm"):
+        roller.made  # noqa: B018 - read over the wire
+    with pytest.raises(
+        parl.SharedHandleError, match=r"^the return value of make_nested\(\) is or holds a parl"
+    ):
+        roller.make_nested(3)
+    assert roller.total({"obs": np.ones(2)}) == 2.0  # still usable
+
+
+def test_the_tcp_carriers_link_refuses_handles_and_their_views():
+    link = protocol.InlineLink(HANDLES)
+    buf = parl.shm.zeros((64, 4), np.float32)
+    for value in (buf, buf[3], buf[:, 1], buf[::-1], torch.from_numpy(buf)[:, 2], [1, {"b": buf}]):
+        with pytest.raises(parl.SharedHandleError, match="parl.shm arrays are shared only"):
+            protocol.encode(protocol.CALL, 1, value, link)
+    meta, bodies, fds = protocol.encode(protocol.CALL, 2, np.array(buf[:, 1]), link)
+    out = protocol.decode(Frame(bytearray(meta), [bytearray(b) for b in bodies], []), link)
+    np.testing.assert_array_equal(out.payload(), np.zeros(64, np.float32))
+
+
+def test_a_process_that_never_made_a_handle_skips_the_search():
+    """Carriers without shared memory look for handles only where one ever lived."""
+    code = (
+        "import numpy as np, parl.shm.handles as h; from parl.shm.link import ShmLink; "
+        "from parl.shm.segment import segment_table; from parl.wire import protocol; "
+        "protocol.encode(1, 1, np.ones(1 << 20), ShmLink(segment_table(), 0)); "
+        "assert not h.handles_here(); buf = parl.shm.zeros(3); "
+        "assert h.handles_here() and h.holds_handle([buf]) and not h.holds_handle([np.ones(3)])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import parl.shm; " + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 # -- memory of closed and dead actors ----------------------------------------------------------

@@ -311,6 +311,31 @@ def test_a_lost_host_fails_its_actors_calls_within_5_s(lab, project, tmp_path):
         parl.disconnect()
 
 
+def test_a_shared_array_is_refused_on_ssh_hosts_rather_than_copied(lab, project, tmp_path):
+    """A parl.shm array cannot reach an actor on a host (a copy there would leave the
+    README's rollout buffer zeros): it is refused, both ways, with what to do; the actor stays
+    usable."""
+    from pkg.helper import Where
+
+    parl.connect(hosts=specs(lab, tmp_path)[:1], ssh=lab.options(), linger=0)
+    try:
+        actor = Where()
+        buf = parl.shm.zeros(4000, np.float64)
+        with pytest.raises(
+            parl.SharedHandleError,
+            match=r"^argument 'a' of Where.echo\(\) is or holds a parl.shm array: .*np.array\(a\)",
+        ):
+            actor.echo(buf)
+        assert np.array_equal(actor.echo(np.array(buf) + 1), np.ones(4000))  # a copy to read
+        with pytest.raises(
+            parl.SharedHandleError, match=r"^the return value of shared\(\) is or holds a parl"
+        ):
+            actor.shared(3)
+        assert actor.twice(2) == 4
+    finally:
+        parl.disconnect()
+
+
 def test_a_tunnel_carries_calls_through_the_ssh_connection(lab, project, tmp_path):
     from pkg.helper import Where
 
