@@ -6,6 +6,14 @@ actors' output lines and exit notices arrive there). Each actor gets a TCP conne
 own, opened straight to the host agent that holds the slot and handed by it to the worker: calls
 then go point to point, with every buffer inline in the frames (no shared memory, also when
 caller and worker share a machine).
+
+The control connection to a host also watches the path to it for the actors' connections. An
+actor connection may rightly stall for as long as a method runs (its receiver leaves a large
+message unread), so it has no timeout of its own for data on its way, and a send into a lost
+network would block for the kernel's 15 minutes of retries. The control connection is always
+read at once, so it has one (about 4 s, see :mod:`parl.cluster.control`): when it is lost, every
+actor connection to that host is shut down, and their pending and later calls raise
+:class:`parl.ActorDiedError` naming the host and the lost connection.
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ from parl.wire.protocol import InlineLink
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0
 _QUIET_WAIT_S = 1.0  # a wait for a slot shorter than this is not logged
-_EXIT_WAIT_S = 1.0
+# how long an actor whose connection ended waits for its worker's exit notice, or for the
+# control connection to its host to end as well (a lost network: see death_error)
+_LOST_WAIT_S = control.USER_TIMEOUT_MS / 1000 + 2.0
 _KEEP_EXITS = 10_000
 log = logging.getLogger("parl.cluster")
 
@@ -154,6 +164,8 @@ class ClusterCarrier:
         except BaseException:
             sock.close()
             raise
+        control.allow_zero_window(sock.sock)  # an actor's connection from here on
+        channel.watch(sock)
         pid = int(answer["pid"])
         label = f"{class_name} pid={pid} on {answer.get('host')}"
         with self._lock:
@@ -343,15 +355,21 @@ class _MasterLost(ClusterError):
 
 
 class _HostChannel:
-    """The control connection to one host agent: output lines and exit notices arrive here."""
+    """The control connection to one host agent: output lines and exit notices arrive here.
+    When it ends without ``close`` (the agent was stopped or killed, its machine went down,
+    the network to it failed) it is ``lost``, and it shuts down the actor connections it
+    watches."""
 
     def __init__(self, sock: FrameSocket, hello: control.Message, what: str) -> None:
         self.what = what
         self.closed = False
+        self.lost: BaseException | None = None  # why the connection ended (None: closed)
+        self._closing = False
         self._sock = sock
         self._send_lock = threading.Lock()
         self._exits: dict[int, int | None] = {}
         self._changed = threading.Condition()
+        self._watched: weakref.WeakSet[FrameSocket] = weakref.WeakSet()
         try:
             self.welcome = control.request(sock, hello, what, 10.0)
         except BaseException:
@@ -361,6 +379,7 @@ class _HostChannel:
         self._reader.start()
 
     def _read(self) -> None:
+        ended: BaseException = EOFError("the host agent closed the connection")
         try:
             while True:
                 message = control.recv(self._sock)
@@ -374,21 +393,42 @@ class _HostChannel:
                         if len(self._exits) > _KEEP_EXITS:  # of actors closed long ago
                             del self._exits[next(iter(self._exits))]
                         self._changed.notify_all()
-        except (OSError, ValueError, KeyError):
-            pass
+        except (OSError, ValueError, KeyError) as exc:
+            ended = exc
         finally:
             with self._changed:
+                if not self._closing:
+                    self.lost = ended
                 self.closed = True
+                watched = list(self._watched)
                 self._changed.notify_all()
             self._sock.close()
+            for sock in watched:
+                _shutdown_only(sock)
+
+    def watch(self, sock: FrameSocket) -> None:
+        """Shut ``sock`` (an actor connection to this host) down when this connection is
+        lost; at once if it is already."""
+        with self._changed:
+            if not self.closed:
+                self._watched.add(sock)
+                return
+            lost = self.lost is not None
+        if lost:
+            _shutdown_only(sock)
 
     def exited(self, pid: int) -> bool:
         return pid in self._exits or self.closed
 
-    def exit_code(self, pid: int, timeout: float) -> int | None:
+    def exit_notice(self, pid: int, timeout: float) -> tuple[bool, int | None]:
+        """``(True, exit status)`` once the agent's notice that worker ``pid`` ended is here
+        (the status None when the agent could not read it); ``(False, None)`` when this
+        connection ended first or ``timeout`` seconds passed."""
         with self._changed:
             self._changed.wait_for(lambda: self.exited(pid), timeout)
-            return self._exits.pop(pid, None)
+            if pid in self._exits:
+                return True, self._exits.pop(pid)
+            return False, None
 
     def stop(self, pid: int) -> None:
         """Have the host agent stop worker ``pid`` (SIGTERM: a busy method is interrupted).
@@ -403,6 +443,8 @@ class _HostChannel:
             self._send_lock.release()
 
     def close(self) -> None:
+        with self._changed:
+            self._closing = True
         _shutdown(self._sock)
         if self._reader is not threading.current_thread():
             self._reader.join(5.0)
@@ -434,14 +476,24 @@ class _RemoteWorker:
         return not self._channel.exited(self.pid)
 
     def death_error(self) -> ParlError:
-        if self._channel.closed and not self._channel.exited(self.pid):
+        """The worker's exit as its host agent reported it; else, when the control connection
+        to the agent ended first, the lost connection. The notice of a worker that ended comes
+        within milliseconds of its connection's end; a connection that ended because the
+        network failed is followed by the control connection's end within its own timeout
+        (the longer wait here is only for that case)."""
+        channel = self._channel
+        noticed, code = channel.exit_notice(self.pid, _LOST_WAIT_S)
+        if noticed:
+            return worker_death_error(self._label, code, self._max_memory)
+        if channel.lost is not None:
             return ActorDiedError(
-                f"actor {self._label} is gone: the connection to {self._channel.what} was "
-                "lost; create a new actor"
+                f"actor {self._label} is gone: the connection to {channel.what} was lost "
+                f"({_reason(channel.lost)}): the host agent was stopped or killed, its machine "
+                "went down or the network to it failed; this is not the worker exiting. Check "
+                "the host (`xparl status` lists the hosts the master still has), then create a "
+                "new actor"
             )
-        return worker_death_error(
-            self._label, self._channel.exit_code(self.pid, _EXIT_WAIT_S), self._max_memory
-        )
+        return worker_death_error(self._label, None, self._max_memory)
 
     def close(self) -> None:
         if self._closed:
@@ -449,6 +501,26 @@ class _RemoteWorker:
         self._closed = True
         self._channel.stop(self.pid)
         self._carrier._actor_gone()
+
+
+def _reason(exc: BaseException) -> str:
+    """How a control connection ended, in a few words."""
+    if isinstance(exc, TimeoutError):
+        return "no answer from the host within the connection's timeout"
+    if isinstance(exc, EOFError):
+        return "the host agent's end closed"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def _shutdown_only(sock: FrameSocket) -> None:
+    """Wake every thread blocked on ``sock`` (it errors out), without closing it: its owner
+    closes it."""
+    try:
+        sock.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _shutdown(sock: FrameSocket) -> None:
