@@ -88,6 +88,7 @@ class Connection:
         self._encoder = Encoder(link, self._sending)
         self._spin = Spin(SPIN_S)  # how long to spin for a reply (under the receive lock)
         self._failure: ParlError | None = None
+        self._fail_lock = threading.Lock()
         self._closed = False
         live_fd = liveness.fileno()
         self._sock_fd = sock.fileno()
@@ -409,9 +410,14 @@ class Connection:
 
     def _fail_from_peer(self, exc: BaseException | None) -> None:
         if self._failure is None:
-            self._failure = self._liveness.death_error()
-            if exc is not None and not isinstance(exc, ParlError):
-                self._failure.__cause__ = exc
+            # one thread asks the liveness (a reader and a sender can find the end together;
+            # the exit status is read once, and the error each raises is the same)
+            with self._fail_lock:
+                if self._failure is None:
+                    failure = self._liveness.death_error()
+                    if exc is not None and not isinstance(exc, ParlError):
+                        failure.__cause__ = exc
+                    self._failure = failure
         self._let_go()
 
     def _let_go(self) -> None:
