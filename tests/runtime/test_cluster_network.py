@@ -248,3 +248,43 @@ def test_a_sender_blocked_on_an_actor_whose_death_another_thread_finds_gets_acto
     sender.join(30)
     assert not sender.is_alive(), "the sender still blocks on a dead actor"
     assert isinstance(outcome.get("error"), parl.ActorDiedError), outcome
+
+
+def test_a_lost_master_fails_a_new_actor_within_seconds_and_leaves_the_actors_working(
+    tmp_path, monkeypatch
+):
+    """The caller's connection to a master on a machine that the network lost: asking it for
+    a slot fails with ClusterError within seconds (not after the placement's own timeout),
+    and actors already made go on, as calls never pass through the master."""
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    with Network() as net:
+        master, agent = net.machine("master"), net.machine("agent")
+        env = dict(os.environ, HOME=str(tmp_path / "home"), PARL_CLUSTER_SECRET=clusters.SECRET)
+        argv = [sys.executable, "-m", "parl.cluster.cli", "start", "--port", "8010"]
+        done = master.run(
+            [*argv, "--host", master.address, "--cpu_num", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"xparl start failed: {done.stdout}{done.stderr}"
+        address = f"{master.address}:8010"
+        start_agent(agent, address, str(tmp_path / "agent-home"))
+        parl.connect(address, linger=0)
+        try:
+            mover = Mover()
+            assert mover.nbytes(np.ones(10, np.uint8)).get(timeout=60) == 10
+            master.cut()
+            cut = time.monotonic()
+            with pytest.raises(parl.ClusterError, match=f"the master at {address}") as info:
+                Mover()
+            took = time.monotonic() - cut
+            print(f"creating an actor failed {took:.1f} s after the cut: {info.value!r}")
+            assert took < 30
+            assert mover.nbytes(np.ones(10, np.uint8)).get(timeout=60) == 10
+        finally:
+            master.restore()
+            gc.collect()
+            parl.disconnect()
+            parl.connect(linger=0)
