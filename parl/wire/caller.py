@@ -426,10 +426,11 @@ class Connection:
         link and the liveness unless a thread is sending. Closing under a sender would pull
         its descriptor away between two ``sendmsg`` calls (EBADF, or worse, another file that
         took the same number); that sender closes them as it leaves ``submit`` instead."""
-        try:
-            self._sock.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # not connected any more, or closed already
+        if self._pid == os.getpid():  # (a forked child's shutdown would end the parent's)
+            try:
+                self._sock.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected any more, or closed already
         self._finalize_later()
 
     def _finalize_later(self) -> None:

@@ -129,9 +129,9 @@ def test_a_large_argument_on_its_way_fails_within_seconds_when_the_network_is_lo
     # free (the worker of a caller it lost was stopped)
     assert wait_until(lambda: far.hosts() == [], timeout=30), "the master kept a lost host"
     agent.restore()
-    assert wait_until(
-        lambda: [h["used"] for h in far.hosts()] == [0], timeout=30
-    ), f"the agent did not register again: {far.hosts()}"
+    assert wait_until(lambda: [h["used"] for h in far.hosts()] == [0], timeout=30), (
+        f"the agent did not register again: {far.hosts()}"
+    )
     again = Mover()
     assert again.nbytes(np.ones(10, np.uint8)).get(timeout=60) == 10
 
