@@ -1,8 +1,11 @@
-"""A cluster whose host agent is another machine (a network namespace), reached over a
-100 Mbit/s link that the tests cut in the middle of a transfer. A lost network fails the call
-within seconds with :class:`parl.ActorDiedError` naming the host and the lost connection (no
-hang for the kernel's minutes of retries, no raw ``OSError``), in both directions; the master
-drops the host, which registers again once the link is back."""
+"""Lost networks. A cluster whose host agent is another machine (a network namespace), reached
+over a 100 Mbit/s link that the tests cut in the middle of a transfer: the call fails within
+seconds with :class:`parl.ActorDiedError` naming the host and the lost connection (no hang for
+the kernel's minutes of retries, no raw ``OSError``), in both directions; the master drops the
+host, which registers again once the link is back; a lost master fails a new actor within
+seconds. On loopback: a busy actor's zero window outlasts the timeout that ends lost
+connections, and a sender blocked on an actor that another thread finds dead gets its error.
+"""
 
 from __future__ import annotations
 
