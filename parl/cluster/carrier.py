@@ -34,7 +34,7 @@ from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
 from parl.shm.carrier import worker_death_error
-from parl.shm.output import write_output
+from parl.shm.output import BackgroundWriter
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
@@ -370,6 +370,8 @@ class _HostChannel:
         self._exits: dict[int, int | None] = {}
         self._changed = threading.Condition()
         self._watched: weakref.WeakSet[FrameSocket] = weakref.WeakSet()
+        # the terminal never holds up the reader (an unread connection counts as lost)
+        self._output = BackgroundWriter()
         try:
             self.welcome = control.request(sock, hello, what, 10.0)
         except BaseException:
@@ -386,7 +388,7 @@ class _HostChannel:
                 if message is None:
                     break
                 if message["op"] == "output":
-                    write_output(str(message.get("stream")), str(message.get("text", "")))
+                    self._output.put(str(message.get("stream")), str(message.get("text", "")))
                 elif message["op"] == "exited":
                     with self._changed:
                         self._exits[int(message["pid"])] = message.get("code")
@@ -403,6 +405,7 @@ class _HostChannel:
                 watched = list(self._watched)
                 self._changed.notify_all()
             self._sock.close()
+            self._output.close()
             for sock in watched:
                 _shutdown_only(sock)
 

@@ -29,7 +29,8 @@ CONNECT_TIMEOUT_S = 5.0
 # TCP_USER_TIMEOUT also ends a healthy connection whose receiver is busy and leaves a large
 # message unread (a zero window) for that long: Linux counts the time since the window
 # closed, answered window probes or not (measured on 6.18). So only control connections,
-# whose receivers always read at once, get it (``tune``). An actor's connection keeps a zero
+# whose receivers always read at once, get it (``tune``; a caller writes its actors' output
+# on a thread of its own, so a terminal that takes none holds up no reader). An actor's connection keeps a zero
 # window as long as its actor is busy (``allow_zero_window``); the caller's control connection
 # to the same host agent watches the path for it: when that connection is lost, the carrier
 # ends the host's actor connections (see parl.cluster.carrier).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ import pytest
 
 import parl
 from parl.cluster import control
+from parl.shm.output import BackgroundWriter
 from tests.runtime import cluster as clusters
 from tests.runtime.actors import Mover
 from tests.runtime.conftest import wait_until
@@ -291,3 +293,78 @@ def test_a_lost_master_fails_a_new_actor_within_seconds_and_leaves_the_actors_wo
             gc.collect()
             parl.disconnect()
             parl.connect(linger=0)
+
+
+QUIET_TERMINAL = """
+import sys
+import parl
+from tests.runtime.actors import Talker
+
+parl.connect(sys.argv[1], linger=0)
+talker = Talker()
+talker.shout(300, 100_000).get(timeout=120)  # 30 MB of lines to a stdout nobody reads
+with open(sys.argv[2], "w") as f:
+    f.write(str(talker.value().get(timeout=30)))
+"""
+
+
+def test_a_caller_whose_terminal_takes_no_output_keeps_its_actors(on_cluster, tmp_path):
+    """The control connection that brings the actors' lines is read at once whatever the
+    terminal does (a connection left unread for seconds would count as lost): lines the
+    terminal cannot take are kept up to a limit, then dropped, with a note."""
+    script, result = tmp_path / "quiet.py", tmp_path / "result"
+    script.write_text(QUIET_TERMINAL)
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    caller = subprocess.Popen(
+        [sys.executable, str(script), on_cluster.address, str(result)],
+        stdout=subprocess.PIPE,  # read by nobody until the end: a stalled terminal
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert wait_until(result.exists, timeout=120), "the actor did not finish its lines"
+        _, err = caller.communicate(timeout=60)
+    finally:
+        caller.kill()
+        caller.wait()
+    assert result.read_text() == "42", err
+
+
+class _StalledTerminal:
+    """A stdout that takes nothing until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.writing = threading.Event()  # a write waits
+        self.go = threading.Event()
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.writing.set()
+        self.go.wait(30)
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_lines_a_stalled_terminal_cannot_take_wait_up_to_a_limit_then_are_dropped(
+    monkeypatch, capsys
+):
+    terminal = _StalledTerminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    writer = BackgroundWriter(backlog=100)
+    lines = [f"line {i:02d} {'x' * 30}\n" for i in range(10)]  # 39 characters each
+    writer.put("stdout", lines[0])
+    assert terminal.writing.wait(30)  # the writer holds the first line, the terminal stalls
+    for line in lines[1:]:
+        writer.put("stdout", line)  # two fit in the backlog of 100, seven are dropped
+    terminal.go.set()
+    writer.close()
+    assert writer._thread is not None
+    writer._thread.join(30)
+    assert terminal.text == "".join(lines[:3])
+    note = capsys.readouterr().err
+    dropped = sum(len(line) for line in lines[3:])
+    assert f"(parl: {dropped} characters of actors' output were dropped" in note, note
