@@ -190,14 +190,23 @@ class ClusterCarrier:
 
     def _place(self, n_gpu: int = 0) -> control.Message:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
-        master that went away (and maybe came back: a restart) is connected to once more."""
+        master that went away (and maybe came back: a restart) is connected to once more; one
+        that stopped answering (its machine or the network to it is gone) is an error at once,
+        and the next placement connects again."""
         with self._master_lock:
             if self._closed:
                 raise ClusterError(f"the connection to {self._what} is closed")
             try:
                 return self._ask_for_slot(n_gpu)
-            except _MasterLost:
+            except _MasterLost as exc:
                 _shutdown(self._master)
+                if isinstance(exc.__cause__, TimeoutError):
+                    raise ClusterError(
+                        f"lost the connection to {self._what}: no answer within "
+                        f"{control.USER_TIMEOUT_MS / 1000:g} s (its machine is down or the "
+                        "network to it failed); check the master (`xparl status` there) and "
+                        "the network, then try again"
+                    ) from None
             log.warning("lost the connection to %s: connecting again", self._what)
             self._master = self._dial_master()  # "cannot reach the master ...": a clear end
             try:

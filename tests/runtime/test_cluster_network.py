@@ -260,7 +260,8 @@ def test_a_lost_master_fails_a_new_actor_within_seconds_and_leaves_the_actors_wo
 ):
     """The caller's connection to a master on a machine that the network lost: asking it for
     a slot fails with ClusterError within seconds (not after the placement's own timeout),
-    and actors already made go on, as calls never pass through the master."""
+    actors already made go on, as calls never pass through the master, and once the link is
+    back the next placement connects to the master again."""
     monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
     with Network() as net:
         master, agent = net.machine("master"), net.machine("agent")
@@ -288,6 +289,10 @@ def test_a_lost_master_fails_a_new_actor_within_seconds_and_leaves_the_actors_wo
             print(f"creating an actor failed {took:.1f} s after the cut: {info.value!r}")
             assert took < 30
             assert mover.nbytes(np.ones(10, np.uint8)).get(timeout=60) == 10
+            master.restore()
+            parl.close_actor(mover)  # its slot comes back to the master
+            again = Mover()  # the next placement connects to the master again
+            assert again.nbytes(np.ones(10, np.uint8)).get(timeout=60) == 10
         finally:
             master.restore()
             gc.collect()
