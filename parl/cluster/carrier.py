@@ -142,7 +142,9 @@ class ClusterCarrier:
     ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
-        what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
+        # an SSH host's name in its hosts file: its agent's address may be a tunnel's end here
+        of = f" of {grant['label']}" if grant.get("label") else ""
+        what = f"the host agent{of} at {where[0]}:{where[1]} ({grant.get('hostname')})"
         channel = self._channel(where, what, grant["token"])
         sock = control.dial(where, self._secret, what, self.max_frame)
         request = {
@@ -501,9 +503,8 @@ class _RemoteWorker:
             return ActorDiedError(
                 f"actor {self._label} is gone: the connection to {channel.what} was lost "
                 f"({_reason(channel.lost)}): the host agent was stopped or killed, its machine "
-                "went down or the network to it failed; this is not the worker exiting. Check "
-                "the host (`xparl status` lists the hosts the master still has), then create a "
-                "new actor"
+                "went down or the network to it failed (not an exit of the worker); check the "
+                "host and the network to it, then create a new actor"
             )
         return worker_death_error(self._label, None, self._max_memory)
 
@@ -520,7 +521,7 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer from the host within the connection's timeout"
     if isinstance(exc, EOFError):
-        return "the host agent's end closed"
+        return "closed from the host's side"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__

@@ -355,8 +355,9 @@ class _StalledTerminal:
 
 
 def test_lines_a_stalled_terminal_cannot_take_wait_up_to_a_limit_then_are_dropped(
-    monkeypatch, capsys
+    capsys, monkeypatch
 ):
+    # (capsys first: monkeypatch gives sys.stdout back to capsys, which gives it back)
     terminal = _StalledTerminal()
     monkeypatch.setattr(sys, "stdout", terminal)
     writer = BackgroundWriter(backlog=100)
