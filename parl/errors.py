@@ -29,7 +29,9 @@ class RemoteError(ParlError):
 
 
 class ActorDiedError(RemoteError):
-    """The actor's worker process ended; every pending and later call on the actor raises this."""
+    """The actor is gone: its worker process ended (the message gives the exit status or
+    signal), or the connection to its host was lost (the message names the host); every
+    pending and later call on the actor raises this."""
 
 
 class ActorMemoryError(ActorDiedError):

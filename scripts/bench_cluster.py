@@ -1,8 +1,10 @@
 """The cluster's TCP carrier against baselines of the same run: small calls, futures on two
-actors, a 128 MiB array, and what an idle cluster costs.
+actors, a 128 MiB array, 128 MiB to a host agent on another network namespace, and what an
+idle cluster costs.
 
     python scripts/bench_cluster.py            # starts a throwaway cluster on loopback
     python scripts/bench_cluster.py --calls 2000
+    python scripts/bench_cluster.py --veth_only  # only the row of the other namespace
 
 Baselines: a ``multiprocessing.connection`` Client/Listener round trip over loopback TCP (the
 floor for a call to another process over TCP, with its HMAC authentication done once), and
@@ -10,6 +12,11 @@ this project's local carrier (a Unix socket with shared memory). The cluster run
 ``HOME`` with a secret in ``PARL_CLUSTER_SECRET``, and is stopped at the end. The idle cluster
 (master plus a host agent with 2 slots, no actor yet) is measured right after ``xparl start``:
 its processes and their total resident memory.
+
+The other namespace (root only; without root the row says it is skipped, and why): a network
+namespace joined to this one by a veth pair, a host agent in it and a master here (a cluster of
+its own); a call whose argument is 128 MiB against a plain socket that sends 128 MiB to a
+process in the same namespace over the same link, each waiting for a one-byte answer.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ class Echo:
 
     def echo(self, a: np.ndarray) -> np.ndarray:
         return a
+
+    def size(self, a: np.ndarray) -> int:
+        return int(a.nbytes)
 
 
 @parl.remote_class(wait=False)
@@ -165,11 +175,14 @@ def ping(family: int) -> Iterator[Callable[[], object]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def timings(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
-    """Seconds per call of each, the median of ``rounds`` rounds of ``n`` calls; the rounds
-    of all of them are interleaved, so that a change in the machine's load hits each alike."""
+def timings(
+    calls: dict[str, Callable[[], object]], n: int, rounds: int, warmup: int = 200
+) -> dict[str, float]:
+    """Seconds per call of each, the median of ``rounds`` rounds of ``n`` calls after
+    ``warmup`` calls; the rounds of all of them are interleaved, so that a change in the
+    machine's load hits each alike."""
     for call in calls.values():
-        for _ in range(200):
+        for _ in range(warmup):
             call()
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
@@ -197,6 +210,111 @@ def _xparl(env: dict[str, str], *args: str) -> str:
     ).stdout
 
 
+_SINK = """
+import socket, sys
+size = int(sys.argv[2])
+with socket.create_server((sys.argv[1], 0)) as server:
+    print(server.getsockname()[1], flush=True)
+    conn, _ = server.accept()
+    buf = memoryview(bytearray(size))
+    while True:
+        have = 0
+        while have < size:
+            got = conn.recv_into(buf[have:])
+            if not got:
+                sys.exit(0)
+            have += got
+        conn.sendall(b"k")
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def other_namespace() -> Iterator[tuple[list[str], str, str]]:
+    """A network namespace joined to this one by a veth pair (no shaping): the argv prefix
+    that runs a command in it, this side's address and its address. Everything in it is
+    killed and it is deleted at the end."""
+    tag = os.getpid()
+    name, near, far = f"parl-bench-{tag}", f"pbh{tag}", f"pbn{tag}"
+    here, there = f"10.201.{tag % 250}.1", f"10.201.{tag % 250}.2"
+    _ip("netns", "add", name)
+    try:
+        _ip("link", "add", near, "type", "veth", "peer", "name", far)
+        _ip("link", "set", far, "netns", name)
+        _ip("addr", "add", f"{here}/24", "dev", near)
+        _ip("link", "set", near, "up")
+        _ip("-n", name, "addr", "add", f"{there}/24", "dev", far)
+        _ip("-n", name, "link", "set", far, "up")
+        _ip("-n", name, "link", "set", "lo", "up")
+        yield ["ip", "netns", "exec", name], here, there
+    finally:
+        listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+        for pid in listed.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
+        subprocess.run(["ip", "link", "del", near], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def veth_row(rounds: int) -> list[str]:
+    """The lines of the other namespace's row: 128 MiB to a host agent there against a plain
+    socket, or why the row is skipped."""
+    title = f"{'128 MiB to another network namespace (veth)':42s} {'GB/s':>8s} {'ratio':>8s}"
+    if os.geteuid() != 0:
+        return [title, "  skipped: a network namespace needs root (run this script as root)"]
+    if shutil.which("ip") is None:
+        return [title, "  skipped: no `ip` command (iproute2) to make a network namespace"]
+    home = tempfile.mkdtemp(prefix="parl-bench-veth-")
+    secret = os.environ["PARL_CLUSTER_SECRET"]
+    env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
+    array = np.ones(BIG, np.uint8)
+    with other_namespace() as (inside, here, there):
+        sink = subprocess.Popen(
+            [*inside, sys.executable, "-c", _SINK, there, str(BIG)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert sink.stdout is not None
+        port = int(sink.stdout.readline())
+        with socket.socket() as probe:
+            probe.bind((here, 0))
+            master = probe.getsockname()[1]
+        _xparl(env, "start", "--port", str(master), "--host", here, "--cpu_num", "0")
+        try:
+            agent_env = dict(env, HOME=os.path.join(home, "agent"))
+            subprocess.run(
+                [*inside, sys.executable, "-m", "parl.cluster.cli", "connect"]
+                + ["--address", f"{here}:{master}", "--host", there, "--cpu_num", "1"],
+                env=agent_env,
+                check=True,
+                capture_output=True,
+            )
+            parl.connect(f"{here}:{master}")
+            far = Echo()
+            with socket.create_connection((there, port)) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+                def raw() -> None:
+                    sock.sendall(array)
+                    sock.recv(1)
+
+                got = timings({"raw": raw, "far": lambda: far.size(array)}, 1, rounds, warmup=2)
+            parl.close_actor(far)
+            parl.disconnect()
+        finally:
+            _xparl(env, "stop", "--port", str(master))
+            sink.kill()
+            sink.wait()
+            shutil.rmtree(home, ignore_errors=True)
+    lines = [title]
+    for name, label in (("raw", "plain socket, sendall"), ("far", "cluster actor, one call")):
+        lines.append(f"{label:42s} {BIG / got[name] / 1e9:8.2f} {got['raw'] / got[name]:8.2f}")
+    return lines
+
+
 def _idle_cluster(home: str) -> tuple[int, int]:
     """(processes, total RSS in bytes) of the cluster's daemons and their children."""
     folder = os.path.join(home, ".parl", "clusters")
@@ -212,11 +330,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--veth_only", action="store_true", help="only 128 MiB to another network namespace"
+    )
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="parl-bench-home-")
     secret = secrets.token_hex(32)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
     os.environ["PARL_CLUSTER_SECRET"] = secret
+    if args.veth_only:
+        shutil.rmtree(home, ignore_errors=True)
+        print("\n".join(veth_row(args.rounds)))
+        return
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -299,6 +424,7 @@ def main() -> None:
     for name, label in (("raw", "plain socket, sendall/recv_into"), ("tcp", "cluster actor")):
         rate = 2 * BIG / big[name] / 1e9
         print(f"{label:42s} {rate:8.2f} {big['raw'] / big[name]:8.2f}")
+    print("\n".join(veth_row(args.rounds)))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,14 @@ actors' output lines and exit notices arrive there). Each actor gets a TCP conne
 own, opened straight to the host agent that holds the slot and handed by it to the worker: calls
 then go point to point, with every buffer inline in the frames (no shared memory, also when
 caller and worker share a machine).
+
+The control connection to a host also watches the path to it for the actors' connections. An
+actor connection may rightly stall for as long as a method runs (its receiver leaves a large
+message unread), so it has no timeout of its own for data on its way, and a send into a lost
+network would block for the kernel's 15 minutes of retries. The control connection is always
+read at once, so it has one (about 4 s, see :mod:`parl.cluster.control`): when it is lost, every
+actor connection to that host is shut down, and their pending and later calls raise
+:class:`parl.ActorDiedError` naming the host and the lost connection.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
 from parl.shm.carrier import worker_death_error
 from parl.shm.handles import HANDLES
-from parl.shm.output import write_output
+from parl.shm.output import BackgroundWriter
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
@@ -38,7 +46,9 @@ from parl.wire.protocol import InlineLink
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0
 _QUIET_WAIT_S = 1.0  # a wait for a slot shorter than this is not logged
-_EXIT_WAIT_S = 1.0
+# how long an actor whose connection ended waits for its worker's exit notice, or for the
+# control connection to its host to end as well (a lost network: see death_error)
+_LOST_WAIT_S = control.USER_TIMEOUT_MS / 1000 + 2.0
 _KEEP_EXITS = 10_000
 log = logging.getLogger("parl.cluster")
 
@@ -133,7 +143,9 @@ class ClusterCarrier:
     ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
-        what = f"the host agent at {where[0]}:{where[1]} ({grant.get('hostname')})"
+        # an SSH host's name in its hosts file: its agent's address may be a tunnel's end here
+        of = f" of {grant['label']}" if grant.get("label") else ""
+        what = f"the host agent{of} at {where[0]}:{where[1]} ({grant.get('hostname')})"
         channel = self._channel(where, what, grant["token"])
         sock = control.dial(where, self._secret, what, self.max_frame)
         request = {
@@ -155,6 +167,8 @@ class ClusterCarrier:
         except BaseException:
             sock.close()
             raise
+        control.allow_zero_window(sock.sock)  # an actor's connection from here on
+        channel.watch(sock)
         pid = int(answer["pid"])
         label = f"{class_name} pid={pid} on {answer.get('host')}"
         with self._lock:
@@ -179,14 +193,23 @@ class ClusterCarrier:
 
     def _place(self, n_gpu: int = 0) -> control.Message:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
-        master that went away (and maybe came back: a restart) is connected to once more."""
+        master that went away (and maybe came back: a restart) is connected to once more; one
+        that stopped answering (its machine or the network to it is gone) is an error at once,
+        and the next placement connects again."""
         with self._master_lock:
             if self._closed:
                 raise ClusterError(f"the connection to {self._what} is closed")
             try:
                 return self._ask_for_slot(n_gpu)
-            except _MasterLost:
+            except _MasterLost as exc:
                 _shutdown(self._master)
+                if isinstance(exc.__cause__, TimeoutError):
+                    raise ClusterError(
+                        f"lost the connection to {self._what}: no answer within "
+                        f"{control.USER_TIMEOUT_MS / 1000:g} s (its machine is down or the "
+                        "network to it failed); check the master (`xparl status` there) and "
+                        "the network, then try again"
+                    ) from None
             log.warning("lost the connection to %s: connecting again", self._what)
             self._master = self._dial_master()  # "cannot reach the master ...": a clear end
             try:
@@ -344,15 +367,23 @@ class _MasterLost(ClusterError):
 
 
 class _HostChannel:
-    """The control connection to one host agent: output lines and exit notices arrive here."""
+    """The control connection to one host agent: output lines and exit notices arrive here.
+    When it ends without ``close`` (the agent was stopped or killed, its machine went down,
+    the network to it failed) it is ``lost``, and it shuts down the actor connections it
+    watches."""
 
     def __init__(self, sock: FrameSocket, hello: control.Message, what: str) -> None:
         self.what = what
         self.closed = False
+        self.lost: BaseException | None = None  # why the connection ended (None: closed)
+        self._closing = False
         self._sock = sock
         self._send_lock = threading.Lock()
         self._exits: dict[int, int | None] = {}
         self._changed = threading.Condition()
+        self._watched: weakref.WeakSet[FrameSocket] = weakref.WeakSet()
+        # the terminal never holds up the reader (an unread connection counts as lost)
+        self._output = BackgroundWriter()
         try:
             self.welcome = control.request(sock, hello, what, 10.0)
         except BaseException:
@@ -362,34 +393,57 @@ class _HostChannel:
         self._reader.start()
 
     def _read(self) -> None:
+        ended: BaseException = EOFError("the host agent closed the connection")
         try:
             while True:
                 message = control.recv(self._sock)
                 if message is None:
                     break
                 if message["op"] == "output":
-                    write_output(str(message.get("stream")), str(message.get("text", "")))
+                    self._output.put(str(message.get("stream")), str(message.get("text", "")))
                 elif message["op"] == "exited":
                     with self._changed:
                         self._exits[int(message["pid"])] = message.get("code")
                         if len(self._exits) > _KEEP_EXITS:  # of actors closed long ago
                             del self._exits[next(iter(self._exits))]
                         self._changed.notify_all()
-        except (OSError, ValueError, KeyError):
-            pass
+        except (OSError, ValueError, KeyError) as exc:
+            ended = exc
         finally:
             with self._changed:
+                if not self._closing:
+                    self.lost = ended
                 self.closed = True
+                watched = list(self._watched)
                 self._changed.notify_all()
             self._sock.close()
+            self._output.close()
+            for sock in watched:
+                _shutdown_only(sock)
+
+    def watch(self, sock: FrameSocket) -> None:
+        """Shut ``sock`` (an actor connection to this host) down when this connection is
+        lost; at once if it is already."""
+        with self._changed:
+            if not self.closed:
+                self._watched.add(sock)
+                return
+            lost = self.lost is not None
+        if lost:
+            _shutdown_only(sock)
 
     def exited(self, pid: int) -> bool:
         return pid in self._exits or self.closed
 
-    def exit_code(self, pid: int, timeout: float) -> int | None:
+    def exit_notice(self, pid: int, timeout: float) -> tuple[bool, int | None]:
+        """``(True, exit status)`` once the agent's notice that worker ``pid`` ended is here
+        (the status None when the agent could not read it); ``(False, None)`` when this
+        connection ended first or ``timeout`` seconds passed."""
         with self._changed:
             self._changed.wait_for(lambda: self.exited(pid), timeout)
-            return self._exits.pop(pid, None)
+            if pid in self._exits:
+                return True, self._exits.pop(pid)
+            return False, None
 
     def stop(self, pid: int) -> None:
         """Have the host agent stop worker ``pid`` (SIGTERM: a busy method is interrupted).
@@ -404,6 +458,8 @@ class _HostChannel:
             self._send_lock.release()
 
     def close(self) -> None:
+        with self._changed:
+            self._closing = True
         _shutdown(self._sock)
         if self._reader is not threading.current_thread():
             self._reader.join(5.0)
@@ -435,14 +491,23 @@ class _RemoteWorker:
         return not self._channel.exited(self.pid)
 
     def death_error(self) -> ParlError:
-        if self._channel.closed and not self._channel.exited(self.pid):
+        """The worker's exit as its host agent reported it; else, when the control connection
+        to the agent ended first, the lost connection. The notice of a worker that ended comes
+        within milliseconds of its connection's end; a connection that ended because the
+        network failed is followed by the control connection's end within its own timeout
+        (the longer wait here is only for that case)."""
+        channel = self._channel
+        noticed, code = channel.exit_notice(self.pid, _LOST_WAIT_S)
+        if noticed:
+            return worker_death_error(self._label, code, self._max_memory)
+        if channel.lost is not None:
             return ActorDiedError(
-                f"actor {self._label} is gone: the connection to {self._channel.what} was "
-                "lost; create a new actor"
+                f"actor {self._label} is gone: the connection to {channel.what} was lost "
+                f"({_reason(channel.lost)}): the host agent was stopped or killed, its machine "
+                "went down or the network to it failed (not an exit of the worker); check the "
+                "host and the network to it, then create a new actor"
             )
-        return worker_death_error(
-            self._label, self._channel.exit_code(self.pid, _EXIT_WAIT_S), self._max_memory
-        )
+        return worker_death_error(self._label, None, self._max_memory)
 
     def close(self) -> None:
         if self._closed:
@@ -450,6 +515,26 @@ class _RemoteWorker:
         self._closed = True
         self._channel.stop(self.pid)
         self._carrier._actor_gone()
+
+
+def _reason(exc: BaseException) -> str:
+    """How a control connection ended, in a few words."""
+    if isinstance(exc, TimeoutError):
+        return "no answer from the host within the connection's timeout"
+    if isinstance(exc, EOFError):
+        return "closed from the host's side"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def _shutdown_only(sock: FrameSocket) -> None:
+    """Wake every thread blocked on ``sock`` (it errors out), without closing it: its owner
+    closes it."""
+    try:
+        sock.sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _shutdown(sock: FrameSocket) -> None:

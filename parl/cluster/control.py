@@ -21,13 +21,24 @@ CONTROL_MAX_FRAME = 1 << 20
 ACTOR_MAX_FRAME = 1 << 32  # default largest message on an actor's connection (4 GiB)
 CONNECT_TIMEOUT_S = 5.0
 # A peer whose process ends closes its sockets: the other end sees that at once. A peer whose
-# machine or network goes away sends nothing more: the kernel's keepalive probes (after 1 s
-# idle, every 1 s, 3 unanswered) end such a connection within about 4 s, with no heartbeat
-# thread on either side. (Not TCP_USER_TIMEOUT: it would also end a healthy connection whose
-# receiver is busy and leaves a large message unread, a zero window, for a few seconds.)
+# machine or network goes away sends nothing more, and two kernel timers end the connection:
+# - keepalive probes (after 1 s idle, every 1 s, 3 unanswered) end an idle connection in about
+#   4 s, with no heartbeat thread on either side;
+# - TCP_USER_TIMEOUT ends one with data on its way (a message being sent, unacknowledged) in
+#   USER_TIMEOUT_MS; without it the kernel retransmits for about 15 minutes and a send blocks
+#   as long.
+# TCP_USER_TIMEOUT also ends a healthy connection whose receiver is busy and leaves a large
+# message unread (a zero window) for that long: Linux counts the time since the window
+# closed, answered window probes or not (measured on 6.18). So only control connections,
+# whose receivers always read at once, get it (``tune``; a caller writes its actors' output
+# on a thread of its own, so a terminal that takes none holds up no reader). An actor's connection keeps a zero
+# window as long as its actor is busy (``allow_zero_window``); the caller's control connection
+# to the same host agent watches the path for it: when that connection is lost, the carrier
+# ends the host's actor connections (see parl.cluster.carrier).
 KEEPALIVE_IDLE_S = 1
 KEEPALIVE_INTERVAL_S = 1
 KEEPALIVE_COUNT = 3
+USER_TIMEOUT_MS = 4000
 
 Message = dict[str, Any]
 AUTO_HOST = "auto"  # a host agent's ``--host`` default: where its link to the master leaves from
@@ -102,13 +113,15 @@ def greets(address: tuple[str, int], timeout: float) -> str:
 
 
 def tune(sock: socket.socket) -> None:
-    """TCP_NODELAY and the short keepalive above, on a cluster connection (both ends)."""
+    """TCP_NODELAY, the short keepalive and the user timeout above, on a cluster connection
+    (both ends)."""
     options = [
         (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
         (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), KEEPALIVE_IDLE_S),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_S),
         (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_COUNT),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), USER_TIMEOUT_MS),
     ]
     for level, name, value in options:
         if name is not None:  # Linux has them all; other systems some
@@ -116,6 +129,17 @@ def tune(sock: socket.socket) -> None:
                 sock.setsockopt(level, name, value)
             except OSError:
                 pass
+
+
+def allow_zero_window(sock: socket.socket) -> None:
+    """Drop the user timeout of a connection that becomes an actor's (both ends): its
+    receiver may leave a message unread for as long as a method runs. Keepalive stays."""
+    name = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if name is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, name, 0)
+        except OSError:
+            pass
 
 
 def send(sock: FrameSocket, message: Message) -> None:

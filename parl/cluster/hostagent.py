@@ -170,6 +170,9 @@ class HostAgent:
                 if client is None:
                     raise ValueError("open a control connection (op 'caller') first")
                 gpus = self._take(request)
+            # an actor's connection from here on: its worker may leave a request unread for as
+            # long as a method runs (see parl.cluster.control)
+            control.allow_zero_window(sock.sock)
             try:
                 pid = self._spawn(sock, client, request, gpus)
             except BaseException:

@@ -318,6 +318,7 @@ class Master:
                         "port": best.port,
                         "hostname": best.hostname,
                         "token": token,
+                        **({"label": best.label} if best.label else {}),
                     }
                     break
                 slots, used = self._totals(now, gpu, local)

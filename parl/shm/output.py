@@ -3,7 +3,8 @@
 One daemon thread serves every worker's pipes with a selector. Each line gets a prefix naming
 the actor (``(Sampler pid=1234) ``) and goes to the caller's current ``sys.stdout`` or
 ``sys.stderr``, or to a ``sink`` given for that pipe (a cluster's host agent sends them to the
-caller); a partial line waits for its newline, or for the end of the pipe.
+caller); a partial line waits for its newline, or for the end of the pipe. A cluster's caller
+writes the lines it receives with a :class:`BackgroundWriter`.
 """
 
 from __future__ import annotations
@@ -137,3 +138,61 @@ def write_output(stream: str, text: str) -> None:
         target.flush()
     except (OSError, ValueError):
         pass
+
+
+class BackgroundWriter:
+    """Writes actors' output with :func:`write_output` on a thread of its own, so that the
+    thread that receives it never waits for the terminal (a cluster's control connection must
+    be read at once: one left unread for a few seconds counts as lost). A terminal that stops
+    taking lines (Ctrl-S, a paused pager) lets up to ``backlog`` bytes wait; lines beyond
+    that are dropped, and a note on stderr says how much was."""
+
+    def __init__(self, backlog: int = 8 << 20) -> None:
+        self.backlog = backlog
+        self._lines: deque[tuple[str, str]] = deque()
+        self._size = 0
+        self._dropped = 0
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def put(self, stream: str, text: str) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            if self._size + len(text) > self.backlog:
+                self._dropped += len(text)
+                return
+            self._lines.append((stream, text))
+            self._size += len(text)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="parl-output-writer", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._lines or self._closed)
+                if not self._lines:
+                    return  # closed, and everything written
+                stream, text = self._lines.popleft()
+                self._size -= len(text)
+                dropped = 0
+                if not self._lines:  # the terminal caught up: say what it missed
+                    dropped, self._dropped = self._dropped, 0
+            write_output(stream, text)
+            if dropped:
+                write_output(
+                    "stderr",
+                    f"(parl: {dropped} characters of actors' output were dropped while this "
+                    "process's stdout or stderr did not take them)\n",
+                )
+
+    def close(self) -> None:
+        """Write what waits (on the writer's thread), take nothing more."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()

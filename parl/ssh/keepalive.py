@@ -7,7 +7,8 @@ wants an answer goes to the server (``keepalive@openssh.com``; sshd answers it, 
 failure, which is an answer); when ``count`` intervals pass with a request unanswered, the
 host counts as lost and its connection is closed, which ends what travels through it (a
 ``tunnel=yes`` host's calls then raise :class:`parl.ActorDiedError`). Calls over direct TCP
-have their own, faster watch (the cluster connections' TCP keepalive, about 4 s).
+have their own, faster watch (the cluster connections' TCP keepalive and user timeout,
+about 4 s; see :mod:`parl.cluster.control`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,12 @@ receive lock) and files every reply it meets under its call id, so a plain call 
 and one receive with no thread hand-off. Requests may be queued without waiting (futures); when
 the socket is full, the sender drains replies first, so caller and actor never block each other.
 
-Death of the peer is seen as end of stream or through the carrier's ``liveness`` descriptor
-(a pidfd for local workers) and turns every pending and later call into the carrier's error.
+Death of the peer is seen as end of stream, as a connection error (reset, timed out, host
+unreachable) or through the carrier's ``liveness`` descriptor (a pidfd for local workers) and
+turns every pending and later call into the carrier's error. A thread that finds the
+connection dead shuts the socket down at once, which wakes any thread blocked on it; the socket
+itself is closed by the last thread to leave ``submit``, so a sender never finds its descriptor
+gone under it (a raw EBADF) and always raises the carrier's error.
 
 A connection belongs to the process that opened it. A forked child inherits the socket, but a
 call from it would interleave with the parent's on the same stream: at fork every connection in
@@ -16,9 +20,11 @@ stopping the parent's worker.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import select
+import socket
 import threading
 import time
 import weakref
@@ -82,6 +88,7 @@ class Connection:
         self._encoder = Encoder(link, self._sending)
         self._spin = Spin(SPIN_S)  # how long to spin for a reply (under the receive lock)
         self._failure: ParlError | None = None
+        self._fail_lock = threading.Lock()
         self._closed = False
         live_fd = liveness.fileno()
         self._sock_fd = sock.fileno()
@@ -100,7 +107,8 @@ class Connection:
         payload cannot be pickled, leaving the connection usable."""
         if self._failure is not None:
             raise self._failure
-        with self._send_lock:
+        self._send_lock.acquire()
+        try:
             if self._failure is not None:
                 raise self._failure
             self._last_id = call_id = self._last_id + 1
@@ -120,20 +128,24 @@ class Connection:
                 _record(self.names, call_id, payload)
             try:
                 self._sock.send(meta, bodies, fds, self._drain_if_free)
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                self._results.pop(call_id, None)
-                self._fail_from_peer(exc)
-                raise self._failure from None  # type: ignore[misc]
             except BaseException as exc:
                 self._results.pop(call_id, None)
-                if self._closed and isinstance(exc, Exception):
-                    raise self._failure from None  # type: ignore[misc]  # closed meanwhile
+                if _connection_lost(exc):
+                    self._fail_from_peer(exc)
+                if self._failure is not None and isinstance(exc, Exception):
+                    # the peer is gone, or another thread found it gone (or closed the
+                    # connection) while this one was sending
+                    raise self._failure from None
                 if self._sock.broken:  # e.g. Ctrl-C with half a message sent
                     self._break("interrupted in the middle of sending a message")
                 raise
             if sending.defined:  # the definitions it carried are the actor's now
                 sending.finish(True)
-        return call_id
+            return call_id
+        finally:
+            self._send_lock.release()
+            if self._failure is not None:  # found under the send lock: close here (_let_go)
+                self._finalize_later()
 
     def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
         return self.wait(self.submit(kind, payload), timeout)
@@ -181,10 +193,10 @@ class Connection:
                 if results.get(call_id) is _PENDING and self._failure is None:
                     self._read_one(remaining)
             except Exception:
-                if not self._closed:
+                if self._failure is None:
                     raise
-                # closed by another thread under the read (EBADF, or anything): the loop
-                # raises the close's error
+                # closed (or found dead) by another thread under the read (EBADF, or
+                # anything): the loop raises that error
             finally:
                 recv_lock.release()
         del results[call_id]
@@ -232,7 +244,7 @@ class Connection:
         if self._failure is None:
             self._failure = ActorClosedError(f"actor {self.label} was closed")
         self._closed = True  # after the failure: a reader that sees it raises that failure
-        self._finalizer()
+        self._let_go()
 
     def poll_death(self) -> ParlError | None:
         """For monitors: the connection's failure. A worker that died unnoticed is recorded
@@ -295,7 +307,7 @@ class Connection:
             try:
                 self._read_one(0)
             except Exception:
-                if not self._closed:
+                if self._failure is None:
                     raise
                 return  # closed by another thread under the read: waiters raise its error
 
@@ -398,10 +410,61 @@ class Connection:
 
     def _fail_from_peer(self, exc: BaseException | None) -> None:
         if self._failure is None:
-            self._failure = self._liveness.death_error()
-            if exc is not None and not isinstance(exc, ParlError):
-                self._failure.__cause__ = exc
-        self._finalizer()
+            # one thread asks the liveness (a reader and a sender can find the end together;
+            # the exit status is read once, and the error each raises is the same)
+            with self._fail_lock:
+                if self._failure is None:
+                    failure = self._liveness.death_error()
+                    if exc is not None and not isinstance(exc, ParlError):
+                        failure.__cause__ = exc
+                    self._failure = failure
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """After the failure is set: shut the socket down at once (a thread blocked sending or
+        reading on it wakes with an error, which it turns into the failure), and close it, the
+        link and the liveness unless a thread is sending. Closing under a sender would pull
+        its descriptor away between two ``sendmsg`` calls (EBADF, or worse, another file that
+        took the same number); that sender closes them as it leaves ``submit`` instead."""
+        if self._pid == os.getpid():  # (a forked child's shutdown would end the parent's)
+            try:
+                self._sock.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected any more, or closed already
+        self._finalize_later()
+
+    def _finalize_later(self) -> None:
+        # the failure was set before this tries the lock, and a sender looks at the failure
+        # after it lets go of the lock: one of the two always closes
+        if self._send_lock.acquire(blocking=False):
+            try:
+                self._finalizer()
+            finally:
+                self._send_lock.release()
+
+
+# errors of a send or read that mean the peer or the path to it is gone (EBADF: the socket was
+# closed by a thread that found it gone)
+_LOST_ERRNOS = frozenset(
+    {
+        errno.EPIPE,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.EHOSTDOWN,
+        errno.ENOTCONN,
+        errno.EBADF,
+    }
+)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionError) or (
+        isinstance(exc, OSError) and exc.errno in _LOST_ERRNOS
+    )
 
 
 # set by a monitor (parl.monitor): submit() then notes each call's method name

@@ -603,3 +603,22 @@ class Roller:
         import parl.shm
 
         return {"steps": n, "obs": [parl.shm.zeros(n)]}
+
+
+@parl.remote_class(wait=False)
+class Mover:
+    """Moves large arrays: takes one (its size back), makes one, or blocks on a FIFO (a busy
+    actor that reads no request meanwhile)."""
+
+    def nbytes(self, a):
+        return int(a.nbytes)
+
+    def make(self, nbytes):
+        return np.ones(nbytes, np.uint8)
+
+    def block(self, fifo):
+        with open(fifo) as f:
+            return f.read()
+
+    def pid(self):
+        return os.getpid()

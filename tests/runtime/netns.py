@@ -8,8 +8,9 @@ uses (a lock file per /24). ``network.machine("a")`` adds a namespace with loopb
 link to the bridge; ``machine.popen``/``machine.run`` start commands inside it. ``machine.cut()``
 takes the link down on the bridge's side (packets vanish, as with a pulled cable: nothing tells
 either end), ``restore()`` brings it back, ``limit("100mbit")`` shapes what the machine receives
-and sends. ``close()`` kills every process left in the namespaces and deletes them and the
-bridge; namespaces of dead test processes are removed when the next network starts.
+and sends, ``bytes_in()``/``bytes_out()`` count what its link carried. ``close()`` kills every
+process left in the namespaces and deletes them and the bridge; namespaces of dead test
+processes are removed when the next network starts.
 
 Needs root (CI runs as root). Without it the tests skip with the reason, or fail under CI.
 """
@@ -132,6 +133,17 @@ class Machine:
             argv = ["tc", *(["-n", netns] if netns else []), "qdisc", "replace", "dev", dev]
             argv += ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]
             subprocess.run(argv, check=True, capture_output=True)
+
+    def bytes_in(self) -> int:
+        """Bytes this machine's link has carried to it (counted on the bridge's side)."""
+        return self._counter("tx_bytes")
+
+    def bytes_out(self) -> int:
+        """Bytes this machine's link has carried from it."""
+        return self._counter("rx_bytes")
+
+    def _counter(self, name: str) -> int:
+        return int(Path(f"/sys/class/net/{self._host_side}/statistics/{name}").read_text())
 
     def close(self) -> None:
         kill_namespace_processes(self.netns)

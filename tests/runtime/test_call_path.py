@@ -7,7 +7,9 @@
 - the spin learns from the waits it missed, and stops while the CPU is under pressure;
 - a large value copied by two threads arrives intact, also in a forked child;
 - a Ctrl-C at any point of a call leaves the connection usable, or closed with a clear error,
-  never out of step.
+  never out of step;
+- a connection that one thread finds dead while another is blocked sending on it: the sender
+  wakes and raises the connection's error, never the OSError of a socket closed under it.
 """
 
 from __future__ import annotations
@@ -494,3 +496,55 @@ def test_a_sigint_in_the_middle_of_a_send_fails_later_calls_at_once(tmp_path):
             blocked.get(timeout=2)
     finally:
         parl.close_actor(actor)
+
+
+class _GoneWorker:
+    """The liveness of a worker that is gone (but whose socket is still open): what a
+    monitor's ``poll_death`` finds."""
+
+    def fileno(self) -> None:
+        return None
+
+    def is_alive(self) -> bool:
+        return False
+
+    def death_error(self) -> parl.ActorDiedError:
+        return parl.ActorDiedError("the worker process of actor Fake pid=1 ended")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sender_blocked_while_another_thread_finds_the_actor_dead_raises_its_error():
+    from parl.wire.caller import Connection
+    from parl.wire.protocol import CALL
+
+    ours, theirs = socket.socketpair()  # nobody reads ``theirs``: a send of 64 MiB blocks
+    conn = Connection(FrameSocket(ours), InlineLink(), _GoneWorker(), "Fake pid=1")
+    outcome: dict[str, BaseException] = {}
+
+    def send() -> None:
+        try:
+            conn.submit(CALL, ("take", (np.ones(64 << 20, np.uint8),), {}))
+        except BaseException as exc:  # noqa: BLE001 - what the send raised is the subject
+            outcome["error"] = exc
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+
+        def sending() -> bool:  # the sender waits in the middle of its frame
+            frame = sys._current_frames().get(sender.ident or 0)
+            while frame is not None and frame.f_code.co_name != "_send_parts":
+                frame = frame.f_back
+            return frame is not None
+
+        assert wait_until(sending, timeout=10), "the send did not block"
+        assert isinstance(conn.poll_death(), parl.ActorDiedError)  # this thread finds it dead
+        sender.join(10)
+        assert not sender.is_alive(), "the sender still blocks on a dead connection"
+        assert isinstance(outcome.get("error"), parl.ActorDiedError), outcome
+        assert ours.fileno() == -1  # closed once the sender let go of it
+    finally:
+        conn.close()
+        theirs.close()

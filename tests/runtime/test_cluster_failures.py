@@ -1,5 +1,6 @@
 """Failures on a real loopback cluster: a killed worker or host agent ends
-pending and later calls within 5 s; a killed master leaves the actors working, gives new
+pending and later calls within 5 s, each with its own cause (the worker's exit status; the
+lost connection to the host); a killed master leaves the actors working, gives new
 creations a clear error, and host agents register again with a master restarted on its port.
 (A killed caller's actors and slots: test_cluster.py.)"""
 
@@ -34,9 +35,12 @@ def test_a_killed_workers_pending_and_later_calls_fail_within_5s(on_cluster, tmp
     other = Sampler()
     os.kill(pid, signal.SIGKILL)
     start = time.monotonic()
-    with pytest.raises(parl.ActorDiedError, match="SIGKILL"):
+    with pytest.raises(parl.ActorDiedError, match="SIGKILL") as info:
         pending.get(timeout=5)
     assert time.monotonic() - start < 5.0
+    # a worker's own end, not a lost host
+    assert str(info.value).startswith("the worker process of actor AsyncSampler"), info.value
+    assert "connection" not in str(info.value)
     with pytest.raises(parl.ActorDiedError):
         actor.add(1, 2).get(timeout=5)
     assert other.add(1, 2) == 3
@@ -45,11 +49,17 @@ def test_a_killed_workers_pending_and_later_calls_fail_within_5s(on_cluster, tmp
 def test_a_killed_host_agents_pending_calls_fail_within_5s(small_cluster, tmp_path):
     actor, pending, pid = _pending(tmp_path / "fifo")
     (agent,) = small_cluster.pids("agent")
+    (port,) = small_cluster.agent_ports
     os.kill(agent, signal.SIGKILL)
     start = time.monotonic()
-    with pytest.raises(parl.ActorDiedError):
+    with pytest.raises(parl.ActorDiedError) as info:
         pending.get(timeout=5)
     assert time.monotonic() - start < 5.0
+    # the host is named, and the cause is the lost connection, not the worker
+    text = str(info.value)
+    assert f"the connection to the host agent at 127.0.0.1:{port} " in text, text
+    assert "was lost" in text and "killed" in text, text
+    assert "worker process" not in text, text
     with pytest.raises(parl.ActorDiedError):
         actor.add(1, 2).get(timeout=5)
     assert wait_until(lambda: not psutil.pid_exists(pid), timeout=5)
@@ -118,7 +128,9 @@ def test_a_killed_master_leaves_the_actors_on_its_own_slots_working(tmp_path, mo
 
 def test_cluster_connections_probe_dead_peers(cluster):
     """A peer whose machine vanishes sends no FIN: the kernel's keepalive probes (1 s idle,
-    1 s apart, 3 tries) end such a connection in about 4 s, on both ends."""
+    1 s apart, 3 tries) end such a connection in about 4 s, on both ends, and the user
+    timeout one with data unacknowledged for 4 s; an actor's connection has no user timeout
+    (its actor may leave a message unread for as long as a method runs)."""
     sock = control.dial(("127.0.0.1", cluster.port), clusters.SECRET.encode(), "master")
     try:
         raw = sock.sock
@@ -127,5 +139,9 @@ def test_cluster_connections_probe_dead_peers(cluster):
         assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
         assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
         assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 4000
+        control.allow_zero_window(raw)
+        assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 0
+        assert raw.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
     finally:
         sock.close()

@@ -11,8 +11,11 @@ import platform
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import psutil
@@ -531,3 +534,89 @@ def test_a_cache_folder_others_can_write_is_refused(lab, project, tmp_path, owne
     assert f"host {spec.name}: the cache folder {shared} " in message
     assert "other users" in message or "another user" in message
     assert not marker.exists()
+
+
+def test_a_tunnel_whose_network_is_lost_mid_transfer_fails_the_call_naming_the_host(
+    lab, project, tmp_path
+):
+    """A ``tunnel=yes`` host on a machine of its own (a network namespace running its own
+    sshd), its link cut while a large argument travels through the SSH connection: the SSH
+    keepalive (ServerAliveInterval 1, ServerAliveCountMax 3 here) gives the host up, and the
+    call raises ActorDiedError naming the lost connection, not a raw OSError nor a hang."""
+    from pkg.helper import Where
+
+    from tests.runtime.netns import Network
+    from tests.runtime.sshd import SSHD, _keygen
+
+    with Network() as net:
+        far = net.machine("far")
+        folder = tmp_path / "far-sshd"
+        folder.mkdir()
+        _keygen(str(folder / "host_ed25519"))
+        config = folder / "sshd_config"
+        config.write_text(
+            f"ListenAddress {far.address}:22\nHostKey {folder}/host_ed25519\n"
+            f"PidFile {folder}/sshd.pid\nAuthorizedKeysFile {lab.folder}/authorized_keys\n"
+            f"AllowUsers {lab.user}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUsePAM no\n"
+            "StrictModes no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
+            f"SetEnv PARL_SSH_LAB={lab.tag} HOME={lab.folder}/home\nLogLevel ERROR\n"
+        )
+        far.popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+        kind, key = (folder / "host_ed25519.pub").read_text().split()[:2]
+        known = tmp_path / "far_known_hosts"
+        known.write_text(f"{far.address} {kind} {key}\n")
+        client = tmp_path / "far_ssh_config"
+        client.write_text(f"Host {far.address}\n  ServerAliveInterval 1\n  ServerAliveCountMax 3\n")
+
+        def sshd_ready() -> bool:
+            try:
+                with socket.create_connection((far.address, 22), timeout=1) as s:
+                    return s.recv(8).startswith(b"SSH-")
+            except OSError:
+                return False
+
+        assert wait_until(sshd_ready, timeout=10), "the far sshd did not start"
+        host = HostSpec(
+            far.address,
+            user=lab.user,
+            port=22,
+            identity=lab.client_key,
+            cpus=1,
+            python=sys.executable,
+            workdir=str(tmp_path / "cache-far"),
+            tunnel=True,
+        )
+        options = lab.options(config=str(client), known_hosts=(str(known),))
+        parl.connect(hosts=[host], ssh=options, linger=0)
+        try:
+            actor = Where()
+            assert actor.twice(21) == 42
+            far.limit("100mbit")
+            big = np.ones(64 << 20, np.uint8)
+            outcome: dict = {}
+
+            def call() -> None:
+                try:
+                    outcome["value"] = actor.echo(big)
+                except BaseException as exc:  # noqa: BLE001 - what the call raised is the subject
+                    outcome["error"], outcome["at"] = exc, time.monotonic()
+
+            before = far.bytes_in()
+            caller = threading.Thread(target=call)
+            caller.start()
+            assert wait_until(lambda: far.bytes_in() - before > 8 << 20, timeout=30)
+            far.cut()
+            cut = time.monotonic()
+            caller.join(60)
+            assert not caller.is_alive(), "the call still hangs 60 s after the network was lost"
+            error = outcome.get("error")
+            print(f"the call failed {outcome['at'] - cut:.1f} s after the cut: {error!r}")
+            assert isinstance(error, parl.ActorDiedError), outcome
+            text = str(error)  # the SSH host, by its name in the hosts list
+            assert f"the connection to the host agent of {host.name} at 127.0.0.1:" in text, text
+            assert "was lost" in text and "worker process" not in text, text
+            assert outcome["at"] - cut < 30
+        finally:
+            far.restore()
+            parl.disconnect()
