@@ -100,7 +100,7 @@ class ClusterCarrier:
         self._closed = False
         self._reporter: Every | None = None
         if self._monitored:
-            caller.recording = True  # calls note their method names: "busy in step()"
+            caller.record_names(True)  # calls note their method names: "busy in step()"
             self._reporter = Every(ACTORS_PERIOD_S, self._report_actors, "parl-actor-report")
         drop_in_child(self)  # a forked child closes its copies of our connections
 
@@ -340,8 +340,10 @@ class ClusterCarrier:
             self._closed = True
             channels = list(self._channels.values())
             self._channels.clear()
-        if self._reporter is not None:
-            self._reporter.close()
+        reporter, self._reporter = self._reporter, None
+        if reporter is not None:
+            reporter.close()
+            caller.record_names(False)
         for channel in channels:
             channel.close()
         _shutdown(self._master)

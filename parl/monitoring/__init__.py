@@ -38,7 +38,7 @@ class Monitor:
             self._source.close()
             raise
         _running.append(self)
-        caller.recording = True  # calls note their method names: "busy in step()"
+        caller.record_names(True)  # calls note their method names: "busy in step()"
         self.url = self._server.url
         self.token = self._server.token
         self._closed = False
@@ -58,7 +58,7 @@ class Monitor:
 
         self._closed = True
         _running.remove(self)
-        caller.recording = bool(_running)  # while any monitor runs
+        caller.record_names(False)
         self._server.close()
         self._source.close()
 

@@ -467,8 +467,22 @@ def _connection_lost(exc: BaseException) -> bool:
     )
 
 
-# set by a monitor (parl.monitor): submit() then notes each call's method name
+# while any monitor (parl.monitor, a monitored cluster) runs, submit() notes each call's method
+# name; each holds one count of record_names
 recording = False
+_recorders = 0
+_recorders_lock = threading.Lock()
+
+
+def record_names(on: bool) -> None:
+    """One user of the calls' method names more (``on``) or fewer; calls note them while any
+    user is left, so closing one monitor leaves another's names on."""
+    global _recorders, recording
+    with _recorders_lock:
+        _recorders = max(0, _recorders + (1 if on else -1))
+        recording = _recorders > 0
+
+
 _NAMES_KEPT = 64
 
 

@@ -120,6 +120,14 @@ def test_method_names_are_recorded_only_while_a_monitor_runs():
         parl.close_actor(actor)
 
 
+def test_a_monitored_cluster_that_closes_leaves_a_running_monitors_names_on():
+    with parl.monitor():
+        caller.record_names(True)  # what a caller of a monitored cluster holds while connected
+        caller.record_names(False)  # ... and gives back when it disconnects
+        assert caller.recording is True
+    assert caller.recording is False
+
+
 def test_a_token_protects_everything_when_required():
     with parl.monitor(token_required=True, token="a-long-enough-token") as mon:
         for path in ("", "api/status", "static/monitor.js"):
