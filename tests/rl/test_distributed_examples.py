@@ -280,3 +280,37 @@ print("SAME", np.allclose(trained.obs_filter(obs, update=False),
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SAME True 500" in proc.stdout, proc.stdout
+
+
+RESUME_RUNS = {
+    "A2C": (A2C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "IMPALA": (IMPALA_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "ES": (ES_DIR, ["--env", "CartPole-v1", "--actor_num", "2", "--noise_size", "1000000",
+                    "--train_steps", "4", "--test_every_train_steps", "1"], 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
+def test_distributed_example_resumes_from_its_checkpoint(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    """A first run stops early; ``--resume`` (with the shared ``--device`` and
+    ``--torch_threads`` flags) picks up its counters from the checkpoint in ``--logdir`` and
+    trains on to the full budget."""
+    folder, args, first_budget = RESUME_RUNS[name]
+    logdir = str(tmp_path / "run")
+    common = [*args, "--eval_episodes", "1", "--no_progress", "--logdir", logdir]
+    # the last of a repeated flag wins: ES stops after 2 of 4 updates, the others at 1000 steps
+    budget = "--train_steps" if name == "ES" else "--train_total_steps"
+    first = _run_main(run_python, folder, [*common, budget, str(first_budget)])
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+    full = "4" if name == "ES" else "2000"
+    second = _run_main(
+        run_python,
+        folder,
+        [*common, budget, full, "--resume", "--device", "cpu", "--torch_threads", "2"],
+    )
+    assert "resumed from" in second["log"], second["log"][-2000:]
+    assert second["sample_steps"] > first["sample_steps"]
+    assert second["train_steps"] > first["train_steps"]
+    assert min(steps for steps, _ in second["history"]) > first["sample_steps"]
