@@ -257,7 +257,7 @@ def make_parser() -> argparse.ArgumentParser:
         help={
             "eval_episodes": "greedy episodes per evaluation, 0 for none",
             "xparl_addr": "address (host:port) of an xparl cluster to run the envs on "
-            "(with --env_num > 1)",
+            "(with --env_num > 1; default: none, in this process)",
         },
         zero_eval_episodes=True,
     )

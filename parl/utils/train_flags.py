@@ -40,8 +40,8 @@ _HELP: dict[str, str] = {
     "device": "torch device of the learner: cpu, cuda, cuda:1 or auto",
     "torch_threads": "threads torch may use in this process",
     "no_progress": "hide the progress bar",
-    "xparl_addr": "address (host:port) of an xparl cluster to run the actors on; "
-    "without it they run on this machine",
+    "xparl_addr": "address (host:port) of an xparl cluster to run the actors on (default: none, "
+    "they run on this machine)",
 }
 
 _MARKUP = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``|`([^`]+)`")
