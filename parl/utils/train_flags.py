@@ -66,16 +66,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text + " (default: %(default)s)"
 
 
-def example_parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
+def example_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser for a training script: the description is the first paragraph of ``doc``, the
     usage examples (indented lines) follow it, all without markup."""
     paragraphs = (doc or "").strip().split("\n\n")
     usage = [p for p in paragraphs[1:] if p.startswith("    ")]
     description = "\n\n".join(plain_text(p) for p in paragraphs[:1] + usage[:1])
-    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter, **kwargs)
+    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
 
 
-def add_hidden_alias(parser: argparse.ArgumentParser, name: str, like: str, **kwargs: Any) -> None:
+def add_hidden_alias(parser: argparse.ArgumentParser, name: str, like: str) -> None:
     """Accept ``name`` (an older spelling) exactly as the visible flag ``like``, without listing
     it in ``--help``."""
     action = next(a for a in parser._actions if like in a.option_strings)
@@ -88,11 +88,10 @@ def add_hidden_alias(parser: argparse.ArgumentParser, name: str, like: str, **kw
     parser.add_argument(
         name,
         dest=action.dest,
-        type=action.type,
+        type=action.type or str,
         choices=action.choices,
         default=argparse.SUPPRESS,
         help=argparse.SUPPRESS,
-        **kwargs,
     )
 
 
@@ -134,29 +133,29 @@ def add_common_flags(
     for name in COMMON_FLAGS:
         if name in skip:
             continue
-        flag, kwargs = f"--{name}", {"dest": dest.get(name, name)}
+        flag, where = f"--{name}", dest.get(name, name)
         if name == "env":
-            group.add_argument(flag, default=env, help=text(name), **kwargs)
+            group.add_argument(flag, default=env, help=text(name), dest=where)
         elif name == "resume":
-            group.add_argument(flag, action="store_true", help=text(name), **kwargs)
+            group.add_argument(flag, action="store_true", help=text(name), dest=where)
         elif name == "no_progress":
-            kwargs["dest"] = dest.get(name, "progress")
-            group.add_argument(flag, action="store_false", help=text(name), **kwargs)
+            where = dest.get(name, "progress")
+            group.add_argument(flag, action="store_false", help=text(name), dest=where)
         elif name == "device":
-            group.add_argument(flag, default="cpu", help=text(name), **kwargs)
+            group.add_argument(flag, default="cpu", help=text(name), dest=where)
         elif name == "torch_threads":
-            group.add_argument(flag, type=_positive_int, default=1, help=text(name), **kwargs)
+            group.add_argument(flag, type=_positive_int, default=1, help=text(name), dest=where)
         elif name == "seed":
-            group.add_argument(flag, type=int, default=0, help=text(name), **kwargs)
+            group.add_argument(flag, type=int, default=0, help=text(name), dest=where)
         elif name == "xparl_addr":
-            group.add_argument(flag, default=None, metavar="HOST:PORT", help=text(name), **kwargs)
+            group.add_argument(flag, default=None, metavar="HOST:PORT", help=text(name), dest=where)
         elif name == "logdir":
-            group.add_argument(flag, default=defaults.get(name), help=text(name), **kwargs)
+            group.add_argument(flag, default=defaults.get(name), help=text(name), dest=where)
         else:
             zero_ok = name == "eval_episodes" and zero_eval_episodes
             kind = _non_negative_int if zero_ok else _positive_int
             group.add_argument(
-                flag, type=kind, default=defaults.get(name), help=text(name), **kwargs
+                flag, type=kind, default=defaults.get(name), help=text(name), dest=where
             )
     for name, olds in (aliases or {}).items():
         for old in olds:
