@@ -3,6 +3,7 @@
     python examples/ES/train.py                               # HalfCheetah-v5, 2 actors
     python examples/ES/train.py --env CartPole-v1
     python examples/ES/train.py --xparl_addr localhost:8010 --actor_num 16   # on a cluster
+    python examples/ES/train.py --resume                      # go on from the checkpoint
 
 Each update: every actor evaluates mirrored perturbation pairs of the current weights (rounds
 of calls until ``min_episodes_per_batch`` episodes and ``min_steps_per_batch`` steps are in),

@@ -4,6 +4,7 @@
     python examples/IMPALA/train.py --env PongNoFrameskip-v4 --actor_num 2
     python examples/IMPALA/train.py --env HalfCheetah-v5             # Gaussian policy, MuJoCo
     python examples/IMPALA/train.py --xparl_addr localhost:8010 --actor_num 8   # on a cluster
+    python examples/IMPALA/train.py --resume                         # go on from the checkpoint
 
 The learner keeps two ``sample`` calls in flight per actor (one per trajectory slot), takes
 whichever actor finishes first (``parl.wait(futures, num_returns=1)``), queues that actor's next

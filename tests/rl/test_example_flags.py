@@ -161,3 +161,28 @@ def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
         parser.parse_args(["--torch_threads", "0"])
     described = example_parser("Title with ``markup``.\n\n    python x.py --env Y\n\nMore.")
     assert described.description == "Title with markup.\n\n    python x.py --env Y"
+
+
+def test_ppo_config_zoo_is_the_readmes_halfcheetah_configuration(run_python: RunPython) -> None:
+    """The README's PPO HalfCheetah-v5 results ran rl-zoo's configuration: ``--config zoo``
+    reaches it from the example's own command line; without ``--continuous_action`` it is
+    refused by name."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(EXAMPLES / "PPO")!r})
+import train
+config = train.parse_config(["--env", "HalfCheetah-v5", "--continuous_action", "--config", "zoo"])
+default = train.parse_config(["--env", "HalfCheetah-v5", "--continuous_action"])
+print("CONFIG" + json.dumps([config, default]))
+train.parse_config(["--env", "CartPole-v1", "--config", "zoo"])
+"""
+    proc = run_python(code, timeout=120)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("CONFIG"))
+    zoo, default = json.loads(line[len("CONFIG") :])
+    readme = {"hidden_sizes": [256, 256], "activation": "relu", "log_std_init": -2.0,
+              "step_nums": 512, "update_epochs": 20, "initial_lr": 2.0633e-05, "env_num": 1}  # fmt: skip
+    assert {k: zoo[k] for k in readme} == readme
+    assert zoo["step_nums"] // zoo["num_minibatches"] == 64  # 64-sample minibatches
+    assert zoo["train_total_steps"] == 1_000_000 and zoo["env"] == "HalfCheetah-v5"
+    assert default["step_nums"] == 2048 and default["activation"] == "tanh"
+    assert proc.returncode != 0 and "--config zoo is rl-zoo's MuJoCo setting" in proc.stderr
