@@ -253,6 +253,8 @@ def make_parser() -> argparse.ArgumentParser:
         env="HalfCheetah-v5",
         preset="the env's preset in es_config.py",
         help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/ES_<env>)",
             "train_total_steps": "environment steps to train for at most (default: no bound "
             "but --train_steps)",
             "test_every_steps": "evaluate and write a checkpoint every this many environment "

@@ -288,6 +288,10 @@ def make_parser() -> argparse.ArgumentParser:
         parser,
         env="CartPole-v1",
         preset="the env's preset in impala_config.py",
+        help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/IMPALA_<env>)"
+        },
         dest={"train_total_steps": "max_sample_steps"},
         aliases={"train_total_steps": ["--max_sample_steps"]},
     )

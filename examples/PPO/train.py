@@ -255,6 +255,8 @@ def make_parser() -> argparse.ArgumentParser:
         preset="the preset in config.py",
         aliases={"eval_episodes": ["--eval_episode"], "no_progress": ["--no-progress"]},
         help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/PPO_<env>)",
             "eval_episodes": "greedy episodes per evaluation, 0 for none",
             "xparl_addr": "address (host:port) of an xparl cluster to run the envs on "
             "(with --env_num > 1; default: none, in this process)",

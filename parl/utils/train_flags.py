@@ -110,8 +110,9 @@ def add_common_flags(
     """Add the shared flags to ``parser``.
 
     ``env`` is the default environment; ``defaults`` gives the defaults of the step and episode
-    counts and of ``logdir`` (a flag missing there defaults to None and its help says the value
-    comes from ``preset``, e.g. "the env's preset in config.py"). ``skip`` leaves flags out,
+    counts and of ``logdir`` (a count missing there defaults to None and its help says the value
+    comes from ``preset``, e.g. "the env's preset in config.py"; a ``logdir`` missing there
+    needs a ``help`` text that says where the logs go). ``skip`` leaves flags out,
     ``dest`` renames where a value is stored, ``aliases`` maps a flag to its hidden older
     spellings (``{"no_progress": ["--no_tqdm"]}``) and ``help`` replaces a help text;
     ``zero_eval_episodes`` lets ``--eval_episodes 0`` turn evaluation off.
@@ -162,18 +163,25 @@ def add_common_flags(
             add_hidden_alias(parser, old, f"--{name}")
 
 
-_COUNTS = ("train_total_steps", "test_every_steps", "eval_episodes", "logdir")
+_COUNTS = ("train_total_steps", "test_every_steps", "eval_episodes")
+
+
+def _whole_number(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
 
 
 def _positive_int(value: str) -> int:
-    number = int(value)
+    number = _whole_number(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
 
 
 def _non_negative_int(value: str) -> int:
-    number = int(value)
+    number = _whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {number}")
     return number
