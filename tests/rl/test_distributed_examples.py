@@ -26,6 +26,7 @@ sys.path.insert(0, {str(folder)!r})
 torch.set_num_threads(1)
 import train
 result = train.main({args!r})
+print("THREADS", torch.get_num_threads())
 print("RESULT" + json.dumps(dataclasses.asdict(result)))
 """
     proc = run_python(code, timeout=timeout)
@@ -311,6 +312,20 @@ def test_distributed_example_resumes_from_its_checkpoint(
         [*common, budget, full, "--resume", "--device", "cpu", "--torch_threads", "2"],
     )
     assert "resumed from" in second["log"], second["log"][-2000:]
+    assert "THREADS 1" in first["log"] and "THREADS 2" in second["log"]  # --torch_threads
     assert second["sample_steps"] > first["sample_steps"]
     assert second["train_steps"] > first["train_steps"]
     assert min(steps for steps, _ in second["history"]) > first["sample_steps"]
+
+
+@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
+def test_resume_without_a_checkpoint_names_the_missing_file(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    folder, args, _ = RESUME_RUNS[name]
+    logdir = tmp_path / "never_ran"
+    proc = run_python(
+        args=[str(folder / "train.py"), *args, "--resume", "--logdir", str(logdir)], timeout=120
+    )
+    assert proc.returncode != 0
+    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]
