@@ -177,7 +177,7 @@ def ours_cheetah(steps: int) -> tuple[float, float]:
         "log_std_init": -2.0,
         "train_total_steps": steps,
         "test_every_steps": 10**9,
-        "eval_episode": 1,
+        "eval_episodes": 1,
         "progress": False,
         "tensorboard": False,
         "logdir": "/tmp/bench_onpolicy_cheetah",

@@ -5,6 +5,7 @@
     python examples/A2C/train.py --env PongNoFrameskip-v4 --actor_num 2
     python examples/A2C/train.py --env PongNoFrameskip-v4 --xparl_addr localhost:8010
     python examples/A2C/train.py --mode vector_env --actor_num 2  # envs on actors, acting here
+    python examples/A2C/train.py --resume                         # go on from the checkpoint
 
 ``--mode actors`` (default, PARL's): each of ``actor_num`` actors owns ``env_num`` envs and a
 copy of the model, steps them ``sample_batch_steps`` times, computes GAE and returns the batch;
@@ -35,6 +36,7 @@ import parl
 from parl.env import RemoteVectorEnv
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.rl_utils import calc_gae
+from parl.utils.train_flags import add_common_flags, example_parser
 from parl.utils.weight_sync import SharedWeights, flat_state
 
 
@@ -208,11 +210,41 @@ class Learner:
             raise ValueError(f"--mode must be 'actors' or 'vector_env', got {config['mode']!r}")
         if config["mode"] == "actors" and config["actor_num"] < 1:
             raise ValueError("--mode actors needs --actor_num 1 or more (or --mode vector_env)")
-        sampler_cls = ActorSampler if config["mode"] == "actors" else VectorEnvSampler
-        self.sampler: Any = sampler_cls(config, self.agent, self.times)
-        self.actors = self.sampler.actors
         self.sample_steps = self.train_steps = 0
+        self.checkpoint = os.path.join(config["logdir"], "checkpoint.pt")
+        if config.get("resume"):
+            self.restore()
+        sampler_cls = ActorSampler if config["mode"] == "actors" else VectorEnvSampler
+        # actors act on the CPU whatever device the learner trains on
+        self.sampler: Any = sampler_cls({**config, "device": "cpu"}, self.agent, self.times)
+        self.actors = self.sampler.actors
         self.start = time.perf_counter()
+
+    def save(self) -> None:
+        """Write the checkpoint ``--resume`` continues from: models, optimizer, random states,
+        schedules and counters (the actors' envs start afresh)."""
+        self.agent.save_checkpoint(
+            self.checkpoint,
+            counters={"sample_steps": self.sample_steps, "train_steps": self.train_steps},
+            extra={
+                "lr": self.agent.lr_scheduler.state_dict(),
+                "entropy_coeff": self.agent.entropy_coeff_scheduler.state_dict(),
+            },
+        )
+
+    def restore(self) -> None:
+        if not os.path.exists(self.checkpoint):
+            raise FileNotFoundError(
+                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
+                f"give the --logdir of the run to continue"
+            )
+        counters, extra = self.agent.restore_checkpoint(
+            self.checkpoint, map_location=self.agent.alg.device
+        )
+        self.sample_steps, self.train_steps = counters["sample_steps"], counters["train_steps"]
+        self.agent.lr_scheduler.load_state_dict(extra["lr"])
+        self.agent.entropy_coeff_scheduler.load_state_dict(extra["entropy_coeff"])
+        logger.info("resumed from %s at step %d", self.checkpoint, self.sample_steps)
 
     def step(self) -> tuple[float, ...]:
         batch = self.sampler.collect()
@@ -233,9 +265,14 @@ def train(config: dict[str, Any]) -> TrainResult:
     if tensorboard:
         summary.set_dir(config["logdir"])
     result = TrainResult()
-    next_eval = config["test_every_steps"]
+    every = config["test_every_steps"]
+    next_eval = (learner.sample_steps // every + 1) * every
     returns = WindowStat(100)
-    bar = tqdm(total=config["max_sample_steps"], disable=not config.get("progress", True))
+    bar = tqdm(
+        total=config["max_sample_steps"],
+        initial=learner.sample_steps,
+        disable=not config.get("progress", True),
+    )
     try:
         while learner.sample_steps < config["max_sample_steps"]:
             before = learner.sample_steps
@@ -253,6 +290,7 @@ def train(config: dict[str, Any]) -> TrainResult:
                 mean = evaluate(learner.agent, learner.eval_env, config["eval_episodes"],
                                 config["seed"] + 10_000)  # fmt: skip
             result.history.append((total, mean))
+            learner.save()
             logger.info("step %d: evaluation %.1f, train return %s", total, mean, returns.mean)
             if tensorboard:
                 summary.add_scalar("eval/episode_reward", mean, total)
@@ -265,6 +303,7 @@ def train(config: dict[str, Any]) -> TrainResult:
         result.seconds = time.perf_counter() - learner.start
         actors = learner.sampler.actor_breakdown()
         learner.close()
+    learner.save()
     result.sample_steps, result.train_steps = learner.sample_steps, learner.train_steps
     result.learner_times = dict(learner.times.seconds)
     result.actor_times = dict(actors.seconds)
@@ -280,20 +319,45 @@ def train(config: dict[str, Any]) -> TrainResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mode", choices=["actors", "vector_env"], default="actors")
-    parser.add_argument("--actor_num", type=int, default=None)
-    parser.add_argument("--env_num", type=int, default=None)
-    parser.add_argument("--xparl_addr", default=None)
-    parser.add_argument("--max_sample_steps", type=int, default=None)
-    parser.add_argument("--test_every_steps", type=int, default=None)
-    parser.add_argument("--target_return", type=float, default=None)
-    parser.add_argument("--logdir", default=None)
-    parser.add_argument("--no_progress", dest="progress", action="store_false")
-    args = parser.parse_args(argv)
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="CartPole-v1",
+        preset="the env's preset in a2c_config.py",
+        help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/A2C_<env>)"
+        },
+        dest={"train_total_steps": "max_sample_steps"},
+        aliases={"train_total_steps": ["--max_sample_steps"], "no_progress": ["--no-progress"]},
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["actors", "vector_env"],
+        default="actors",
+        help="actors: each actor samples with its own model copy (PARL's); vector_env: envs "
+        "on actors, actions picked here",
+    )
+    parser.add_argument(
+        "--actor_num", type=int, default=None, help="sampling actors (default: from the preset)"
+    )
+    parser.add_argument(
+        "--env_num", type=int, default=None, help="envs per actor (default: from the preset)"
+    )
+    parser.add_argument(
+        "--target_return",
+        type=float,
+        default=None,
+        help="stop once an evaluation reaches this return (default: train all steps)",
+    )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
+    """The preset of ``--env`` with the flags given on the command line laid over it."""
+    args = make_parser().parse_args(argv)
     if args.env.startswith("CartPole"):
         base = cartpole_config
     else:
@@ -301,7 +365,12 @@ def main(argv: list[str] | None = None) -> TrainResult:
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"A2C_{args.env}"))
-    torch.set_num_threads(1)
+    return config
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    config = parse_config(argv)
+    torch.set_num_threads(config["torch_threads"])
     return train(config)
 
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from parl.algorithms import DDPG
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
 
 EVAL_EPISODES = 5
 MEMORY_SIZE = int(1e6)
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> float:
         c = restore_checkpoint(args, agent, rpm, env)
     avg_reward = float("nan")
     stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
-    bar = tqdm(total=args.train_total_steps, initial=int(c["total_steps"]), disable=args.no_tqdm)
+    bar = tqdm(
+        total=args.train_total_steps, initial=int(c["total_steps"]), disable=not args.progress
+    )
     while c["total_steps"] < stop_at:
         episode_reward, episode_steps = run_train_episode(agent, env, rpm, args, c)
         c["total_steps"] += episode_steps
@@ -134,49 +137,65 @@ def main(argv: list[str] | None = None) -> float:
         if (c["total_steps"] + 1) // args.test_every_steps >= c["test_flag"]:
             while (c["total_steps"] + 1) // args.test_every_steps >= c["test_flag"]:
                 c["test_flag"] += 1
-            avg_reward = run_evaluate_episodes(agent, eval_env, EVAL_EPISODES, args.seed + 10_000)
+            avg_reward = run_evaluate_episodes(
+                agent, eval_env, args.eval_episodes, args.seed + 10_000
+            )
             summary.add_scalar("eval/episode_reward", avg_reward, c["total_steps"])
             bar.set_postfix(train=f"{episode_reward:.0f}", eval=f"{avg_reward:.0f}")
             save_checkpoint(args, agent, rpm, env, c)
     bar.close()
     save_checkpoint(args, agent, rpm, env, c)
     agent.save(os.path.join(args.logdir, "model.ckpt"))
-    final = run_evaluate_episodes(agent, eval_env, EVAL_EPISODES, args.seed + 10_000)
+    final = run_evaluate_episodes(agent, eval_env, args.eval_episodes, args.seed + 10_000)
     logger.info(
-        "done: %d steps; evaluation over %d episodes: %.1f", c["total_steps"], EVAL_EPISODES, final
+        "done: %d steps; evaluation over %d episodes: %.1f",
+        c["total_steps"],
+        args.eval_episodes,
+        final,
     )
     summary.flush()
     return final
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="HalfCheetah-v5", help="MuJoCo gymnasium env id")
-    parser.add_argument("--seed", default=0, type=int)
-    parser.add_argument("--train_total_steps", default=int(1e6), type=int)
-    parser.add_argument("--test_every_steps", default=int(5e3), type=int)
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="HalfCheetah-v5",
+        defaults={
+            "train_total_steps": 1_000_000,
+            "test_every_steps": 5_000,
+            "eval_episodes": EVAL_EPISODES,
+            "logdir": os.path.join("train_log", "DDPG"),
+        },
+        skip=["xparl_addr"],
+        aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
+        help={"env": "MuJoCo gymnasium env id"},
+    )
     parser.add_argument(
         "--expl_noise",
         default=0.1,
         type=float,
         help="std of the Gaussian exploration noise (actions in [-1, 1])",
     )
-    parser.add_argument("--warmup_steps", default=int(1e4), type=int)
-    parser.add_argument("--batch_size", default=256, type=int)
-    parser.add_argument("--hidden", default=256, type=int)
-    parser.add_argument("--logdir", default=os.path.join("train_log", "DDPG"))
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--save_rpm", action="store_true")
+    parser.add_argument(
+        "--warmup_steps", default=int(1e4), type=int, help="random-action steps before learning"
+    )
+    parser.add_argument("--batch_size", default=256, type=int, help="transitions per gradient step")
+    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory too")
     parser.add_argument(
         "--stop_after_steps",
         type=int,
         default=0,
         help="end this run early (at an episode's end), as if interrupted",
     )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--torch_threads", type=int, default=1)
-    parser.add_argument("--no_tqdm", action="store_true")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
 
 
 if __name__ == "__main__":

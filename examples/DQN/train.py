@@ -30,6 +30,7 @@ from tqdm import tqdm
 from parl.algorithms import DDQN, DQN
 from parl.env import CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
 
 CARTPOLE = dict(
     lr=2.3e-3,
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> float:
     if args.resume:
         c = restore_checkpoint(args, agent, rpm, env)
     eval_return = float("nan")
-    bar = tqdm(total=args.train_total_steps, initial=int(c["total_steps"]), disable=args.no_tqdm)
+    bar = tqdm(
+        total=args.train_total_steps, initial=int(c["total_steps"]), disable=not args.progress
+    )
     stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
     while c["total_steps"] < stop_at:
         obs, done, episode_return = env.reset(), False, 0.0
@@ -187,17 +190,24 @@ def main(argv: list[str] | None = None) -> float:
     return final
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1", help="CartPole-v1 or an Atari id")
-    parser.add_argument("--algo", choices=["DQN", "DDQN"], default="DQN")
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="CartPole-v1",
+        defaults={
+            "train_total_steps": 50_000,
+            "test_every_steps": 5_000,
+            "eval_episodes": 10,
+            "logdir": os.path.join("train_log", "DQN"),
+        },
+        skip=["xparl_addr"],
+        aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
+        help={"env": "CartPole-v1 or an Atari id"},
+    )
+    parser.add_argument("--algo", choices=["DQN", "DDQN"], default="DQN", help="DQN, or Double DQN")
     parser.add_argument("--dueling", action="store_true", help="dueling Q head")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train_total_steps", type=int, default=50_000)
-    parser.add_argument("--test_every_steps", type=int, default=5_000)
-    parser.add_argument("--eval_episodes", type=int, default=10)
-    parser.add_argument("--logdir", default=os.path.join("train_log", "DQN"))
-    parser.add_argument("--resume", action="store_true", help="continue from --logdir")
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory")
     parser.add_argument(
         "--stop_after_steps",
@@ -205,10 +215,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="end this run early (at an episode's end), as if interrupted",
     )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--torch_threads", type=int, default=1)
-    parser.add_argument("--no_tqdm", action="store_true")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ class ESAgent(parl.Agent):
             assert env.action_space.shape is not None
             model = MujocoModel(obs_dim, int(env.action_space.shape[0]), config["hidden_size"])
         algorithm = ES(model, noise, noise_stdev=config["noise_stdev"], stepsize=config["stepsize"],
-                       l2_coeff=config["l2_coeff"], optimizer=config["optimizer"])  # fmt: skip
+                       l2_coeff=config["l2_coeff"], optimizer=config["optimizer"],
+                        device=config.get("device", "cpu"))  # fmt: skip
         super().__init__(algorithm)
         self.config = config
         self.obs_filter = MeanStdFilter(obs_dim)
@@ -61,7 +62,8 @@ class ESAgent(parl.Agent):
             self.obs_filter.sync(RunningStat(int(stats["n"]), stats["mean"], stats["m2"]))
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        out = self.alg.predict(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+        obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=self.alg.device)
+        out = self.alg.predict(obs_tensor).cpu().numpy()
         return out.argmax(-1) if self.discrete else out
 
     def play_episode(

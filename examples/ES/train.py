@@ -3,6 +3,7 @@
     python examples/ES/train.py                               # HalfCheetah-v5, 2 actors
     python examples/ES/train.py --env CartPole-v1
     python examples/ES/train.py --xparl_addr localhost:8010 --actor_num 16   # on a cluster
+    python examples/ES/train.py --resume                      # go on from the checkpoint
 
 Each update: every actor evaluates mirrored perturbation pairs of the current weights (rounds
 of calls until ``min_episodes_per_batch`` episodes and ``min_steps_per_batch`` steps are in),
@@ -25,10 +26,13 @@ import torch
 from actor import Actor
 from agent import ESAgent, make_env
 from es_config import cartpole_config, mujoco_config
+from tqdm import tqdm
 
 import parl
 from parl.algorithms.es_noise import SharedNoiseTable
 from parl.utils import TimeBreakdown, logger, set_seed, summary
+from parl.utils.obs_filter import RunningStat
+from parl.utils.train_flags import add_common_flags, example_parser
 
 
 @dataclass
@@ -64,14 +68,46 @@ class Learner:
         self.env = make_env(config)
         self.agent = ESAgent(config, self.env, noise)
         self.rng = np.random.default_rng(config["seed"])
+        self.sample_steps = self.train_steps = 0
+        self.checkpoint = os.path.join(config["logdir"], "checkpoint.pt")
+        if config.get("resume"):
+            self.restore()
+        actor_config = {**config, "device": "cpu"}  # actors act on the CPU
         self.actors = [
-            Actor(config, config["seed"] + 1000 * (i + 1), noise if self.shared else None)
+            Actor(actor_config, config["seed"] + 1000 * (i + 1), noise if self.shared else None)
             for i in range(config["actor_num"])
         ]
         self.actor_times: dict[int, dict[str, float]] = {}
-        self.sample_steps = self.train_steps = 0
         self.sampling_seconds = 0.0
         self.start = time.perf_counter()
+
+    def save(self) -> None:
+        """Write the checkpoint ``--resume`` continues from: model, the ES optimizer's moments,
+        observation statistics, random states and counters."""
+        state = self.agent.obs_filter.state
+        self.agent.save_checkpoint(
+            self.checkpoint,
+            counters={"sample_steps": self.sample_steps, "train_steps": self.train_steps},
+            extra={
+                "obs_filter": {"n": state.n, "mean": state.mean, "m2": state.m2},
+                "eval_rng": self.rng.bit_generator.state,
+            },
+        )
+
+    def restore(self) -> None:
+        if not os.path.exists(self.checkpoint):
+            raise FileNotFoundError(
+                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
+                f"give the --logdir of the run to continue"
+            )
+        counters, extra = self.agent.restore_checkpoint(
+            self.checkpoint, map_location=self.agent.alg.device
+        )
+        self.sample_steps, self.train_steps = counters["sample_steps"], counters["train_steps"]
+        stats = extra["obs_filter"]
+        self.agent.obs_filter.sync(RunningStat(int(stats["n"]), stats["mean"], stats["m2"]))
+        self.rng.bit_generator.state = extra["eval_rng"]
+        logger.info("resumed from %s at update %d", self.checkpoint, self.train_steps)
 
     def _round(self, flat: np.ndarray) -> list[dict[str, Any]]:
         state = self.agent.obs_filter.state
@@ -152,15 +188,30 @@ def train(config: dict[str, Any]) -> TrainResult:
     if tensorboard:
         summary.set_dir(config["logdir"])
     result = TrainResult()
+    step_budget = config.get("train_total_steps") or float("inf")
+    every = config.get("test_every_steps")
+    next_eval = (learner.sample_steps // every + 1) * every if every else 0
+    bar = tqdm(
+        total=config["train_steps"],
+        initial=learner.train_steps,
+        unit="update",
+        disable=not config.get("progress", True),
+    )
     try:
-        while learner.train_steps < config["train_steps"]:
+        while learner.train_steps < config["train_steps"] and learner.sample_steps < step_budget:
             metrics = learner.step()
-            if learner.train_steps % config["test_every_train_steps"] != 0:
+            bar.update(1)
+            if every:  # in environment steps
+                if learner.sample_steps < next_eval:
+                    continue
+                next_eval = (learner.sample_steps // every + 1) * every
+            elif learner.train_steps % config["test_every_train_steps"] != 0:
                 continue
             with learner.times.section("evaluating"):
                 mean = learner.evaluate(config["eval_episodes"])
             steps = learner.sample_steps
             result.history.append((steps, mean))
+            learner.save()
             logger.info("update %d, step %d: evaluation %.1f, noisy mean %.1f, ratio %.4f",
                         learner.train_steps, steps, mean, metrics["noisy_reward_mean"],
                         metrics["update_ratio"])  # fmt: skip
@@ -173,9 +224,11 @@ def train(config: dict[str, Any]) -> TrainResult:
             if target is not None and mean >= target:
                 break
     finally:
+        bar.close()
         result.seconds = time.perf_counter() - learner.start
         actors = learner.actor_breakdown()
         learner.close()
+    learner.save()
     result.sample_steps, result.train_steps = learner.sample_steps, learner.train_steps
     result.sampling_seconds = learner.sampling_seconds
     result.learner_times = dict(learner.times.seconds)
@@ -192,30 +245,83 @@ def train(config: dict[str, Any]) -> TrainResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="HalfCheetah-v5")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--actor_num", type=int, default=None)
-    parser.add_argument("--xparl_addr", default=None)
-    parser.add_argument("--train_steps", type=int, default=None)
-    parser.add_argument("--min_episodes_per_batch", type=int, default=None)
-    parser.add_argument("--min_steps_per_batch", type=int, default=None)
-    parser.add_argument("--noise_size", type=int, default=None)
-    parser.add_argument("--noise_stdev", type=float, default=None)
-    parser.add_argument("--stepsize", type=float, default=None)
-    parser.add_argument("--optimizer", choices=["adam", "momentum", "sgd"], default=None)
-    parser.add_argument("--test_every_train_steps", type=int, default=None)
-    parser.add_argument("--eval_episodes", type=int, default=None)
-    parser.add_argument("--target_return", type=float, default=None)
-    parser.add_argument("--logdir", default=None)
-    parser.add_argument("--no_tensorboard", dest="tensorboard", action="store_false")
-    args = parser.parse_args(argv)
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="HalfCheetah-v5",
+        preset="the env's preset in es_config.py",
+        help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/ES_<env>)",
+            "train_total_steps": "environment steps to train for at most (default: no bound "
+            "but --train_steps)",
+            "test_every_steps": "evaluate and write a checkpoint every this many environment "
+            "steps (default: every --test_every_train_steps updates)",
+        },
+    )
+    preset = " (default: from the preset)"
+    parser.add_argument("--actor_num", type=int, default=None, help="sampling actors" + preset)
+    parser.add_argument(
+        "--train_steps", type=int, default=None, help="ES updates to run at most" + preset
+    )
+    parser.add_argument(
+        "--test_every_train_steps",
+        type=int,
+        default=None,
+        help="evaluate every this many updates, unless --test_every_steps is given" + preset,
+    )
+    parser.add_argument(
+        "--min_episodes_per_batch", type=int, default=None, help="episodes per update" + preset
+    )
+    parser.add_argument(
+        "--min_steps_per_batch",
+        type=int,
+        default=None,
+        help="environment steps per update, at least" + preset,
+    )
+    parser.add_argument(
+        "--noise_size", type=int, default=None, help="floats in the shared noise table" + preset
+    )
+    parser.add_argument(
+        "--noise_stdev", type=float, default=None, help="std of the perturbations" + preset
+    )
+    parser.add_argument("--stepsize", type=float, default=None, help="learning rate" + preset)
+    parser.add_argument(
+        "--optimizer",
+        choices=["adam", "momentum", "sgd"],
+        default=None,
+        help="the optimizer of the flat weights" + preset,
+    )
+    parser.add_argument(
+        "--target_return",
+        type=float,
+        default=None,
+        help="stop once an evaluation reaches this return (default: train all updates)",
+    )
+    parser.add_argument(
+        "--no_tensorboard",
+        dest="tensorboard",
+        action="store_false",
+        help="write no TensorBoard events",
+    )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
+    """The preset of ``--env`` with the flags given on the command line laid over it."""
+    args = make_parser().parse_args(argv)
     base = cartpole_config if args.env.startswith("CartPole") else mujoco_config
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"ES_{args.env}"))
-    torch.set_num_threads(1)
+    return config
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    config = parse_config(argv)
+    torch.set_num_threads(config["torch_threads"])
     return train(config)
 
 

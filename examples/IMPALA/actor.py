@@ -75,7 +75,7 @@ def build_algorithm(
         clip_pg_rho_threshold=config["clip_pg_rho_threshold"],
         max_grad_norm=config.get("max_grad_norm", 40.0),
         continuous_action=continuous,
-        device="cpu",
+        device=config.get("device", "cpu"),
     )
 
 

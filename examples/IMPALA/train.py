@@ -4,6 +4,7 @@
     python examples/IMPALA/train.py --env PongNoFrameskip-v4 --actor_num 2
     python examples/IMPALA/train.py --env HalfCheetah-v5             # Gaussian policy, MuJoCo
     python examples/IMPALA/train.py --xparl_addr localhost:8010 --actor_num 8   # on a cluster
+    python examples/IMPALA/train.py --resume                         # go on from the checkpoint
 
 The learner keeps two ``sample`` calls in flight per actor (one per trajectory slot), takes
 whichever actor finishes first (``parl.wait(futures, num_returns=1)``), queues that actor's next
@@ -26,10 +27,12 @@ import torch
 from actor import FIELDS, Actor, build_algorithm, is_mujoco, make_env, trajectory_arrays
 from agent import ImpalaAgent
 from impala_config import atari_config, cartpole_config, mujoco_config
+from tqdm import tqdm
 
 import parl
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.scheduler import PiecewiseScheduler
+from parl.utils.train_flags import add_common_flags, example_parser
 from parl.utils.weight_sync import SharedWeights, flat_state
 
 
@@ -59,6 +62,9 @@ class Learner:
         self.times = TimeBreakdown()
         self.episode_returns = WindowStat(100)
         self.sample_steps = self.train_steps = 0
+        self.checkpoint = os.path.join(config["logdir"], "checkpoint.pt")
+        if config.get("resume"):
+            self.restore()
         # shared memory only for local actors; transport="values" ships everything as call
         # values, as on a cluster (to measure what the shared slots save)
         self.shared = not config.get("xparl_addr") and config.get("transport", "shm") == "shm"
@@ -82,7 +88,9 @@ class Learner:
             )
             self.slots.append(slots)
             seed = config["seed"] + 1000 * (i + 1)
-            self.actors.append(Actor(config, seed, self.weights, slots or None))
+            # actors act on the CPU whatever device the learner trains on
+            actor_config = {**config, "device": "cpu"}
+            self.actors.append(Actor(actor_config, seed, self.weights, slots or None))
             self.sent_version.append(-1)
         self.version = 0
         self.futures: dict[Any, tuple[int, int]] = {}
@@ -92,6 +100,32 @@ class Learner:
         self.batch: list[dict[str, np.ndarray]] = []
         self.actor_times: dict[int, dict[str, float]] = {}
         self.start = time.perf_counter()
+
+    def save(self) -> None:
+        """Write the checkpoint ``--resume`` continues from: model, optimizer, random states,
+        schedules and counters (the actors' envs start afresh)."""
+        self.agent.save_checkpoint(
+            self.checkpoint,
+            counters={"sample_steps": self.sample_steps, "train_steps": self.train_steps},
+            extra={
+                "lr": self.lr_scheduler.state_dict(),
+                "entropy_coeff": self.entropy_coeff_scheduler.state_dict(),
+            },
+        )
+
+    def restore(self) -> None:
+        if not os.path.exists(self.checkpoint):
+            raise FileNotFoundError(
+                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
+                f"give the --logdir of the run to continue"
+            )
+        counters, extra = self.agent.restore_checkpoint(
+            self.checkpoint, map_location=self.agent.alg.device
+        )
+        self.sample_steps, self.train_steps = counters["sample_steps"], counters["train_steps"]
+        self.lr_scheduler.load_state_dict(extra["lr"])
+        self.entropy_coeff_scheduler.load_state_dict(extra["entropy_coeff"])
+        logger.info("resumed from %s at step %d", self.checkpoint, self.sample_steps)
 
     def _issue(self, i: int, slot: int) -> None:
         """Queue actor ``i``'s next trajectory batch (with the weights, on a cluster)."""
@@ -186,11 +220,18 @@ def train(config: dict[str, Any]) -> TrainResult:
     if tensorboard:
         summary.set_dir(config["logdir"])
     result = TrainResult()
-    next_eval, next_log = config["test_every_steps"], time.perf_counter()
+    every = config["test_every_steps"]
+    next_eval, next_log = (learner.sample_steps // every + 1) * every, time.perf_counter()
+    bar = tqdm(
+        total=config["max_sample_steps"],
+        initial=learner.sample_steps,
+        disable=not config.get("progress", True),
+    )
     try:
         while learner.sample_steps < config["max_sample_steps"]:
             total, pi, vf, entropy, kl, lr, entropy_coeff = learner.step()
             steps = learner.sample_steps
+            bar.update(steps - bar.n)
             if time.perf_counter() >= next_log:
                 next_log += config["log_metrics_interval_s"]
                 logger.info(
@@ -213,6 +254,7 @@ def train(config: dict[str, Any]) -> TrainResult:
                 with learner.times.section("evaluating"):
                     mean = learner.evaluate(config["eval_episodes"])
                 result.history.append((steps, mean))
+                learner.save()
                 logger.info("step %d: evaluation %.1f", steps, mean)
                 if tensorboard:
                     summary.add_scalar("eval/episode_reward", mean, steps)
@@ -220,9 +262,11 @@ def train(config: dict[str, Any]) -> TrainResult:
                 if target is not None and mean >= target:
                     break
     finally:
+        bar.close()
         result.seconds = time.perf_counter() - learner.start
         actors = learner.actor_breakdown()
         learner.close()
+    learner.save()
     result.sample_steps, result.train_steps = learner.sample_steps, learner.train_steps
     result.learner_times = dict(learner.times.seconds)
     result.actor_times = dict(actors.seconds)
@@ -237,25 +281,66 @@ def train(config: dict[str, Any]) -> TrainResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--actor_num", type=int, default=None)
-    parser.add_argument("--env_num", type=int, default=None)
-    parser.add_argument("--sample_batch_steps", type=int, default=None)
-    parser.add_argument("--train_batch_size", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=None, help="a constant learning rate")
-    parser.add_argument("--xparl_addr", default=None)
-    parser.add_argument("--transport", choices=["shm", "values"], default=None)
-    parser.add_argument("--max_sample_steps", type=int, default=None)
-    parser.add_argument("--test_every_steps", type=int, default=None)
-    parser.add_argument("--eval_episodes", type=int, default=None)
-    parser.add_argument("--target_return", type=float, default=None)
-    parser.add_argument("--log_metrics_interval_s", type=float, default=None)
-    parser.add_argument("--logdir", default=None)
-    parser.add_argument("--no_tensorboard", dest="tensorboard", action="store_false")
-    args = parser.parse_args(argv)
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="CartPole-v1",
+        preset="the env's preset in impala_config.py",
+        help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/IMPALA_<env>)"
+        },
+        dest={"train_total_steps": "max_sample_steps"},
+        aliases={"train_total_steps": ["--max_sample_steps"]},
+    )
+    preset = " (default: from the preset)"
+    parser.add_argument("--actor_num", type=int, default=None, help="sampling actors" + preset)
+    parser.add_argument("--env_num", type=int, default=None, help="envs per actor" + preset)
+    parser.add_argument(
+        "--sample_batch_steps", type=int, default=None, help="steps per trajectory" + preset
+    )
+    parser.add_argument(
+        "--train_batch_size", type=int, default=None, help="steps per update" + preset
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="a constant learning rate (default: the preset's schedule)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=["shm", "values"],
+        default=None,
+        help="how local actors hand back trajectories: shm (shared slots, written in place) "
+        "or values (shipped with the reply, as on a cluster) (default: shm)",
+    )
+    parser.add_argument(
+        "--target_return",
+        type=float,
+        default=None,
+        help="stop once an evaluation reaches this return (default: train all steps)",
+    )
+    parser.add_argument(
+        "--log_metrics_interval_s",
+        type=float,
+        default=None,
+        help="seconds between two training-metric logs" + preset,
+    )
+    parser.add_argument(
+        "--no_tensorboard",
+        dest="tensorboard",
+        action="store_false",
+        help="write no TensorBoard events",
+    )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
+    """The preset of ``--env`` with the flags given on the command line laid over it."""
+    args = make_parser().parse_args(argv)
     if args.env.startswith("CartPole"):
         base = cartpole_config
     else:
@@ -265,7 +350,12 @@ def main(argv: list[str] | None = None) -> TrainResult:
     if args.lr is not None:
         config["lr_scheduler"] = [(0, args.lr)]
     config.setdefault("logdir", os.path.join("train_log", f"IMPALA_{args.env}"))
-    torch.set_num_threads(1)
+    return config
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    config = parse_config(argv)
+    torch.set_num_threads(config["torch_threads"])
     return train(config)
 
 

@@ -3,6 +3,7 @@
 
     python examples/PPO/train.py                                   # CartPole-v1, 8 envs
     python examples/PPO/train.py --env HalfCheetah-v5 --continuous_action
+    python examples/PPO/train.py --env HalfCheetah-v5 --continuous_action --config zoo
     python examples/PPO/train.py --env PongNoFrameskip-v4 --env_num 8 --num_workers 2
     python examples/PPO/train.py --env_num 8 --xparl_addr localhost:8010   # envs on a cluster
     tensorboard --logdir train_log
@@ -25,7 +26,7 @@ import numpy as np
 import psutil
 import torch
 from agent import PPOAgent
-from config import config_for
+from config import PRESETS, config_for
 from env_utils import kind_of, make_env, make_train_envs
 from model import AtariModel, MLPModel
 from numpy_update import set_blas_threads
@@ -34,6 +35,7 @@ from tqdm import tqdm
 
 from parl.algorithms import PPO
 from parl.utils import logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
 
 
 @dataclass
@@ -227,11 +229,11 @@ def _log_update(agent, steps, value_loss, action_loss, entropy, lr, recent, seco
 
 
 def _evaluate(agent, envs, eval_env, config, result, total_steps, train_time) -> None:
-    if config["eval_episode"] <= 0:  # --eval_episode 0: training returns only
+    if config["eval_episodes"] <= 0:  # --eval_episodes 0: training returns only
         return
     if kind_of(config) == "mujoco":
         eval_env.set_ob_rms(envs.call("get_ob_rms")[0])
-    mean = run_evaluate_episodes(agent, eval_env, config["eval_episode"], config["seed"] + 10_000)
+    mean = run_evaluate_episodes(agent, eval_env, config["eval_episodes"], config["seed"] + 10_000)
     result.eval_history.append((total_steps, mean))
     target = config.get("target_return")
     if target is not None and mean >= target and result.steps_to_target is None:
@@ -240,36 +242,60 @@ def _evaluate(agent, envs, eval_env, config, result, total_steps, train_time) ->
     if config.get("tensorboard", True):
         summary.add_scalar("eval/episode_reward", mean, total_steps)
     logger.info(
-        "step %d: evaluation over %d episodes: %.1f", total_steps, config["eval_episode"], mean
+        "step %d: evaluation over %d episodes: %.1f", total_steps, config["eval_episodes"], mean
     )
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="CartPole-v1",
+        preset="the preset in config.py",
+        aliases={"eval_episodes": ["--eval_episode"], "no_progress": ["--no-progress"]},
+        help={
+            "logdir": "folder of the TensorBoard logs, the checkpoint and the final model "
+            "(default: train_log/PPO_<env>)",
+            "eval_episodes": "greedy episodes per evaluation, 0 for none",
+            "xparl_addr": "address (host:port) of an xparl cluster to run the envs on "
+            "(with --env_num > 1; default: none, in this process)",
+        },
+        zero_eval_episodes=True,
+    )
+    parser.add_argument(
+        "--config",
+        dest="preset",
+        choices=PRESETS,
+        default="parl",
+        help="hyperparameters: parl (PARL's per kind of env) or zoo (rl-baselines3-zoo's tuned "
+        "MuJoCo setting, the README's HalfCheetah results)",
+    )
+    parser.add_argument(
+        "--continuous_action", action="store_true", help="Gaussian policy (MuJoCo tasks)"
+    )
+    parser.add_argument(
+        "--env_num", type=int, default=None, help="parallel envs (default: from the preset)"
+    )
+    parser.add_argument(
+        "--num_workers", type=int, default=0, help="env actors (0: envs in this process)"
+    )
+    parser.add_argument(
+        "--target_return",
+        type=float,
+        default=None,
+        help="record when an evaluation first reaches this return (default: none)",
+    )
+    parser.add_argument(
+        "--stop_at_target", action="store_true", help="stop once --target_return is reached"
+    )
+    return parser
 
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--env_num", type=int, default=None, help="parallel envs")
-    parser.add_argument("--continuous_action", action="store_true")
-    parser.add_argument("--xparl_addr", default=None, help="cluster address for the envs")
-    parser.add_argument("--num_workers", type=int, default=0, help="env actors (0: in process)")
-    parser.add_argument("--train_total_steps", type=int, default=None)
-    parser.add_argument("--test_every_steps", type=int, default=None)
-    parser.add_argument(
-        "--eval_episode", type=int, default=None, help="greedy episodes per evaluation (0: none)"
-    )
-    parser.add_argument("--target_return", type=float, default=None)
-    parser.add_argument("--stop_at_target", action="store_true")
-    parser.add_argument("--logdir", default=None)
-    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--torch_threads", type=int, default=1, help="threads of torch and of numpy's BLAS"
-    )
-    parser.add_argument("--no_progress", dest="progress", action="store_false")
-    args = parser.parse_args(argv)
-    if args.eval_episode is not None and args.eval_episode < 0:
-        parser.error(f"--eval_episode must be 0 (no evaluation) or more, got {args.eval_episode}")
-    config = config_for(args.env, args.continuous_action)
+    """The preset of ``--env`` with the flags given on the command line laid over it."""
+    args = make_parser().parse_args(argv)
+    config = config_for(args.env, args.continuous_action, args.preset)
     for key, value in vars(args).items():
         if value is not None and key != "env":
             config[key] = value

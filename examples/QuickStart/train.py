@@ -4,8 +4,8 @@
     tensorboard --logdir train_log                      # returns and losses
 
 Each episode is one update: the actions' log-probabilities are weighted by the normalised
-reward-to-go. The greedy policy is evaluated every ``--eval-every`` episodes on 10 episodes;
-training stops once that average reaches ``--target-return`` (500 is CartPole-v1's maximum).
+reward-to-go. The greedy policy is evaluated every ``--eval_every`` episodes on 10 episodes;
+training stops once that average reaches ``--target_return`` (500 is CartPole-v1's maximum).
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ from tqdm import tqdm
 
 from parl.algorithms import PolicyGradient
 from parl.utils import calc_discount_sum_rewards, logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, add_hidden_alias, example_parser
 
 
 @dataclass
 class Config:
     """Hyperparameters and run settings (the command-line flags of ``main``)."""
 
+    env: str = "CartPole-v1"
     max_episodes: int = 1000
     lr: float = 1e-3
     gamma: float = 0.99
@@ -95,8 +97,8 @@ def train(config: Config) -> TrainResult:
     """Train until the evaluation return reaches ``config.target_return`` or
     ``config.max_episodes`` have run; save the model and return the results."""
     start = time.perf_counter()
-    env = gym.make("CartPole-v1")
-    eval_env = gym.make("CartPole-v1")
+    env = gym.make(config.env)
+    eval_env = gym.make(config.env)
     set_seed(config.seed, env)
     eval_seed = config.seed + 10_000
     obs_space, act_space = env.observation_space, env.action_space
@@ -152,29 +154,56 @@ def train(config: Config) -> TrainResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> TrainResult:
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
     defaults = Config()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-episodes", type=int, default=defaults.max_episodes)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--gamma", type=float, default=defaults.gamma)
-    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
-    parser.add_argument("--target-return", type=float, default=defaults.target_return)
-    parser.add_argument("--logdir", default=defaults.logdir)
-    parser.add_argument("--device", default=defaults.device)
-    parser.add_argument("--no-progress", dest="progress", action="store_false")
-    parser.add_argument(
-        "--torch-threads",
-        type=int,
-        default=1,
-        help="torch CPU threads; one is fastest for this small network",
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env=defaults.env,
+        defaults={"eval_episodes": defaults.eval_episodes, "logdir": defaults.logdir},
+        skip=["train_total_steps", "test_every_steps", "resume", "xparl_addr"],
+        aliases={
+            "no_progress": ["--no-progress"],
+            "torch_threads": ["--torch-threads"],
+        },
+        help={
+            "env": "gymnasium environment id (a Box observation and Discrete actions)",
+            "torch_threads": "threads torch may use; one is fastest for this small network",
+        },
     )
+    parser.set_defaults(seed=defaults.seed)
+    parser.add_argument(
+        "--max_episodes", type=int, default=defaults.max_episodes, help="training episodes at most"
+    )
+    parser.add_argument(
+        "--eval_every",
+        type=int,
+        default=defaults.eval_every,
+        help="evaluate every this many episodes",
+    )
+    parser.add_argument(
+        "--target_return",
+        type=float,
+        default=defaults.target_return,
+        help="stop once an evaluation averages this much",
+    )
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="learning rate of Adam")
+    parser.add_argument("--gamma", type=float, default=defaults.gamma, help="discount factor")
+    parser.add_argument(
+        "--hidden_size", type=int, default=defaults.hidden_size, help="width of the hidden layer"
+    )
+    for old in ("--max-episodes", "--eval-every", "--target-return", "--hidden-size"):
+        add_hidden_alias(parser, old, old.replace("-", "_").replace("__", "--"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> TrainResult:
+    parser = make_parser()
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     config = Config(**{k: v for k, v in vars(args).items() if k != "torch_threads"})
-    logger.info("training PolicyGradient on CartPole-v1: %s", config)
+    logger.info("training PolicyGradient on %s: %s", config.env, config)
     result = train(config)
     logger.info(
         "done: %d episodes in %.1f s; saved %s; evaluation return of the saved model over "

@@ -1,6 +1,7 @@
 """Hello world of @parl.remote_class: five CPU-bound counters, serial and then as actors.
 
     python examples/remote_hello/count.py
+    python examples/remote_hello/count.py --xparl_addr localhost:8010   # actors on a cluster
 
 Each actor is a worker process; with ``wait=False`` the five calls run at the same time, so the
 remote run takes about (serial time) / (number of cores).
@@ -8,10 +9,12 @@ remote run takes about (serial time) / (number of cores).
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
 import parl
+from parl.utils.train_flags import example_parser
 
 N = 20_000_000
 ACTORS = 5
@@ -30,20 +33,39 @@ class Counter:
         return count(n)
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    parser.add_argument(
+        "--xparl_addr",
+        default=None,
+        metavar="HOST:PORT",
+        help="address (host:port) of an xparl cluster to run the actors on (default: none, they "
+        "run on this machine)",
+    )
+    parser.add_argument("--actor_num", type=int, default=ACTORS, help="counters to run")
+    parser.add_argument("--n", type=int, default=N, help="each counter counts to this")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = make_parser().parse_args(argv)
+    if args.xparl_addr:
+        parl.connect(args.xparl_addr)
+    n, actors = args.n, args.actor_num
     start = time.perf_counter()
-    serial = [count(N) for _ in range(ACTORS)]
+    serial = [count(n) for _ in range(actors)]
     serial_s = time.perf_counter() - start
 
-    counters = [Counter() for _ in range(ACTORS)]
+    counters = [Counter() for _ in range(actors)]
     start = time.perf_counter()
-    futures = [c.count(N) for c in counters]
+    futures = [c.count(n) for c in counters]
     remote = [f.get() for f in futures]
     remote_s = time.perf_counter() - start
 
     assert remote == serial
     print(
-        f"{ACTORS} x count to {N:.0e}: serial {serial_s:.2f} s, "
+        f"{actors} x count to {n:.0e}: serial {serial_s:.2f} s, "
         f"remote {remote_s:.2f} s on {os.cpu_count()} cores "
         f"({serial_s / remote_s:.2f}x faster)"
     )

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xparl", description="parl clusters over TCP")
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", help="start a master and a local host agent")
-    start.add_argument("--port", type=int, required=True)
+    start.add_argument("--port", type=_port, required=True, help="the master's TCP port")
     start.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
     start.add_argument(
         "--host",
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         help="(--hosts) trust hosts whose key no known_hosts file has, for this run",
     )
     connect = commands.add_parser("connect", help="add this machine to a cluster")
-    connect.add_argument("--address", required=True, help="the master's host:port")
+    connect.add_argument("--address", type=_address, required=True, help="the master's host:port")
     connect.add_argument("--cpu_num", type=int, default=None, help=_CPU_HELP)
     connect.add_argument("--host", default=control.AUTO_HOST, help=_AGENT_HOST_HELP)
     connect.add_argument("--cache_dir", default="", help=_CACHE_HELP)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help="everything the monitor page shows, as JSON"
     )
     stop = commands.add_parser("stop", help="stop a cluster's processes")
-    stop.add_argument("--port", type=int, help="the cluster's port (default: every cluster)")
+    stop.add_argument("--port", type=_port, help="the cluster's port (default: every cluster)")
     args = parser.parse_args(argv)
     try:
         if args.command in ("start", "connect"):
@@ -118,6 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ParlError, ValueError) as exc:
         print(f"xparl {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def _port(text: str) -> int:
+    """A ``--port`` value, checked while parsing: before a secret or a log is written."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"a port is a number from 1 to 65535 (e.g. --port 8010), got {text!r}"
+        )
+    return int(text)
+
+
+def _address(text: str) -> str:
+    """An ``--address`` value (``host:port``), checked while parsing like ``--port``."""
+    try:
+        control.parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def parse_gpus(text: str) -> list[str]:

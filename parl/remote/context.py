@@ -124,7 +124,11 @@ def connect(
         )
     ray = _is_ray(address)
     if address not in _LOCAL_NAMES and ":" not in str(address) and not ray:
+        _check_hosts_file(str(address))
         address, hosts = None, address  # a hosts file
+    elif address not in _LOCAL_NAMES and not ray:
+        # checked before any secret is read or any socket opened
+        _check_cluster_address(str(address))
     specs = _host_specs(hosts) if hosts is not None else None
     if (
         isinstance(slot_timeout, bool)
@@ -214,6 +218,42 @@ def connect(
         if new is not None:
             _context = new
             _at_exit_once()
+
+
+def _check_hosts_file(address: str) -> None:
+    """An ``address`` without ``:`` is a hosts file's path; one that names no file was most
+    likely a cluster address whose port was forgotten."""
+    if os.path.exists(address):
+        return
+    from parl.errors import HostsFileError
+
+    raise HostsFileError(
+        f"parl.connect({address!r}): {address!r} has no port, so it was read as a hosts file, "
+        f"and no file {os.path.abspath(address)} exists. A cluster's address needs the port "
+        f"`xparl start --port` was given, e.g. '{address}:8010'; a hosts file must be an "
+        f"existing file (check the path)"
+    )
+
+
+def _check_cluster_address(address: str) -> None:
+    """``"host:port"`` with a port from 1 to 65535, else ValueError naming what is wrong."""
+    host, _, port = address.rpartition(":")
+    example = f"'{host or 'localhost'}:8010'"
+    if not host.strip("[]"):
+        raise ValueError(
+            f"parl.connect({address!r}): the address has no host; give 'host:port', e.g. "
+            f"'localhost:8010'"
+        )
+    if not port.isdigit():
+        raise ValueError(
+            f"parl.connect({address!r}): the port {port!r} is not a number; give "
+            f"'host:port' with the port `xparl start --port` was given, e.g. {example}"
+        )
+    if not 0 < int(port) < 65536:
+        raise ValueError(
+            f"parl.connect({address!r}): port {int(port)} is out of range (1-65535); give "
+            f"the port `xparl start --port` was given, e.g. {example}"
+        )
 
 
 def _is_ray(address: object) -> bool:

@@ -17,13 +17,19 @@ Color.RED`` would fail, and each message would pay for the class's definition. I
 
 The definition itself is cloudpickle's reduction of the class (skeleton, then state), wrapped
 so that the receiver looks the id up first (:func:`define_class`) and fills only a class that
-is new to it (:func:`fill_class`): the original class is never overwritten.
+is new to it (:func:`fill_class`): the original class is never overwritten. The text of the
+files that define the class's methods travels with it, and a receiver that lacks those files
+(a cluster's host) puts it in :mod:`linecache`: its tracebacks show the lines of the user's
+script, under the script's own path.
 """
 
 from __future__ import annotations
 
+import linecache
+import os
 import sys
 import threading
+import types
 import uuid
 import weakref
 from collections.abc import Callable
@@ -251,16 +257,50 @@ def definition(cls: type, reduced: tuple, sending: _Send | None = None) -> tuple
     send: _Send | None = sending if sending is not None else getattr(_local, "sending", None)
     if send is not None:
         send.defined[cid] = cls
-    return define_class, (cid, make, args), (set_state, state), None, None, fill_class
+    sources = _sources(cls)
+    return define_class, (cid, make, args, sources), (set_state, state), None, None, fill_class
+
+
+_SOURCE_LIMIT = 1 << 20  # bytes of source sent with one class, at most
+
+
+def _sources(cls: type) -> tuple[tuple[str, str], ...]:
+    """(file name, text) of the files that define ``cls``'s methods, for the receiver's
+    tracebacks; nothing for files that cannot be read or are too large."""
+    names: set[str] = set()
+    for value in vars(cls).values():
+        for part in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+            code = getattr(part, "__code__", None)
+            if isinstance(code, types.CodeType):
+                names.add(code.co_filename)
+    out, size = [], 0
+    for name in sorted(names):
+        text = "".join(linecache.getlines(name))
+        size += len(text)
+        if text and size <= _SOURCE_LIMIT:
+            out.append((name, text))
+    return tuple(out)
+
+
+def _register_sources(sources: tuple[tuple[str, str], ...]) -> None:
+    """Let tracebacks here show the lines of files that exist only on the sender's machine."""
+    for name, text in sources:
+        if name not in linecache.cache and not os.path.exists(name):
+            # no modification time: linecache.checkcache keeps the entry as it is
+            linecache.cache[name] = (len(text), None, text.splitlines(keepends=True), name)
 
 
 # -- called by the unpickler ------------------------------------------------------------------
 
 
-def define_class(cid: str, make: Callable[..., type], args: tuple) -> type:
-    """The class known here under ``cid``, else a new skeleton that :func:`fill_class` fills."""
+def define_class(
+    cid: str, make: Callable[..., type], args: tuple, sources: tuple[tuple[str, str], ...] = ()
+) -> type:
+    """The class known here under ``cid``, else a new skeleton that :func:`fill_class` fills
+    (``sources``: the text of the files that define it, for tracebacks here)."""
     cls = _class_by_id.get(cid)
     if cls is None:
+        _register_sources(sources)
         cls = make(*args)  # cloudpickle's own tracking may return a class it knows
         if _known_id(cls) is None:
             _unfilled[cls] = cid

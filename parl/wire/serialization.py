@@ -16,10 +16,12 @@ needs nothing but the standard unpickler.
 from __future__ import annotations
 
 import io
+import marshal
 import pickle
 import sys
 import types
 import weakref
+from collections import ChainMap
 from typing import Any, Protocol
 
 from parl.errors import SerializationError
@@ -344,6 +346,11 @@ def _full_pickler_class() -> type:
         import cloudpickle
 
         class _FullPickler(_Reducer, cloudpickle.Pickler):
+            # code objects keep their file name (see _reduce_code)
+            dispatch_table = ChainMap(
+                {types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table
+            )
+
             def _class_by_value(self, obj: type) -> Any:
                 _by_value_in_cloudpickle(obj)
                 reduced = cloudpickle.Pickler.reducer_override(self, obj)
@@ -360,6 +367,15 @@ def _full_pickler_class() -> type:
 
         _full_pickler = _FullPickler
     return _full_pickler
+
+
+def _reduce_code(code: types.CodeType) -> tuple[Any, tuple[bytes]]:
+    """A function's code by value, with its real ``co_filename``: cloudpickle's own reduction
+    renames every file ``<dynamic-code>``, so a remote traceback could not say which file and
+    line of the user's script raised. ``marshal`` keeps the code whole (nested code included);
+    it ties the payload to this Python version, which a code object's bytecode does anyway
+    (the launchers check that both ends run the same Python)."""
+    return marshal.loads, (marshal.dumps(code),)
 
 
 def _by_value_in_cloudpickle(obj: Any) -> None:

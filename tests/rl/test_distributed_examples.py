@@ -26,6 +26,7 @@ sys.path.insert(0, {str(folder)!r})
 torch.set_num_threads(1)
 import train
 result = train.main({args!r})
+print("THREADS", torch.get_num_threads())
 print("RESULT" + json.dumps(dataclasses.asdict(result)))
 """
     proc = run_python(code, timeout=timeout)
@@ -280,3 +281,51 @@ print("SAME", np.allclose(trained.obs_filter(obs, update=False),
     proc = run_python(code, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SAME True 500" in proc.stdout, proc.stdout
+
+
+RESUME_RUNS = {
+    "A2C": (A2C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "IMPALA": (IMPALA_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "ES": (ES_DIR, ["--env", "CartPole-v1", "--actor_num", "2", "--noise_size", "1000000",
+                    "--train_steps", "4", "--test_every_train_steps", "1"], 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
+def test_distributed_example_resumes_from_its_checkpoint(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    """A first run stops early; ``--resume`` (with the shared ``--device`` and
+    ``--torch_threads`` flags) picks up its counters from the checkpoint in ``--logdir`` and
+    trains on to the full budget."""
+    folder, args, first_budget = RESUME_RUNS[name]
+    logdir = str(tmp_path / "run")
+    common = [*args, "--eval_episodes", "1", "--no_progress", "--logdir", logdir]
+    # the last of a repeated flag wins: ES stops after 2 of 4 updates, the others at 1000 steps
+    budget = "--train_steps" if name == "ES" else "--train_total_steps"
+    first = _run_main(run_python, folder, [*common, budget, str(first_budget)])
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+    full = "4" if name == "ES" else "2000"
+    second = _run_main(
+        run_python,
+        folder,
+        [*common, budget, full, "--resume", "--device", "cpu", "--torch_threads", "2"],
+    )
+    assert "resumed from" in second["log"], second["log"][-2000:]
+    assert "THREADS 1" in first["log"] and "THREADS 2" in second["log"]  # --torch_threads
+    assert second["sample_steps"] > first["sample_steps"]
+    assert second["train_steps"] > first["train_steps"]
+    assert min(steps for steps, _ in second["history"]) > first["sample_steps"]
+
+
+@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
+def test_resume_without_a_checkpoint_names_the_missing_file(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    folder, args, _ = RESUME_RUNS[name]
+    logdir = tmp_path / "never_ran"
+    proc = run_python(
+        args=[str(folder / "train.py"), *args, "--resume", "--logdir", str(logdir)], timeout=120
+    )
+    assert proc.returncode != 0
+    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]

@@ -135,20 +135,20 @@ def test_ppo_example_smoke_on_mujoco(run_python: RunPython, tmp_path: Path) -> N
 
 def test_ppo_example_on_atari_without_evaluation(run_python: RunPython, tmp_path: Path) -> None:
     """PARL's Atari configuration on Breakout (the Nature CNN on 84x84 frames), one update;
-    ``--eval_episode 0`` skips the greedy evaluation and still saves the checkpoint; a negative
+    ``--eval_episodes 0`` skips the greedy evaluation and still saves the checkpoint; a negative
     count is refused by name."""
     logdir = tmp_path / "breakout"
     result = _run_main(
         run_python,
         PPO_DIR,
         ["--env", "BreakoutNoFrameskip-v4", "--env_num", "2", "--train_total_steps", "256",
-         "--eval_episode", "0", "--no_progress", "--logdir", str(logdir)],
+         "--eval_episodes", "0", "--no_progress", "--logdir", str(logdir)],
     )  # fmt: skip
     assert result["eval_history"] == [] and result["total_steps"] == 256
     assert (logdir / "checkpoint.pt").exists()
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
-    proc = run_python(args=[str(PPO_DIR / "train.py"), "--eval_episode", "-1"], timeout=60)
-    assert proc.returncode == 2 and "--eval_episode must be 0" in proc.stderr, proc.stderr
+    proc = run_python(args=[str(PPO_DIR / "train.py"), "--eval_episodes", "-1"], timeout=60)
+    assert proc.returncode == 2 and "--eval_episodes: must be 0" in proc.stderr, proc.stderr
 
 
 def test_a2c_learns_cartpole_within_a_bounded_budget(run_python: RunPython, tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def test_connect_modes():
     parl.connect("local", linger=0)
     actor = Sampler()
     assert actor.add(1, 1) == 2
-    with pytest.raises(parl.errors.HostsFileError, match="cannot read the hosts file hosts.txt"):
+    with pytest.raises(parl.errors.HostsFileError, match="no file .*hosts.txt exists"):
         parl.connect("hosts.txt")  # no ':': a hosts file for the SSH launcher
     with pytest.raises(parl.ClusterError, match="secret|cannot reach the master"):
         parl.connect("localhost:1")  # no cluster there: the local actors stay usable
@@ -100,3 +100,45 @@ def test_an_attribute_that_cannot_come_back_is_named():
     with _HoldsALock() as actor:
         with pytest.raises(TypeError, match="attribute 'lock' cannot be sent back"):
             _ = actor.lock
+
+
+def test_connect_to_a_name_without_port_says_a_cluster_needs_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(parl.errors.HostsFileError) as caught:
+        parl.connect("localhost")
+    message = str(caught.value)
+    assert "'localhost:8010'" in message and "needs the port" in message, message
+    assert f"no file {tmp_path / 'localhost'} exists" in message, message
+
+
+@pytest.mark.parametrize(
+    ("address", "what"),
+    [
+        ("localhost:notaport", "the port 'notaport' is not a number"),
+        ("10.0.0.1:99999", "port 99999 is out of range"),
+        ("localhost:0", "port 0 is out of range"),
+        (":8010", "has no host"),
+    ],
+)
+def test_connect_refuses_a_bad_address_before_the_secret_or_the_network(
+    address, what, tmp_path, monkeypatch
+):
+    """The address is checked first: no secret here (HOME empty, no variable) and no socket
+    may be opened, yet the error is about the address."""
+    import socket
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PARL_CLUSTER_SECRET", raising=False)
+    opened: list[object] = []
+
+    class NoSocket(socket.socket):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            opened.append(args)
+            raise AssertionError("parl.connect opened a socket for a bad address")
+
+    monkeypatch.setattr(socket, "socket", NoSocket)
+    monkeypatch.setattr(socket, "create_connection", NoSocket)
+    with pytest.raises(ValueError, match=what) as caught:
+        parl.connect(address)
+    assert "secret" not in str(caught.value)
+    assert opened == []

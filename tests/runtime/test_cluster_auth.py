@@ -86,6 +86,37 @@ def test_xparl_start_refuses_a_secret_others_can_read(home):
     assert main(["start", "--port", "1", "--cpu_num", "0"]) == 1  # nothing started
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["start", "--port", "80100", "--cpu_num", "0"],
+        ["start", "--port", "http", "--cpu_num", "0"],
+        ["connect", "--address", "localhost:80100"],
+        ["connect", "--address", "localhost"],
+    ],
+)
+def test_xparl_refuses_a_bad_port_before_writing_anything(home, tmp_path, args):
+    """The port is checked while the command line is read: no secret, no log, no process."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HOME=str(home))
+    env.pop(auth.SECRET_ENV, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "parl.cluster.cli", *args],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    flag = "--port" if args[0] == "start" else "--address"
+    assert f"argument {flag}:" in done.stderr and "8010" in done.stderr, done.stderr
+    assert "secret" not in done.stderr
+    assert not (home / ".parl").exists(), list((home / ".parl").rglob("*"))
+    assert list(work.iterdir()) == []
+
+
 @pytest.fixture
 def parl_folder(home):
     """``~/.parl`` made, private, with nothing in it."""

@@ -539,3 +539,88 @@ def test_an_unpicklable_global_of_a_class_is_named_in_the_error():
     assert "<locals>.Packer is defined in a function" in message, message
     assert "Packer.run -> global HEADER (a _struct.Struct)" in message, message
     assert "arguments" not in message
+
+
+RAISING_SCRIPT = """\
+import sys
+
+import parl
+
+
+@parl.remote_class
+class Boom:
+    def explode(self, x):
+        y = x + 1
+        raise ValueError(f"boom {y}")  # the line the traceback must show
+
+
+def main():
+    if len(sys.argv) > 1:
+        parl.connect(sys.argv[1], linger=0)
+    try:
+        Boom().explode(1)
+    except ValueError as exc:
+        print("REMOTE" + exc.remote_traceback.replace("\\n", "|"))
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "cluster"])
+def test_a_remote_traceback_names_the_scripts_file_and_line(tmp_path, request, where):
+    """A class of the script travels by value; the traceback of its remote failure still
+    names the script's path, the line number and the line itself (not ``<dynamic-code>``)."""
+    args = [request.getfixturevalue("cluster").address] if where == "cluster" else []
+    out = run(tmp_path, RAISING_SCRIPT, *args, guarded=True)
+    remote = next(line for line in out.splitlines() if line.startswith("REMOTE"))
+    line = RAISING_SCRIPT.splitlines().index(
+        '        raise ValueError(f"boom {y}")  # the line the traceback must show'
+    )
+    script = tmp_path / "script.py"
+    assert f'File "{script}", line {line + 1}, in explode' in remote, remote
+    assert 'raise ValueError(f"boom {y}")' in remote, remote
+    assert "<dynamic-code>" not in remote
+
+
+LOAD_AND_RAISE = """\
+import sys, traceback
+from parl.wire.serialization import loads
+
+cls = loads(open(sys.argv[1], "rb").read())
+try:
+    cls().explode()
+except ValueError:
+    print(traceback.format_exc())
+"""
+
+
+def test_a_traceback_shows_the_lines_of_a_file_only_the_sender_has(tmp_path):
+    """On a cluster's host the script's file does not exist: its text travels with the class
+    and the receiver's tracebacks show its lines under the sender's path."""
+    import linecache
+
+    source = (
+        "def make():\n"
+        "    class Local:\n"
+        "        def explode(self):\n"
+        "            raise ValueError('only the sender has this file')\n"
+        "    return Local\n"
+    )
+    filename = str(tmp_path / "elsewhere" / "user_script.py")  # no such file, here either
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    try:
+        namespace: dict = {"__name__": "sender_only_module"}
+        exec(compile(source, filename, "exec"), namespace)
+        data, buffers = dumps(namespace["make"]())
+    finally:
+        del linecache.cache[filename]
+    assert buffers == []
+    (tmp_path / "class.pickle").write_bytes(data)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_RAISE, str(tmp_path / "class.pickle")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f'File "{filename}", line 4, in explode' in proc.stdout, proc.stdout
+    assert "raise ValueError('only the sender has this file')" in proc.stdout, proc.stdout

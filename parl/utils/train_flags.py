@@ -1,0 +1,187 @@
+"""The command-line flags every training example shares, spelt as PARL's scripts spell them.
+
+``example_parser(__doc__)`` makes a parser whose description is the first paragraph of the
+module's docstring with its reStructuredText markup removed, and whose help shows each flag's
+default. ``add_common_flags`` adds ``--env``, ``--seed``, ``--train_total_steps``,
+``--test_every_steps``, ``--eval_episodes``, ``--logdir``, ``--resume``, ``--device``,
+``--torch_threads``, ``--no_progress`` and ``--xparl_addr``; an example leaves out the ones that
+do not apply and keeps its older spellings working as hidden aliases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+COMMON_FLAGS: tuple[str, ...] = (
+    "env",
+    "seed",
+    "train_total_steps",
+    "test_every_steps",
+    "eval_episodes",
+    "logdir",
+    "resume",
+    "device",
+    "torch_threads",
+    "no_progress",
+    "xparl_addr",
+)
+
+_HELP: dict[str, str] = {
+    "env": "gymnasium environment id",
+    "seed": "random seed of the run (actors and envs derive theirs from it)",
+    "train_total_steps": "environment steps to train for",
+    "test_every_steps": "evaluate and write a checkpoint every this many environment steps",
+    "eval_episodes": "greedy episodes per evaluation",
+    "logdir": "folder of the TensorBoard logs, the checkpoint and the final model",
+    "resume": "continue from the checkpoint in --logdir written by an earlier run",
+    "device": "torch device of the learner: cpu, cuda, cuda:1 or auto",
+    "torch_threads": "threads torch may use in this process",
+    "no_progress": "hide the progress bar",
+    "xparl_addr": "address (host:port) of an xparl cluster to run the actors on (default: none, "
+    "they run on this machine)",
+}
+
+_MARKUP = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``|`([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reStructuredText inline markup: ````x````, ``:class:`x``` and ```x```
+    become ``x``."""
+    return _MARKUP.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks and appends ``(default: ...)`` to each flag's help,
+    unless the help already names its default or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        if action.nargs == 0:  # a switch: off unless given
+            return text
+        return text + " (default: %(default)s)"
+
+
+def example_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser for a training script: the description is the first paragraph of ``doc``, the
+    usage examples (indented lines) follow it, all without markup."""
+    paragraphs = (doc or "").strip().split("\n\n")
+    usage = [p for p in paragraphs[1:] if p.startswith("    ")]
+    description = "\n\n".join(plain_text(p) for p in paragraphs[:1] + usage[:1])
+    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+
+
+def add_hidden_alias(parser: argparse.ArgumentParser, name: str, like: str) -> None:
+    """Accept ``name`` (an older spelling) exactly as the visible flag ``like``, without listing
+    it in ``--help``."""
+    action = next(a for a in parser._actions if like in a.option_strings)
+    if isinstance(action, argparse._StoreFalseAction | argparse._StoreTrueAction):
+        kind = "store_false" if isinstance(action, argparse._StoreFalseAction) else "store_true"
+        parser.add_argument(
+            name, dest=action.dest, action=kind, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+        return
+    parser.add_argument(
+        name,
+        dest=action.dest,
+        type=action.type or str,
+        choices=action.choices,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
+def add_common_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    env: str,
+    defaults: Mapping[str, Any] | None = None,
+    preset: str = "",
+    skip: Collection[str] = (),
+    dest: Mapping[str, str] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    help: Mapping[str, str] | None = None,
+    zero_eval_episodes: bool = False,
+) -> None:
+    """Add the shared flags to ``parser``.
+
+    ``env`` is the default environment; ``defaults`` gives the defaults of the step and episode
+    counts and of ``logdir`` (a count missing there defaults to None and its help says the value
+    comes from ``preset``, e.g. "the env's preset in config.py"; a ``logdir`` missing there
+    needs a ``help`` text that says where the logs go). ``skip`` leaves flags out,
+    ``dest`` renames where a value is stored, ``aliases`` maps a flag to its hidden older
+    spellings (``{"no_progress": ["--no_tqdm"]}``) and ``help`` replaces a help text;
+    ``zero_eval_episodes`` lets ``--eval_episodes 0`` turn evaluation off.
+    """
+    unknown = set(skip) | set(dest or {}) | set(aliases or {}) | set(help or {})
+    unknown -= set(COMMON_FLAGS)
+    if unknown:
+        raise ValueError(f"add_common_flags: {sorted(unknown)} are not among {COMMON_FLAGS}")
+    defaults, dest, texts = dict(defaults or {}), dict(dest or {}), {**_HELP, **(help or {})}
+    if "env" in skip:
+        raise ValueError("add_common_flags: every example takes --env")
+    group = parser.add_argument_group("common flags (the same in every example)")
+
+    def text(name: str) -> str:
+        if defaults.get(name) is None and preset and name in _COUNTS:
+            return f"{texts[name]} (default: {preset})"
+        return texts[name]
+
+    for name in COMMON_FLAGS:
+        if name in skip:
+            continue
+        flag, where = f"--{name}", dest.get(name, name)
+        if name == "env":
+            group.add_argument(flag, default=env, help=text(name), dest=where)
+        elif name == "resume":
+            group.add_argument(flag, action="store_true", help=text(name), dest=where)
+        elif name == "no_progress":
+            where = dest.get(name, "progress")
+            group.add_argument(flag, action="store_false", help=text(name), dest=where)
+        elif name == "device":
+            group.add_argument(flag, default="cpu", help=text(name), dest=where)
+        elif name == "torch_threads":
+            group.add_argument(flag, type=_positive_int, default=1, help=text(name), dest=where)
+        elif name == "seed":
+            group.add_argument(flag, type=int, default=0, help=text(name), dest=where)
+        elif name == "xparl_addr":
+            group.add_argument(flag, default=None, metavar="HOST:PORT", help=text(name), dest=where)
+        elif name == "logdir":
+            group.add_argument(flag, default=defaults.get(name), help=text(name), dest=where)
+        else:
+            zero_ok = name == "eval_episodes" and zero_eval_episodes
+            kind = _non_negative_int if zero_ok else _positive_int
+            group.add_argument(
+                flag, type=kind, default=defaults.get(name), help=text(name), dest=where
+            )
+    for name, olds in (aliases or {}).items():
+        for old in olds:
+            add_hidden_alias(parser, old, f"--{name}")
+
+
+_COUNTS = ("train_total_steps", "test_every_steps", "eval_episodes")
+
+
+def _whole_number(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+
+
+def _positive_int(value: str) -> int:
+    number = _whole_number(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
+
+
+def _non_negative_int(value: str) -> int:
+    number = _whole_number(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {number}")
+    return number

@@ -1,0 +1,188 @@
+"""Every example's command line: ``--help`` runs, lists the shared flags with help text and
+their defaults, shows no reStructuredText markup, and the older spellings still parse the same
+as the new ones while staying out of ``--help``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from parl.utils.train_flags import COMMON_FLAGS, add_common_flags, example_parser, plain_text
+
+from .conftest import REPO_ROOT, RunPython
+
+EXAMPLES = REPO_ROOT / "examples"
+SCRIPTS = {
+    name: EXAMPLES / name / "train.py"
+    for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "PPO", "QuickStart", "SAC", "TD3")
+}
+SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
+
+OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
+EXPECTED = {
+    "A2C": set(COMMON_FLAGS),
+    "IMPALA": set(COMMON_FLAGS),
+    "ES": set(COMMON_FLAGS),
+    "PPO": set(COMMON_FLAGS),
+    "DQN": OFF_POLICY,
+    "DDPG": OFF_POLICY,
+    "TD3": OFF_POLICY,
+    "SAC": OFF_POLICY,
+    "QuickStart": set(COMMON_FLAGS)
+    - {"train_total_steps", "test_every_steps", "resume", "xparl_addr"},
+    "remote_hello": {"xparl_addr"},
+}
+# old spelling -> the same command line in the shared spelling
+OLD_SPELLINGS: dict[str, list[tuple[list[str], list[str]]]] = {
+    name: [(["--no_tqdm"], ["--no_progress"]), (["--no-progress"], ["--no_progress"])]
+    for name in ("DQN", "DDPG", "TD3", "SAC")
+}
+OLD_SPELLINGS |= {
+    "QuickStart": [
+        (["--max-episodes", "7"], ["--max_episodes", "7"]),
+        (["--eval-every", "3"], ["--eval_every", "3"]),
+        (["--target-return", "100"], ["--target_return", "100"]),
+        (["--hidden-size", "8"], ["--hidden_size", "8"]),
+        (["--torch-threads", "2"], ["--torch_threads", "2"]),
+        (["--no-progress"], ["--no_progress"]),
+    ],
+    "PPO": [
+        (["--eval_episode", "3"], ["--eval_episodes", "3"]),
+        (["--no-progress"], ["--no_progress"]),
+    ],
+    "A2C": [
+        (["--max_sample_steps", "500"], ["--train_total_steps", "500"]),
+        (["--no-progress"], ["--no_progress"]),
+    ],
+    "IMPALA": [(["--max_sample_steps", "500"], ["--train_total_steps", "500"])],
+}
+MARKUP = re.compile(r"``|:[a-z]+:`|`[^`\s]+`")
+
+
+def _option_blocks(help_text: str) -> dict[str, str]:
+    """``--flag`` -> its help text, read from argparse's ``--help`` layout."""
+    blocks: dict[str, str] = {}
+    current: list[str] = []
+    names: list[str] = []
+    for line in help_text.splitlines():
+        if re.match(r"^  -", line):
+            for name in names:
+                blocks[name] = " ".join(current)
+            head, _, rest = line.strip().partition("  ")
+            names = [n.split(" ")[0] for n in head.split(", ")]
+            current = [rest.strip()] if rest.strip() else []
+        elif names and line.startswith("    ") and line.strip():
+            current.append(line.strip())
+        elif not line.strip() or not line.startswith(" "):
+            for name in names:
+                blocks[name] = " ".join(current)
+            names, current = [], []
+    for name in names:
+        blocks[name] = " ".join(current)
+    return blocks
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_example_help_lists_the_shared_flags_with_help_and_defaults(
+    run_python: RunPython, name: str
+) -> None:
+    proc = run_python(args=[str(SCRIPTS[name]), "--help"], timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert not MARKUP.search(text), f"reStructuredText markup in {name}'s --help:\n{text}"
+    blocks = _option_blocks(text)
+    flags = {f[2:] for f in blocks if f.startswith("--")}
+    missing = EXPECTED[name] - flags
+    assert not missing, f"{name} lacks {sorted(missing)}:\n{text}"
+    for flag, description in blocks.items():
+        if flag in ("-h", "--help"):
+            continue
+        assert description, f"{name}: {flag} has no help text:\n{text}"
+        switch = re.search(rf"^  {re.escape(flag)}\s{{2,}}|^  {re.escape(flag)}$", text, re.M)
+        if not switch:  # a flag that takes a value shows its default
+            assert "default" in description, f"{name}: {flag}'s help hides its default"
+    for old, _ in OLD_SPELLINGS.get(name, []):
+        assert old[0] not in flags, f"{name}: the old spelling {old[0]} shows in --help"
+
+
+PARSE = """
+import json, sys
+sys.path.insert(0, {folder!r})
+import {module} as example
+parser = example.make_parser()
+out = []
+for old, new in {pairs!r}:
+    out.append([vars(parser.parse_args(old)), vars(parser.parse_args(new)), vars(parser.parse_args([]))])
+print("PARSED" + json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(OLD_SPELLINGS))
+def test_example_old_flag_spellings_parse_as_the_shared_ones(
+    run_python: RunPython, name: str
+) -> None:
+    script = SCRIPTS[name]
+    code = PARSE.format(folder=str(script.parent), module=script.stem, pairs=OLD_SPELLINGS[name])
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PARSED"))
+    for (old, new), (old_ns, new_ns, default_ns) in zip(
+        OLD_SPELLINGS[name], json.loads(line[6:]), strict=True
+    ):
+        assert old_ns == new_ns, f"{name}: {old} parsed as {old_ns}, {new} as {new_ns}"
+        assert old_ns != default_ns, f"{name}: {old} was ignored"
+
+
+def test_plain_text_strips_inline_markup() -> None:
+    assert plain_text("``--env X`` and :class:`parl.Agent` or :func:`~a.b` and `c`") == (
+        "--env X and parl.Agent or a.b and c"
+    )
+
+
+def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
+    parser = example_parser("Title with ``markup``.\n\n    python x.py --env Y\n\nMore.")
+    with pytest.raises(ValueError, match="not among"):
+        add_common_flags(parser, env="CartPole-v1", skip=["max_steps"])
+    parser = example_parser(None)
+    add_common_flags(
+        parser,
+        env="CartPole-v1",
+        defaults={"train_total_steps": 10},
+        dest={"train_total_steps": "max_sample_steps"},
+        aliases={"train_total_steps": ["--max_sample_steps"], "no_progress": ["--no_tqdm"]},
+    )
+    args = parser.parse_args(["--max_sample_steps", "5", "--no_tqdm"])
+    assert args.max_sample_steps == 5 and args.progress is False
+    assert parser.parse_args([]).max_sample_steps == 10
+    assert "--max_sample_steps" not in parser.format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--torch_threads", "0"])
+    described = example_parser("Title with ``markup``.\n\n    python x.py --env Y\n\nMore.")
+    assert described.description == "Title with markup.\n\n    python x.py --env Y"
+
+
+def test_ppo_config_zoo_is_the_readmes_halfcheetah_configuration(run_python: RunPython) -> None:
+    """The README's PPO HalfCheetah-v5 results ran rl-zoo's configuration: ``--config zoo``
+    reaches it from the example's own command line; without ``--continuous_action`` it is
+    refused by name."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(EXAMPLES / "PPO")!r})
+import train
+config = train.parse_config(["--env", "HalfCheetah-v5", "--continuous_action", "--config", "zoo"])
+default = train.parse_config(["--env", "HalfCheetah-v5", "--continuous_action"])
+print("CONFIG" + json.dumps([config, default]))
+train.parse_config(["--env", "CartPole-v1", "--config", "zoo"])
+"""
+    proc = run_python(code, timeout=120)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("CONFIG"))
+    zoo, default = json.loads(line[len("CONFIG") :])
+    readme = {"hidden_sizes": [256, 256], "activation": "relu", "log_std_init": -2.0,
+              "step_nums": 512, "update_epochs": 20, "initial_lr": 2.0633e-05, "env_num": 1}  # fmt: skip
+    assert {k: zoo[k] for k in readme} == readme
+    assert zoo["step_nums"] // zoo["num_minibatches"] == 64  # 64-sample minibatches
+    assert zoo["train_total_steps"] == 1_000_000 and zoo["env"] == "HalfCheetah-v5"
+    assert default["step_nums"] == 2048 and default["activation"] == "tanh"
+    assert proc.returncode != 0 and "--config zoo is rl-zoo's MuJoCo setting" in proc.stderr
