@@ -86,15 +86,18 @@ def _resolve_by_name(app, env, node, contnode):
     if not name or (target != name and not target.startswith("parl.")):
         return None
     domain = env.get_domain("py")
-    matches = [full for full in domain.objects if full.rsplit(".", 1)[-1] == name]
-    if len(matches) != 1:
+    # one object may be listed under several names (its module's and the package's)
+    places = {
+        (entry.docname, entry.node_id): full
+        for full, entry in domain.objects.items()
+        if full.rsplit(".", 1)[-1] == name
+    }
+    if len(places) != 1:
         return None
     from sphinx.util.nodes import make_refnode
 
-    entry = domain.objects[matches[0]]
-    return make_refnode(
-        app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, matches[0]
-    )
+    ((docname, node_id), full), = places.items()
+    return make_refnode(app.builder, node["refdoc"], docname, node_id, contnode, full)
 
 
 def setup(app):
