@@ -9,7 +9,7 @@ import parl
 
 project = "parl-torch"
 author = "the parl-torch authors"
-copyright = "the parl-torch authors"  # noqa: A001 - the name Sphinx reads
+copyright = "the parl-torch authors"  # the name Sphinx reads
 release = parl.__version__
 version = parl.__version__
 
