@@ -68,6 +68,9 @@ copybutton_prompt_text = r"\$ |>>> |\.\.\. "
 copybutton_prompt_is_regexp = True
 copybutton_exclude = ".linenos, .gp, .go"
 
+# "--port" stays two hyphens (help texts and options), quotes stay straight
+smartquotes = False
+
 html_theme = "furo"
 html_title = f"parl-torch {release}"
 html_static_path = ["_static"]
