@@ -39,7 +39,7 @@ autosummary_imported_members = False
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
-autodoc_class_signature = "separated"
+autodoc_class_signature = "mixed"
 autoclass_content = "class"
 autodoc_member_order = "bysource"
 autodoc_preserve_defaults = True
@@ -56,7 +56,8 @@ nitpick_ignore_regex = [
     ("py:.*", r"(threading|multiprocessing|subprocess|argparse|logging|dataclasses|enum)\..*"),
     ("py:.*", r"(concurrent\.futures|io|weakref|mmap|contextlib|http\.server|struct)\..*"),
     ("py:.*", r"(NDArray|ArrayLike|DTypeLike|Tensor|Module|Optimizer|Env|Space|Path)"),
-    ("py:class", r"SummaryWriter"),
+    ("py:class", r"SummaryWriter|AutoresetMode|nn\..*"),
+    ("py:class", r"Shape"),  # a type alias of parl.utils.replay_memory (a tuple of ints)
     # internal bases and modules that public docstrings mention; not part of the API
     ("py:class", r"parl\.wire\.caller\.CallTimeout"),
     ("py:class", r"parl\.env\.mujoco_wrappers\._RmsAccess"),
