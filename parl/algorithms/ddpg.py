@@ -98,7 +98,9 @@ class DDPG(ActorCriticBase):
     ``r + gamma * (1 - done) * Q_t(s', pi_t(s'))``, the actor along ``-Q(s, pi(s))``, then the
     target model with ``decay = 1 - tau``.
 
-    Args (PARL's names and order; defaults of PARL's DDPG example):
+    The arguments have PARL's names and order, and the defaults of PARL's DDPG example.
+
+    Args:
         model: the actor-critic model.
         gamma: discount factor.
         tau: target update rate.

@@ -49,7 +49,9 @@ class SAC(ActorCriticBase):
     act_dim)`` each; clip ``log_std`` in the model, as PARL's does), ``model.value(obs, action)``
     returns ``(q1, q2)``. ``parl.algorithms.ensemble.TwinQNetwork`` is a fast critic for it.
 
-    Args (PARL's names and order: ``model, gamma, tau, alpha, actor_lr, critic_lr``):
+    The arguments have PARL's names and order: ``model, gamma, tau, alpha, actor_lr, critic_lr``.
+
+    Args:
         model: the actor-critic model.
         gamma: discount factor.
         tau: target update rate (``sync_target`` uses ``decay = 1 - tau``).

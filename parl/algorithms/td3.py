@@ -25,7 +25,9 @@ class TD3(ActorCriticBase):
     clip(pi_t(s') + clip(noise, -noise_clip, noise_clip)))``; every ``policy_freq``-th call also
     updates the actor along ``-Q1(s, pi(s))`` and then the target model.
 
-    Args (PARL's names and order; defaults of the paper and PARL's example):
+    The arguments have PARL's names and order, and the defaults of the paper and PARL's example.
+
+    Args:
         model, gamma, tau, actor_lr, critic_lr: as ``DDPG``.
         policy_noise: standard deviation of the target policy noise.
         noise_clip: the noise is clipped to ``[-noise_clip, noise_clip]``.

@@ -49,7 +49,8 @@ _AGENT_HOST_HELP = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The ``xparl`` command line (also read by the documentation's CLI page)."""
     parser = argparse.ArgumentParser(prog="xparl", description="parl clusters over TCP")
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", help="start a master and a local host agent")
@@ -92,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = commands.add_parser("stop", help="stop a cluster's processes")
     stop.add_argument("--port", type=_port, help="the cluster's port (default: every cluster)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     try:
         if args.command in ("start", "connect"):
             gpus = parse_gpus(args.gpu)
