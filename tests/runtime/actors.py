@@ -116,6 +116,10 @@ class Sampler:
     def interrupt_caller_then_block(self, caller_pid, fifo):
         import signal
 
+        # Ctrl-C while the caller waits: let it get from sending the call to waiting for the
+        # reply first (a Ctrl-C that lands as the call is handed to the socket, before the
+        # caller knows it went out whole, gives the connection up: another promise)
+        time.sleep(0.5)
         os.kill(caller_pid, signal.SIGINT)
         with open(fifo) as f:
             return f.read()

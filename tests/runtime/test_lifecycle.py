@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import signal
@@ -124,7 +125,15 @@ def test_ctrl_c_while_waiting_leaves_the_actor_usable(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         actor.interrupt_caller_then_block(os.getpid(), str(fifo))
     assert actor._parl_conn.outstanding() == 0  # the abandoned reply will be dropped
-    with open(fifo, "w") as f:
+    deadline = time.monotonic() + 60
+    while True:  # the actor opens the FIFO to read (never waiting here forever for it)
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            assert exc.errno == errno.ENXIO and time.monotonic() < deadline, "actor never read"
+            time.sleep(0.05)
+    with os.fdopen(fd, "w") as f:
         f.write("late")
     assert actor.add(1, 2) == 3  # the late reply of the interrupted call is not taken for this
 
