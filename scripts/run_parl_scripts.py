@@ -1,6 +1,6 @@
 """Run PARL's own torch training scripts against this package, as a PARL user would.
 
-    python scripts/run_parl_scripts.py PARL_CHECKOUT [--only NAME ...] [--update README.md]
+    python scripts/run_parl_scripts.py PARL_CHECKOUT [--only NAME ...] [--update docs/migrating-from-parl.md]
 
 ``PARL_CHECKOUT`` is a checkout of PaddlePaddle/PARL (2.2.1, its last release). For each of its
 ``benchmark/torch`` scripts whose algorithm exists here, the script's folder is copied to a
@@ -15,7 +15,8 @@ A run succeeds when the script prints its first evaluation (each script's own li
 ``Evaluation over`` or ``Test reward``); it is then stopped. Otherwise the table shows the last
 line of its traceback, or that it timed out. Nothing of PARL's code is kept or copied anywhere
 but the temporary folder. ``--update FILE`` writes the table into ``FILE`` between the lines
-``<!-- run_parl_scripts: begin -->`` and ``<!-- run_parl_scripts: end -->``.
+``<!-- run_parl_scripts: begin -->`` and ``<!-- run_parl_scripts: end -->``; the table lives in
+``docs/migrating-from-parl.md`` (its "Checking your scripts" section).
 """
 
 from __future__ import annotations
@@ -309,7 +310,11 @@ def main() -> int:
     parser.add_argument("checkout", type=Path, help="a checkout of PaddlePaddle/PARL")
     parser.add_argument("--only", nargs="+", default=None, help="run only these script names")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
-    parser.add_argument("--update", type=Path, help="write the table into this file's block")
+    parser.add_argument(
+        "--update",
+        type=Path,
+        help="write the table into this file's block (docs/migrating-from-parl.md)",
+    )
     args = parser.parse_args()
     bench = args.checkout / "benchmark" / "torch"
     if not bench.is_dir():

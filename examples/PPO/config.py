@@ -3,7 +3,7 @@
 ``cartpole_config`` is rl-zoo's PPO CartPole-v1 setting (so the benchmark compares like with like);
 ``mujoco_config`` is PARL's MuJoCo setting (CleanRL's and the paper's); ``atari_config`` PARL's.
 ``zoo_mujoco_config`` (``--config zoo``) lays rl-baselines3-zoo's tuned HalfCheetah setting over
-``mujoco_config``: the README's HalfCheetah-v5 results (6,002 after 1M steps, 3 seeds) ran it.
+``mujoco_config``: the HalfCheetah-v5 results of docs/algorithms/ppo.md (6,002 after 1M steps, 3 seeds) ran it.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def make_parser() -> argparse.ArgumentParser:
         choices=PRESETS,
         default="parl",
         help="hyperparameters: parl (PARL's per kind of env) or zoo (rl-baselines3-zoo's tuned "
-        "MuJoCo setting, the README's HalfCheetah results)",
+        "MuJoCo setting, the HalfCheetah results of docs/algorithms/ppo.md)",
     )
     parser.add_argument(
         "--continuous_action", action="store_true", help="Gaussian policy (MuJoCo tasks)"

@@ -2,7 +2,7 @@
 extra ``pip install parl-torch[ray]``).
 
 Importing this package imports nothing of Ray; :mod:`parl.ray.carrier` does, and only
-``parl.connect`` with a Ray address imports it. See README, section "Ray".
+``parl.connect`` with a Ray address imports it. See docs/guides/ray.md.
 """
 
 from __future__ import annotations

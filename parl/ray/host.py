@@ -30,7 +30,7 @@ from parl.wire.serialization import _reduce_exception
 
 READ_ONLY_HINT = (
     "arrays that arrive through Ray are read-only (Ray reads them zero-copy from its object "
-    "store): copy one (a = a.copy()) before writing into it; see README, section Ray"
+    "store): copy one (a = a.copy()) before writing into it; see docs/guides/ray.md"
 )
 
 

@@ -100,20 +100,20 @@ def connect(
     ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
     ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings
     (``"user@box:22 cpus=4"``) or :class:`parl.ssh.hosts.HostSpec`: a master starts in this
-    process and a host agent on each host over SSH (see README, "SSH hosts"); this package
+    process and a host agent on each host over SSH (see docs/guides/ssh.md); this package
     and the project folder (plus the ``distributed_files`` globs) are deployed there.
     ``ssh``: a :class:`parl.ssh.client.SSHOptions` (ssh config and known_hosts files).
     ``accept_unknown_host_keys``: trust hosts whose key is in no known_hosts file, for this
     run (never written there; a changed key is refused all the same). Off by default.
     ``monitor_port`` (``hosts``): the launched cluster's monitor page on this port of
-    127.0.0.1 (see README, "Monitor"); 0: none.
+    127.0.0.1 (see docs/guides/monitor.md); 0: none.
     ``install`` (``hosts``): ``"venv"`` installs what a host's Python lacks (or has in another
     version) into a virtual environment there, as a host's ``install=venv`` line does; from the
     folder of wheel files ``wheels`` when given (uploaded, ``pip --no-index``), else from the
-    host's package index (see README, "SSH hosts"). None: as each host's line says.
+    host's package index (see docs/guides/ssh.md). None: as each host's line says.
     ``"ray"``: actors are Ray actors, on the Ray this process initialised, else on the one
-    ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see README,
-    "Ray"; needs ``pip install 'parl-torch[ray]'``). ``forward_output``, ``slot_timeout``
+    ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see
+    docs/guides/ray.md; needs ``pip install 'parl-torch[ray]'``). ``forward_output``, ``slot_timeout``
     and ``distributed_files`` apply there too.
     Existing actors keep running where they are.
     """

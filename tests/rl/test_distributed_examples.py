@@ -241,7 +241,7 @@ def test_an_env_of_no_supported_kind_is_named(
 
 
 def test_a2c_example_starts_on_pong(run_python: RunPython, tmp_path: Path) -> None:
-    """README: ``examples/A2C/train.py --env PongNoFrameskip-v4``; it failed at once with
+    """docs/algorithms/a2c.md: ``examples/A2C/train.py --env PongNoFrameskip-v4``; it failed at once with
     NameNotFound: the Atari ids were registered only when the wrappers were first imported."""
     out = _run_example(
         run_python,

@@ -164,7 +164,7 @@ def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
 
 
 def test_ppo_config_zoo_is_the_readmes_halfcheetah_configuration(run_python: RunPython) -> None:
-    """The README's PPO HalfCheetah-v5 results ran rl-zoo's configuration: ``--config zoo``
+    """The PPO HalfCheetah-v5 results of docs/algorithms/ppo.md ran rl-zoo's configuration: ``--config zoo``
     reaches it from the example's own command line; without ``--continuous_action`` it is
     refused by name."""
     code = f"""

@@ -99,10 +99,20 @@ def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
 
 
 def test_update_rewrites_only_the_marked_block(harness: ModuleType, tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{harness.BEGIN}\nold table\n{harness.END}\noutro\n")
-    harness.update_file(readme, "| new |")
-    assert readme.read_text() == f"intro\n{harness.BEGIN}\n| new |\n{harness.END}\noutro\n"
+    page = tmp_path / "migrating-from-parl.md"
+    page.write_text(f"intro\n{harness.BEGIN}\nold table\n{harness.END}\noutro\n")
+    harness.update_file(page, "| new |")
+    assert page.read_text() == f"intro\n{harness.BEGIN}\n| new |\n{harness.END}\noutro\n"
     (tmp_path / "other.md").write_text("no block\n")
     with pytest.raises(SystemExit, match="has no <!-- run_parl_scripts: begin -->"):
         harness.update_file(tmp_path / "other.md", "| new |")
+
+
+def test_the_migration_page_holds_the_block_the_table_goes_into(harness: ModuleType) -> None:
+    """``--update docs/migrating-from-parl.md`` is the documented target: the page has the block
+    once, with a table in it."""
+    page = HARNESS.parents[1] / "docs" / "migrating-from-parl.md"
+    text = page.read_text(encoding="utf-8")
+    assert text.count(harness.BEGIN) == 1 and text.count(harness.END) == 1
+    block = text[text.index(harness.BEGIN) : text.index(harness.END)]
+    assert "| script | command | result | time |" in block

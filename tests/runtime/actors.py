@@ -25,7 +25,7 @@ class UnpicklableError(Exception):
 
 @parl.remote_class
 class Sampler:
-    """The README's example."""
+    """The example of docs/guides/actors.md."""
 
     def __init__(self, n: int = 4):
         self.buf = np.zeros(n, np.float32)
@@ -571,7 +571,7 @@ class TwoGpus:
 
 @parl.remote_class
 class Roller:
-    """The README's rollout-buffer pattern: fills an array it is given in place, or one it was
+    """The rollout-buffer pattern of docs/guides/shared-memory.md: fills an array it is given in place, or one it was
     constructed with; makes parl.shm arrays of its own."""
 
     def __init__(self, buf=None):

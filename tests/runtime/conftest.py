@@ -153,7 +153,7 @@ def lasting_new_shm_entries(before: set[str], grace: float = 2.0) -> set[str]:
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_only: run only on the local carrier")
     config.addinivalue_line(
-        "markers", "not_on_ray(reason): a difference of the Ray carrier, listed in the README"
+        "markers", "not_on_ray(reason): a difference of the Ray carrier, listed in the Ray guide"
     )
 
 

@@ -1,4 +1,4 @@
-"""A cluster across machines, as the README's recipe builds it: a master, host agents and
+"""A cluster across machines, as the recipe of docs/guides/clusters.md builds it: a master, host agents and
 callers in network namespaces of their own (:mod:`tests.runtime.netns`), each machine with its
 own HOME and a copy of the master's secret file. An agent joins at an address the master and
 callers reach, or is refused at once with the ``--host`` to pass; no caller is ever placed on
@@ -23,7 +23,7 @@ from tests.runtime.conftest import wait_until
 from tests.runtime.netns import Machine, Network, _ip
 
 pytestmark = pytest.mark.slow
-PORT = 8010  # each machine has a network of its own: the README's port is free on all of them
+PORT = 8010  # each machine has a network of its own: the recipe's port is free on all of them
 PAGE_PORT = 8011
 # the monitor page's data, as another machine reads it with the token `xparl start` printed
 PAGE = """
@@ -80,7 +80,7 @@ class Host:
         return done
 
     def take_secret(self, master: Host) -> None:
-        """Copy the master's secret file here, mode 0600 (the README's step)."""
+        """Copy the master's secret file here, mode 0600 (the recipe's step)."""
         folder = self.home / ".parl"
         folder.mkdir(mode=0o700, exist_ok=True)
         target = folder / "cluster_secret"
@@ -137,7 +137,7 @@ def script(tmp_path: Path) -> Path:
 
 
 def _start_everywhere(machines: dict[str, Host]) -> str:
-    """The README's recipe: the master on every address, the secret copied, two agents
+    """The recipe of docs/guides/clusters.md: the master on every address, the secret copied, two agents
     joined as written; returns the master's address."""
     master = machines["master"]
     out = master.xparl(

@@ -163,7 +163,7 @@ parl.close_actor(m)
 def test_descriptors_of_dropped_arrays_come_back_with_the_next_call(tmp_path):
     """Holding more received arrays than ``ulimit -n`` allows fails with a clear error; once
     they are dropped, the next call to the actor that sent them gives their descriptors back
-    (the releases ride that message: documented in the README)."""
+    (the releases ride that message: documented in docs/guides/shared-memory.md)."""
     script = tmp_path / "drop.py"
     script.write_text(_DROP_AT_LIMIT)
     out = subprocess.run(

@@ -300,7 +300,7 @@ def test_closures_lambdas_and_local_classes_still_travel_by_value(tmp_path):
 
 
 def test_an_instance_of_a_main_class_travels_as_an_argument(tmp_path):
-    """README: classes defined in __main__ travel by value, also when only an *instance* is
+    """docs/guides/actors.md: classes defined in __main__ travel by value, also when only an *instance* is
     passed: plain pickle saves the instance by reference without failing, so the by-value path
     must be taken without waiting for an error (the worker cannot find __main__.Point)."""
     script = tmp_path / "main_class.py"
@@ -493,7 +493,7 @@ def pack(a, b):
 @pytest.mark.parametrize(
     "uses, expected",
     [
-        ("parl.__name__", "parl"),  # parl is an editable install here, as the README installs it
+        ("parl.__name__", "parl"),  # an editable install here, as docs/install.md makes
         ("helpers.pack(self.n, 2)", struct.pack("<II", 1, 2)),
     ],
 )

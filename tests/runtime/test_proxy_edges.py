@@ -658,10 +658,10 @@ class _Raiser:
 
 
 def test_exception_with_custom_init_is_caught_by_its_class():
-    """Expected (README: classes of the main script stay the same classes, ``except MyError``
+    """Expected (docs/guides/actors.md: classes of the main script stay the same classes, ``except MyError``
     catches what an actor raises): ``except _CodedError`` catches it with ``.code == 7``.
     Observed: a parl.RemoteError, because pickle rebuilds an exception as ``cls(*args)`` and
-    this __init__ takes two arguments (the README's "RemoteError when the exception cannot be
+    this __init__ takes two arguments (the actors guide's "RemoteError when the exception cannot be
     rebuilt" fallback, parl/wire/failure.py _link). The very common custom-__init__ pattern
     therefore escapes ``except``; rebuilding with ``cls.__new__`` + ``args`` + ``__dict__``
     would keep it."""
@@ -741,7 +741,7 @@ def test_slotted_exception_keeps_its_attributes():
 
 
 def test_oserror_subclass_with_custom_init_is_caught_by_its_base():
-    """Expected (README: custom-__init__ exceptions are caught by their class): an
+    """Expected (docs/guides/actors.md: custom-__init__ exceptions are caught by their class): an
     ``except FileNotFoundError`` / ``except _MissingConfig`` catches it, filename kept.
     Observed: parl.RemoteError "__main__._MissingConfig: [Errno 2] ...". _reduce_exception
     (parl/wire/serialization.py) leaves every class with a __reduce__ of its own (all OSError

@@ -333,7 +333,7 @@ def test_a_block_dropped_inside_the_allocators_lock_does_not_deadlock():
 
 def test_strided_view_of_a_shared_handle_stays_shared():
     """Expected (parl/shm/link.py: a handle is "an array made with parl.shm (or a view of
-    one)"; README: passed by handle whatever its size): an actor filling ``buf[:, 0]`` writes
+    one)"; docs/guides/shared-memory.md: passed by handle whatever its size): an actor filling ``buf[:, 0]`` writes
     into ``buf``, as it does for ``buf[0]``. Observed: a non-contiguous view is copied into a
     value (_reduce_array stages a copy before ShmLink.place can see it is a handle), so the
     actor's writes are lost without a word; e.g. a rollout buffer with a column per actor."""
@@ -366,7 +366,7 @@ def test_strided_torch_view_of_a_shared_handle_stays_shared():
 
 
 def test_reversed_view_of_a_handle_stays_shared():
-    """Expected (README: a view of a handle is a handle too; an actor writing into it writes
+    """Expected (docs/guides/shared-memory.md: a view of a handle is a handle too; an actor writing into it writes
     into ``buf``): after ``fill(buf[::-1], 3.0)`` buf holds 3.0. Observed: buf stays 0.0; the
     reversed view was silently copied into a value, the actor's writes are lost.
     _strided_handle (parl/wire/serialization.py, ``any(stride < 0 ...)``) gives up on negative
@@ -383,7 +383,7 @@ def test_reversed_view_of_a_handle_stays_shared():
 
 
 def test_bfloat16_strided_view_of_a_handle_stays_shared():
-    """Expected (README: ``torch.from_numpy(buf)[:, 1]`` is a handle too): a bfloat16 view of
+    """Expected (docs/guides/shared-memory.md: ``torch.from_numpy(buf)[:, 1]`` is a handle too): a bfloat16 view of
     an int16 handle, column 1, filled by the actor, is seen in buf. Observed: buf unchanged.
     _reduce_tensor (parl/wire/serialization.py) calls ``tensor.contiguous()`` (a copy) for
     the dtypes numpy lacks before viewing them as integers."""
@@ -401,7 +401,7 @@ def test_bfloat16_strided_view_of_a_handle_stays_shared():
 # -- shared handles where memory cannot be shared ---------------------------------------------
 # An actor on a cluster, on SSH hosts (test_ssh_launch.py) or on Ray cannot map this process's
 # memory: a handle sent there would arrive as a copy and the actor's writes would be lost (the
-# README's rollout buffer would sum to 0.0). It is refused before anything is sent, with
+# the guide's rollout buffer would sum to 0.0). It is refused before anything is sent, with
 # what to do instead, and the actor stays usable; local workers share it.
 
 
@@ -608,7 +608,7 @@ class _SlowEnd:
 
 @pytest.mark.slow  # a stress run
 def test_memory_lent_to_closed_actors_returns_while_idle():
-    """Expected (README: memory lent to a closed actor stays lent until its process has
+    """Expected (docs/guides/shared-memory.md: memory lent to a closed actor stays lent until its process has
     ended): once the workers have ended, the caller's blocks are free (``blocks`` 0) and 1 GiB
     lent to 4 closed actors goes back (beyond the 512 MiB cache). Observed: all 4 blocks (and
     ~1 GiB of RSS) stay held for as long as the caller makes no further call or close:

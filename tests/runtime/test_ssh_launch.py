@@ -316,7 +316,7 @@ def test_a_lost_host_fails_its_actors_calls_within_5_s(lab, project, tmp_path):
 
 def test_a_shared_array_is_refused_on_ssh_hosts_rather_than_copied(lab, project, tmp_path):
     """A parl.shm array cannot reach an actor on a host (a copy there would leave the
-    README's rollout buffer zeros): it is refused, both ways, with what to do; the actor stays
+    shared-memory guide's rollout buffer zeros): it is refused, both ways, with what to do; the actor stays
     usable."""
     from pkg.helper import Where
 

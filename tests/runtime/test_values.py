@@ -98,7 +98,7 @@ def test_view_kept_through_a_closed_actor_is_not_overwritten(keepers):
     assert kept.min() == kept.max() == 7.0
 
 
-@pytest.mark.local_only  # shared handles are copies off local workers (README)
+@pytest.mark.local_only  # shared handles are copies off local workers (docs/guides/shared-memory.md)
 def test_shm_arrays_are_shared_handles(keepers):
     a, b = keepers
     h = parl.shm.full(LARGE, 1.0, np.float64)
@@ -157,7 +157,7 @@ class _Saver:
 
 @pytest.mark.local_only  # local shared memory: the caller reuses a freed block
 def test_closed_actor_finishing_never_sees_a_reused_block(tmp_path):
-    """Expected (README: a value never changes unless its holder writes to it, for every order
+    """Expected (docs/guides/shared-memory.md: a value never changes unless its holder writes to it, for every order
     of closing; a worker ends like a Python program, __del__ runs): the closed actor's __del__
     sees the 1.0s it was given. Observed: it sees 2.0s, the data the caller sent to another
     actor afterwards. close_actor drops the caller's leases at once (link.close) while the

@@ -74,7 +74,7 @@ def test_a_dead_actor_is_done_with_its_error(actors, tmp_path, carrier):
     os.kill(pid, signal.SIGKILL)
     done, pending = parl.wait([other, doomed], num_returns=1, timeout=10)
     assert done == [doomed] and pending == [other]
-    # Ray does not tell how its worker ended (README, Ray): the error says it died
+    # Ray does not tell how its worker ended (docs/guides/ray.md): the error says it died
     with pytest.raises(parl.ActorDiedError, match="died" if carrier == "ray" else "SIGKILL"):
         parl.get([doomed], timeout=10)
 
