@@ -294,7 +294,9 @@ def _connect(
     print(
         f"host agent at {listening} with {_offer(cpus, list(gpus))} joined the cluster at {address}"
     )
-    if control.is_loopback(control.parse_address(listening)[0]):
+    if control.is_wildcard(host):
+        print("(it listens on every address of this machine: callers of every machine use it)")
+    elif control.is_loopback(control.parse_address(listening)[0]):
         print(
             "(it listens on loopback: only callers on this machine are placed on it; "
             "`--host 0.0.0.0` lets callers of other machines use it)"
