@@ -4,7 +4,8 @@ like a credential.
 In a git work tree git itself answers (``git ls-files --others --ignored --exclude-standard
 --directory``: the ignored paths, an ignored folder as one ``name/`` entry), so its rules are
 exactly git's, with ``.git/info/exclude`` and the user's global excludes file, and a tracked
-file is never ignored. Elsewhere (no git, or a folder that is not a work tree) the
+file is never ignored; a repository inside the project (a submodule, a clone), which the
+project's git does not look into, is asked the same about its own files by the packer. Elsewhere (no git, or a folder that is not a work tree) the
 ``.gitignore`` files found while walking are read by :class:`Rules`, which follows
 gitignore(5): blank lines and ``#`` comments, ``!`` to re-include, a trailing ``/`` for folders
 only, a pattern with a ``/`` before its end anchored to its file's folder, ``**`` for any number

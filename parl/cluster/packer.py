@@ -227,24 +227,35 @@ class _Rules:
     def __init__(self, root: Path, gitignore: bool) -> None:
         self.gitignore = gitignore
         self.git = ignoring.git_ignored(root) if gitignore else None
+        # folders (``"a/b/"``) whose .gitignore files are read here: all of them without git,
+        # else those of a repository inside the project that git could not list
+        self.read: list[str] = [""] if gitignore and self.git is None else []
         self.secrets = ignoring.credential_rules()
         self.credentials: list[str] = []
 
     def enter(self, folder: Path, rel: str, above: list[ignoring.Rule]) -> list[ignoring.Rule]:
         """The rules below ``folder`` (``rel`` from the root): ``above`` and its .gitignore's."""
-        if not self.gitignore or self.git is not None:
+        base = f"{rel}/" if rel else ""
+        if self.git is not None and rel and os.path.lexists(folder / ".git"):
+            # a repository of its own (a submodule, a clone inside the project): the project's
+            # git does not look into it, so it is asked about its own ignored files
+            nested = ignoring.git_ignored(folder)
+            if nested is None:
+                self.read.append(base)
+            else:
+                self.git.update(base + name for name in nested)
+        if not any(base.startswith(top) for top in self.read):
             return above
         try:
             text = (folder / ".gitignore").read_text(errors="replace")
         except OSError:  # none (or unreadable): nothing more
             return above
-        return above + ignoring.parse(text, f"{rel}/" if rel else "")
+        return above + ignoring.parse(text, base)
 
     def skip(self, name: str, is_dir: bool, rules: list[ignoring.Rule]) -> bool:
-        if self.git is not None:
-            if name in self.git or f"{name}/" in self.git:
-                return True
-        elif ignoring.ignored(rules, name, is_dir):
+        if self.git is not None and (name in self.git or f"{name}/" in self.git):
+            return True
+        if ignoring.ignored(rules, name, is_dir):
             return True
         if ignoring.ignored(self.secrets, name, is_dir):
             self.credentials.append(f"{name}/" if is_dir else name)

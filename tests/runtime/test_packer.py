@@ -414,6 +414,34 @@ def test_a_project_in_a_folder_its_repository_ignores_is_packed_by_its_own_rules
     }  # fmt: skip
 
 
+@needs_git
+def test_a_repository_inside_the_project_is_packed_by_its_own_rules(tmp_path, monkeypatch):
+    root = _project(tmp_path / "repo")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (root / ".gitignore").write_text("*.log\n")
+    _git(root, "init", "-q")
+    # a clone inside the project (a submodule is one too): its build output is ignored there
+    vendored = root / "third_party" / "lib"
+    (vendored / "build").mkdir(parents=True)
+    (vendored / "build" / "ext.so").write_text("built")
+    (vendored / "setup.py").write_text("setup")
+    (vendored / ".gitignore").write_text("build/\n*.tmp\n")
+    (vendored / "x.tmp").write_text("tmp")
+    _git(vendored, "init", "-q")
+    names = set(_names(pack_project(root).data))
+    assert {"third_party/lib/setup.py", "third_party/lib/.gitignore"} <= names
+    assert not {"third_party/lib/build/ext.so", "third_party/lib/x.tmp"} & names
+    # and when git will not list that repository, its .gitignore files are read
+    monkeypatch.setattr(
+        packer.ignoring,
+        "git_ignored",
+        lambda folder, real=packer.ignoring.git_ignored: (
+            None if folder == vendored else real(folder)
+        ),
+    )
+    assert set(_names(pack_project(root).data)) == names
+
+
 def test_without_git_installed_the_gitignore_files_are_read(tmp_path, monkeypatch):
     root = _tree(tmp_path / "plain")
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
