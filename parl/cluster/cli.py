@@ -42,6 +42,7 @@ _CACHE_HELP = (
 _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
+_REJOIN_TIMEOUT_S = 5.0  # a host agent that outlived its master retries every second
 _SSH_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
 _AGENT_HOST_HELP = (
     "address to listen on (default: the address of this machine that its connection to the "
@@ -205,11 +206,25 @@ def _start(
             raise
     addresses = _addresses(listen) if control.is_wildcard(listen) else [listen]
     shown = [f"[{a}]:{port_number}" if ":" in a else f"{a}:{port_number}" for a in addresses]
-    slots = (
-        f"the host agent that outlived the earlier master (pid {kept[0].pid}) has its slots"
-        if kept
-        else f"{_offer(cpus, list(gpus))} here"
-    )
+    slots = f"{_offer(cpus, list(gpus))} here"
+    if kept:
+        back = _registered_again(address, kept[0])
+        if back is None:
+            print(
+                f"xparl start: the master at {address} serves, but the host agent of this "
+                f"machine's slots that outlived the earlier master (pid {kept[0].pid}) did not "
+                f"register with it within {_REJOIN_TIMEOUT_S:g} s (does it hold another "
+                f"cluster secret? its log: {kept[0].log or 'see ~/.parl/logs'}): `xparl stop "
+                f"--port {port}`, then `xparl start` again",
+                file=sys.stderr,
+            )
+            return 1
+        gpu_text = f" and {back.get('gpus', 0)} GPU(s)" if back.get("gpus") else ""
+        slots = (
+            f"the host agent that outlived the earlier master (pid {kept[0].pid}) has its "
+            f"{back.get('slots', 0)} CPU slot(s){gpu_text} here (to change them: `xparl stop "
+            f"--port {port}`, then start again)"
+        )
     print(f"parl cluster started: master at {shown[0]}, {slots}")
     if ssh:
         for h in _ask_master(address, {"op": "status"})["hosts"]:
@@ -236,6 +251,21 @@ def _start(
             token = monitor_token(load_secret())
             print(f"                 (asks for this token, or the cluster secret: {token})")
     return 0
+
+
+def _registered_again(address: str, agent: state.ProcessState) -> dict | None:
+    """The master at ``address``'s entry of the host agent ``agent`` (one that outlived an
+    earlier master, and registers again by itself within a second), once it is there; None
+    when it is not within ``_REJOIN_TIMEOUT_S`` (it cannot authenticate, for one)."""
+    port = agent.address.rpartition(":")[2]
+    deadline = time.monotonic() + _REJOIN_TIMEOUT_S
+    while True:
+        for host in _ask_master(address, {"op": "status"})["hosts"]:
+            if str(host.get("address", "")).rpartition(":")[2] == port:
+                return host
+        if time.monotonic() >= deadline or not agent.alive():
+            return None
+        time.sleep(0.1)
 
 
 def _addresses(wildcard: str) -> list[str]:
