@@ -168,6 +168,7 @@ class CodeCache:
         temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             self.sharer.fill(code, temp, names)
+            self._checked.relinked(code, digest)  # the links moved the files' ctimes
             code, why = self._folder(digest)
             if code is None:
                 raise ValueError(why)

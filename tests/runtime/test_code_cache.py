@@ -411,6 +411,31 @@ def test_a_caller_that_leaves_after_rewriting_a_shared_file_has_the_code_dropped
     assert job.is_dir()  # what the actor wrote stays
 
 
+def test_a_shared_file_overwritten_by_a_copy_that_keeps_times_makes_the_cache_drop_that_code(
+    tmp_path, monkeypatch
+):
+    project = tmp_path / "ckpt-project"
+    (project / "weights").mkdir(parents=True)
+    (project / "main.py").write_text("print('train')\n")
+    size = linking.LINK_MIN_BYTES + 1  # two checkpoints of one model: the same size
+    (project / "weights" / "init.pt").write_bytes(b"I" * size)
+    (project / "weights" / "latest.pt").write_bytes(b"L" * size)
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    digest = _store(cache, packer.pack_project(project))
+    hashed = []
+    real = codecheck.folder_digest
+    monkeypatch.setattr(codecheck, "folder_digest", lambda f: hashed.append(f) or real(f))
+    jobs = [cache.job_folder(f"c0ffee000000000{i}", digest) for i in range(3)]
+    assert len(hashed) == 1  # at the first use; linking into working folders changes nothing
+    # an actor resets its checkpoint: written in place (a shared inode), then copy2 sets the
+    # mtime back to the source's, which is the cache's 0 as well
+    shutil.copy2(jobs[0] / "weights" / "init.pt", jobs[0] / "weights" / "latest.pt")
+    with pytest.raises(ValueError, match="changed since it was checked: weights/latest.pt"):
+        cache.job_folder("c0ffee0000000009", digest)  # never from the changed code
+    assert not (cache.root / digest).exists()
+
+
 def test_with_reflinks_every_file_is_a_private_copy(tmp_path):
     cache = deploy.CodeCache(tmp_path / "cache")
     digest = _store(cache, _big_code(tmp_path))
