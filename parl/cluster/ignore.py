@@ -41,14 +41,18 @@ CREDENTIALS: tuple[str, ...] = (
     ".git-credentials",
     "*.pem",
     "*.key",
-    "id_rsa",
-    "id_dsa",
-    "id_ecdsa",
-    "id_ed25519",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "!id_*.pub",
 )
 """gitignore patterns of files that hold secrets (private keys, tokens, passwords), left out
-of every deployment unless named in ``distributed_files``. Public keys (``id_rsa.pub``) are
-not among them."""
+of every deployment unless named in ``distributed_files``. Private keys under the names
+``ssh-keygen`` gives and the names users give them (``id_ed25519_sk``, ``id_rsa_github``)
+are; public keys (``id_rsa.pub``) are not."""
 
 GIT_TIMEOUT_S = 30.0
 

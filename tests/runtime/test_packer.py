@@ -488,20 +488,21 @@ def test_gitignore_patterns(pattern, path, is_dir, expected):
 CREDENTIALS = [
     ".env", ".env.local", ".ssh/id_ed25519", ".ssh/config", "keys/server.pem", "tls/site.key",
     "id_rsa", "deploy/id_ed25519", "id_ecdsa", "id_dsa", ".netrc", ".pypirc",
-    ".aws/credentials", ".git-credentials",
+    ".aws/credentials", ".git-credentials", "id_ed25519_sk", ".ssh2/id_rsa_github",
+    "certs/client.p12", "certs/site.pfx",
 ]  # fmt: skip
 
 
 def test_credentials_are_left_out_without_a_gitignore_and_named(tmp_path, caplog):
     root = _project(tmp_path / "project")
-    for name in [*CREDENTIALS, "id_rsa.pub", "envs/prod.yaml", "keyboard.py"]:
+    for name in [*CREDENTIALS, "id_rsa.pub", "id_rsa_github.pub", "envs/prod.yaml", "keyboard.py"]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("SECRET")
     with caplog.at_level(logging.WARNING, logger="parl.cluster"):
         names = _names(pack_project(root).data)
     assert not set(CREDENTIALS) & set(names)
     assert not [n for n in names if n.startswith((".ssh/", ".aws/"))]
-    assert {"id_rsa.pub", "envs/prod.yaml", "keyboard.py", "main.py"} <= set(names)
+    assert {"id_rsa.pub", "id_rsa_github.pub", "envs/prod.yaml", "keyboard.py"} <= set(names)
     (warning,) = [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()]
     for name in [".env", ".env.local", ".ssh/", ".aws/", "keys/server.pem", "id_rsa"]:
         assert name in warning.split(": ", 1)[1]
