@@ -398,9 +398,9 @@ def _read_line(fd: int, timeout: float) -> str:
 def _status() -> int:
     records = state.read_all()
     masters = [s for s in records if s.role == "master"]
-    # host agents of this user whose master runs elsewhere (an agent-only machine)
-    ports = {m.cluster_port for m in masters}
-    agents = [s for s in records if s.role == "agent" and s.cluster_port not in ports]
+    # host agents of this user whose master is not one of those (an agent-only machine, or
+    # one that joined another machine's cluster on the port of a cluster it runs itself)
+    agents = [s for s in records if s.role == "agent" and not any(_serves(m, s) for m in masters)]
     if not masters and not agents:
         print("no cluster of yours is running (start one with `xparl start --port P`)")
         return 0
@@ -441,6 +441,21 @@ def _status() -> int:
     return 0
 
 
+def _serves(master: state.ProcessState, agent: state.ProcessState) -> bool:
+    """Whether ``agent`` is registered with ``master`` (both of this machine): the agent of its
+    slots, or one that dialed the master's address (any address of this machine, for a master
+    on every address)."""
+    if agent.cluster_port != master.cluster_port:
+        return False
+    if agent.master_slots or agent.cluster == master.address:
+        return True
+    listen = control.parse_address(master.address)[0]
+    host = control.parse_address(agent.cluster)[0]
+    return control.is_wildcard(listen) and (
+        control.is_loopback(host) or host in _addresses("::") or host == _hostname()
+    )
+
+
 def _status_json() -> int:
     """Each running cluster of this user with what its monitor page shows, as one JSON list."""
     secret = load_secret() if state.read_all() else b""
@@ -474,6 +489,19 @@ def _stop(port: int | None) -> int:
         where = f"on port {port}" if port is not None else "at all"
         print(f"no cluster of yours is running {where}")
         return 1 if port is not None else 0
+    here = [s for s in targets if s.role == "master" or s.master_slots]
+    if port is not None and here:
+        # the cluster of this machine on that port; an agent that joined another machine's
+        # cluster on the same port number is left to a second `xparl stop --port`
+        masters = [s for s in here if s.role == "master"]
+        ours = [s for s in targets if s in here or any(_serves(m, s) for m in masters)]
+        for agent in (s for s in targets if s not in ours):
+            print(
+                f"left running: the host agent at {agent.address} (pid {agent.pid}) in the "
+                f"cluster at {agent.cluster}, another machine's cluster on port {port} "
+                f"(`xparl stop --port {port}` again stops it)"
+            )
+        targets = ours
     targets.sort(key=lambda s: s.role != "agent")  # host agents first, then masters
     processes = []
     for target in targets:

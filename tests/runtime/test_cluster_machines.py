@@ -274,3 +274,22 @@ def test_an_agent_of_the_masters_machine_on_every_address_serves_other_machines(
     said = machines["caller"].call(script, address, 5, wait=1.0)
     assert isinstance(said, list), said
     assert said.count(master.address) == 3, said
+
+
+def test_status_names_an_agent_of_another_cluster_on_the_port_of_a_cluster_here(machines):
+    address = _start_everywhere(machines)
+    agent = machines["a"]
+    # a cluster of this machine's own, on the README's port too
+    agent.xparl("start", "--port", str(PORT), "--cpu_num", "1")
+    status = agent.xparl("status").stdout
+    assert f"cluster 127.0.0.1:{PORT} (pid" in status, status
+    assert "  127.0.0.1:" in status  # its own slots
+    assert f"host agent at {agent.address}:" in status, status
+    assert f"in the cluster at {address}" in status, status
+    # stopping the cluster here leaves the other cluster's agent, until asked again
+    stopped = agent.xparl("stop", "--port", str(PORT)).stdout
+    assert f"stopped the master at 127.0.0.1:{PORT}" in stopped, stopped
+    assert f"left running: the host agent at {agent.address}:" in stopped, stopped
+    assert f"  {agent.address}:" in machines["master"].xparl("status").stdout
+    stopped = agent.xparl("stop", "--port", str(PORT)).stdout
+    assert f"stopped the agent at {agent.address}:" in stopped, stopped
