@@ -161,6 +161,13 @@ def test_default_actors_start_while_every_cpu_is_held(on_ray):
         parl.ClusterError, match=r"asks for num_cpus=1, and the Ray cluster has CPU 0 free of 4"
     ):
         OneCpu()
+
+    @parl.remote_class(num_gpus=0)  # a CPU actor, said the way many scripts say it
+    class NoGpu:
+        pass
+
+    with pytest.raises(parl.ClusterError, match="gives num_gpus \\(0 too\\) but not num_cpus"):
+        NoGpu()
     parl.close_actor(hog)
 
 
