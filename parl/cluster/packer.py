@@ -158,6 +158,16 @@ def pack_project(
             base,
             ", ".join(secrets),
         )
+    links = sorted(set(rules.links_out + explicit.links_out))
+    if links:
+        log.warning(
+            "not deploying %d link(s) out of %s (the hosts may not have what they point to): "
+            "%s; copy what the actors need into the project folder, or give it the same path "
+            "on every host",
+            len(links),
+            base,
+            ", ".join(links),
+        )
     skipped = sorted(set(too_large) - set(files))
     if skipped:
         log.warning(
@@ -232,6 +242,7 @@ class _Rules:
         self.read: list[str] = [""] if gitignore and self.git is None else []
         self.secrets = ignoring.credential_rules()
         self.credentials: list[str] = []
+        self.links_out: list[str] = []  # "name -> target" of links that leave the project
 
     def enter(self, folder: Path, rel: str, above: list[ignoring.Rule]) -> list[ignoring.Rule]:
         """The rules below ``folder`` (``rel`` from the root): ``above`` and its .gitignore's."""
@@ -290,7 +301,8 @@ def _walk(
             if rules is not None and rules.skip(name, is_dir, inherited):
                 continue
             if entry.is_symlink() and not _inside(path, base):
-                log.debug("not deploying %s: a link out of %s", path, base)
+                if rules is not None:
+                    rules.links_out.append(f"{name} -> {os.path.realpath(path)}")
                 continue
             if is_dir:
                 below = rules.enter(path, name, inherited) if rules is not None else inherited

@@ -119,7 +119,7 @@ def test_ignore_rules(tmp_path):
     assert _names(pack_project(root, ignore=ignore).data) == ["data.txt", "main.py"]
 
 
-def test_links_out_of_the_project_are_not_followed(tmp_path):
+def test_links_out_of_the_project_are_not_followed(tmp_path, caplog):
     outside = tmp_path / "secret"
     outside.mkdir()
     (outside / "key").write_text("private")
@@ -128,9 +128,14 @@ def test_links_out_of_the_project_are_not_followed(tmp_path):
     (root / "out_file").symlink_to(outside / "key")
     (root / "inside").symlink_to(root / "pkg")
     (root / "loop").symlink_to(root)
-    names = _names(pack_project(root).data)
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        names = _names(pack_project(root).data)
     assert not any(name.startswith("out") for name in names)
     assert "inside/mod.py" in names  # a link inside the project is followed, loops are not
+    # the user learns that a linked data folder stays behind
+    (warning,) = [r.getMessage() for r in caplog.records if "link(s) out of" in r.getMessage()]
+    assert f"out -> {outside}" in warning and f"out_file -> {outside / 'key'}" in warning
+    assert "loop" not in warning and "inside" not in warning
 
 
 def test_large_files_are_skipped_with_a_hint_unless_listed(tmp_path, caplog):
