@@ -443,17 +443,13 @@ def _status() -> int:
 
 def _serves(master: state.ProcessState, agent: state.ProcessState) -> bool:
     """Whether ``agent`` is registered with ``master`` (both of this machine): the agent of its
-    slots, or one that dialed the master's address (any address of this machine, for a master
-    on every address)."""
+    slots, or one that dialed the master's port at an address or name of this machine."""
     if agent.cluster_port != master.cluster_port:
         return False
     if agent.master_slots or agent.cluster == master.address:
         return True
-    listen = control.parse_address(master.address)[0]
     host = control.parse_address(agent.cluster)[0]
-    return control.is_wildcard(listen) and (
-        control.is_loopback(host) or host in _addresses("::") or host == _hostname()
-    )
+    return control.is_loopback(host) or host in _addresses("::") or host == _hostname()
 
 
 def _status_json() -> int:
