@@ -287,8 +287,9 @@ def _pid_of(actor) -> int:
 
 
 def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
-    """The project folder goes to Ray as the cluster's packer packs it (a data file listed in
-    .gitignore too: Ray's own ignore rules are not applied), the workers run in it, and a class
+    """The project folder goes to Ray as the cluster's packer packs it (a data file that
+    .gitignore leaves out but ``distributed_files`` names is shipped: Ray's own ignore rules
+    are not applied on top), the workers run in it, and a class
     of ``__main__`` travels by value. The original ``pkg`` is renamed away after
     ``parl.connect``, so only the shipped copy can be imported."""
     project = tmp_path / "project"
@@ -298,6 +299,7 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
     (project / "__pycache__" / "junk.pyc").write_bytes(b"x")
     (project / ".gitignore").write_text("data/\n")
     (project / "data" / "table.txt").write_text("shipped data\n")
+    (project / "data" / "other.txt").write_text("ignored, not named: stays here\n")
     (project / "pkg" / "__init__.py").write_text("")
     (project / "pkg" / "mod.py").write_text(
         textwrap.dedent(
@@ -309,7 +311,8 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
             class Reader:
                 def read(self, name):
                     with open(name) as f:
-                        return f.read().strip(), os.path.exists("__pycache__")
+                        shipped = os.path.exists("__pycache__"), os.path.exists("data/other.txt")
+                        return f.read().strip(), *shipped
             """
         )
     )
@@ -325,7 +328,7 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
                 def double(self, x):
                     return 2 * x
 
-            parl.connect("ray")
+            parl.connect("ray", distributed_files=["data/table.txt"])
             os.rename("pkg", "pkg_gone")  # from now on only the shipped copy exists
             print(Reader().read("data/table.txt"), Local().double(21))
             """
@@ -333,7 +336,7 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
     )
     address = on_ray.get_runtime_context().gcs_address
     out = _run(str(project / "main.py"), str(project), {"RAY_ADDRESS": address})
-    assert "('shipped data', False) 42" in out
+    assert "('shipped data', False, False) 42" in out
 
 
 RECONNECT = """
