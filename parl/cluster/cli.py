@@ -232,10 +232,11 @@ def _start(
                 print(f"SSH host {h['label']}: host agent at {h['address']}, {h['slots']} slot(s)")
     if control.is_loopback(listen):
         print(f"add slots here:  xparl connect --address {shown[0]} [--cpu_num N]")
+        named = "" if _is_ip(host) else f" (--host {host} is {listen} on this machine)"
         print(
-            f"other machines:  cannot join, the master listens on {listen} only; to let them, "
-            f"`xparl stop --port {port_number}` and `xparl start --port {port_number} --host "
-            "0.0.0.0` (or this machine's address)"
+            f"other machines:  cannot join, the master listens on {listen} only{named}; to let "
+            f"them, `xparl stop --port {port_number}` and `xparl start --port {port_number} "
+            "--host 0.0.0.0` (or this machine's address)"
         )
     else:
         for i, line in enumerate(shown):
@@ -289,6 +290,16 @@ def _addresses(wildcard: str) -> list[str]:
             if not (ip.is_loopback or ip.is_link_local) and address not in found:
                 found.append(address)
     return found or [_hostname()]
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _secret_how() -> str:
