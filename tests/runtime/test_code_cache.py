@@ -397,6 +397,27 @@ def test_a_shared_file_rewritten_in_place_makes_the_cache_drop_that_code(tmp_pat
     assert codecheck.folder_digest(fresh) == digest
 
 
+def test_a_caller_told_the_code_is_here_starts_though_another_drops_it_meanwhile(
+    tmp_path, monkeypatch
+):
+    """The host agent answers a connecting caller whether it has its code; its first actor
+    starts a moment later. Another caller's actor that rewrites a shared file in between
+    makes the cache drop that code: the caller told "here" still starts (its folder was made
+    when it was told), and a caller told "not here" sends the code."""
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    pack = _big_code(tmp_path)
+    digest = _store(cache, pack)
+    first = cache.job_folder("c0ffee0000000001", digest)
+    assert cache.prepare("c0ffee0000000002", digest)  # the welcome: "the code is here"
+    with open(first / "data" / "weights.bin", "w") as file:  # the first caller's actor
+        file.write("rewritten by an actor")
+    assert cache.folder(digest) is None  # dropped
+    second = cache.job_folder("c0ffee0000000002", digest)  # its first actor starts
+    assert (second / "main.py").read_text() == "print('big')\n"
+    assert not cache.prepare("c0ffee0000000003", digest)  # this one sends the code
+
+
 def test_a_caller_that_leaves_after_rewriting_a_shared_file_has_the_code_dropped(
     tmp_path, monkeypatch, caplog
 ):
