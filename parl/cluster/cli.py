@@ -42,6 +42,7 @@ _CACHE_HELP = (
 _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
+_REJOIN_TIMEOUT_S = 5.0  # a host agent that outlived its master retries every second
 _SSH_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
 _AGENT_HOST_HELP = (
     "address to listen on (default: the address of this machine that its connection to the "
@@ -228,11 +229,25 @@ def _start(
             raise
     addresses = _addresses(listen) if control.is_wildcard(listen) else [listen]
     shown = [f"[{a}]:{port_number}" if ":" in a else f"{a}:{port_number}" for a in addresses]
-    slots = (
-        f"the host agent that outlived the earlier master (pid {kept[0].pid}) has its slots"
-        if kept
-        else f"{_offer(cpus, list(gpus))} here"
-    )
+    slots = f"{_offer(cpus, list(gpus))} here"
+    if kept:
+        back = _registered_again(address, kept[0])
+        if back is None:
+            print(
+                f"xparl start: the master at {address} serves, but the host agent of this "
+                f"machine's slots that outlived the earlier master (pid {kept[0].pid}) did not "
+                f"register with it within {_REJOIN_TIMEOUT_S:g} s (does it hold another "
+                f"cluster secret? its log: {kept[0].log or 'see ~/.parl/logs'}): `xparl stop "
+                f"--port {port}`, then `xparl start` again",
+                file=sys.stderr,
+            )
+            return 1
+        gpu_text = f" and {back.get('gpus', 0)} GPU(s)" if back.get("gpus") else ""
+        slots = (
+            f"the host agent that outlived the earlier master (pid {kept[0].pid}) has its "
+            f"{back.get('slots', 0)} CPU slot(s){gpu_text} here (to change them: `xparl stop "
+            f"--port {port}`, then start again)"
+        )
     print(f"parl cluster started: master at {shown[0]}, {slots}")
     if ssh:
         for h in _ask_master(address, {"op": "status"})["hosts"]:
@@ -240,10 +255,11 @@ def _start(
                 print(f"SSH host {h['label']}: host agent at {h['address']}, {h['slots']} slot(s)")
     if control.is_loopback(listen):
         print(f"add slots here:  xparl connect --address {shown[0]} [--cpu_num N]")
+        named = "" if _is_ip(host) else f" (--host {host} is {listen} on this machine)"
         print(
-            f"other machines:  cannot join, the master listens on {listen} only; to let them, "
-            f"`xparl stop --port {port_number}` and `xparl start --port {port_number} --host "
-            "0.0.0.0` (or this machine's address)"
+            f"other machines:  cannot join, the master listens on {listen} only{named}; to let "
+            f"them, `xparl stop --port {port_number}` and `xparl start --port {port_number} "
+            "--host 0.0.0.0` (or this machine's address)"
         )
     else:
         for i, line in enumerate(shown):
@@ -259,6 +275,21 @@ def _start(
             token = monitor_token(load_secret())
             print(f"                 (asks for this token, or the cluster secret: {token})")
     return 0
+
+
+def _registered_again(address: str, agent: state.ProcessState) -> dict | None:
+    """The master at ``address``'s entry of the host agent ``agent`` (one that outlived an
+    earlier master, and registers again by itself within a second), once it is there; None
+    when it is not within ``_REJOIN_TIMEOUT_S`` (it cannot authenticate, for one)."""
+    port = agent.address.rpartition(":")[2]
+    deadline = time.monotonic() + _REJOIN_TIMEOUT_S
+    while True:
+        for host in _ask_master(address, {"op": "status"})["hosts"]:
+            if str(host.get("address", "")).rpartition(":")[2] == port:
+                return host
+        if time.monotonic() >= deadline or not agent.alive():
+            return None
+        time.sleep(0.1)
 
 
 def _addresses(wildcard: str) -> list[str]:
@@ -282,6 +313,16 @@ def _addresses(wildcard: str) -> list[str]:
             if not (ip.is_loopback or ip.is_link_local) and address not in found:
                 found.append(address)
     return found or [_hostname()]
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _secret_how() -> str:
@@ -317,7 +358,9 @@ def _connect(
     print(
         f"host agent at {listening} with {_offer(cpus, list(gpus))} joined the cluster at {address}"
     )
-    if control.is_loopback(control.parse_address(listening)[0]):
+    if control.is_wildcard(host):
+        print("(it listens on every address of this machine: callers of every machine use it)")
+    elif control.is_loopback(control.parse_address(listening)[0]):
         print(
             "(it listens on loopback: only callers on this machine are placed on it; "
             "`--host 0.0.0.0` lets callers of other machines use it)"
@@ -389,9 +432,9 @@ def _read_line(fd: int, timeout: float) -> str:
 def _status() -> int:
     records = state.read_all()
     masters = [s for s in records if s.role == "master"]
-    # host agents of this user whose master runs elsewhere (an agent-only machine)
-    ports = {m.cluster_port for m in masters}
-    agents = [s for s in records if s.role == "agent" and s.cluster_port not in ports]
+    # host agents of this user whose master is not one of those (an agent-only machine, or
+    # one that joined another machine's cluster on the port of a cluster it runs itself)
+    agents = [s for s in records if s.role == "agent" and not any(_serves(m, s) for m in masters)]
     if not masters and not agents:
         print("no cluster of yours is running (start one with `xparl start --port P`)")
         return 0
@@ -432,6 +475,17 @@ def _status() -> int:
     return 0
 
 
+def _serves(master: state.ProcessState, agent: state.ProcessState) -> bool:
+    """Whether ``agent`` is registered with ``master`` (both of this machine): the agent of its
+    slots, or one that dialed the master's port at an address or name of this machine."""
+    if agent.cluster_port != master.cluster_port:
+        return False
+    if agent.master_slots or agent.cluster == master.address:
+        return True
+    host = control.parse_address(agent.cluster)[0]
+    return control.is_loopback(host) or host in _addresses("::") or host == _hostname()
+
+
 def _status_json() -> int:
     """Each running cluster of this user with what its monitor page shows, as one JSON list."""
     secret = load_secret() if state.read_all() else b""
@@ -465,6 +519,19 @@ def _stop(port: int | None) -> int:
         where = f"on port {port}" if port is not None else "at all"
         print(f"no cluster of yours is running {where}")
         return 1 if port is not None else 0
+    here = [s for s in targets if s.role == "master" or s.master_slots]
+    if port is not None and here:
+        # the cluster of this machine on that port; an agent that joined another machine's
+        # cluster on the same port number is left to a second `xparl stop --port`
+        masters = [s for s in here if s.role == "master"]
+        ours = [s for s in targets if s in here or any(_serves(m, s) for m in masters)]
+        for agent in (s for s in targets if s not in ours):
+            print(
+                f"left running: the host agent at {agent.address} (pid {agent.pid}) in the "
+                f"cluster at {agent.cluster}, another machine's cluster on port {port} "
+                f"(`xparl stop --port {port}` again stops it)"
+            )
+        targets = ours
     targets.sort(key=lambda s: s.role != "agent")  # host agents first, then masters
     processes = []
     for target in targets:

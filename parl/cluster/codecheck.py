@@ -11,11 +11,13 @@ is refused outright. No manifest is needed, so none can be forged.
 Cost: reading and hashing every file once: 0.33 s for a 287 MB project of 2,020 files (files
 in the page cache, a 2-core test machine), more where they must come from disk. :class:`Checked`
 pays it once per process and digest: afterwards a folder's files are compared with what was
-seen then (inode, size, mtime, mode: a stat per file, 23 ms for those 2,020 files), and only a
-difference brings a full check again. Checking once is enough because the cache folder is
-private (:mod:`parl.cluster.cachedir`): after the first check only this user's own processes
-can change it, and every change they make moves an inode, a size, an mtime or a mode (the
-unpacked files' mtime is 0, so even a copy that keeps times shows).
+seen then (inode, size, mtime, mode and ctime: a stat per file, 23 ms for those 2,020 files),
+and only a difference brings a full check again. Checking once is enough because the cache
+folder is private (:mod:`parl.cluster.cachedir`): after the first check only this user's own
+processes can change it, and every change they make moves the ctime, which no program can set
+(``shutil.copy2`` of one cached file over another of the same size writes in place and then
+sets the mtime back to the source's: only the ctime shows it). Hard-linking a file into a
+working folder moves its ctime too: :meth:`Checked.relinked` takes those moves as seen.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from pathlib import Path
 from parl.cluster.packer import DERIVED, member_header
 from parl.errors import DeploymentError
 
-_Seen = dict[str, tuple[int, int, int, int]]  # name -> (inode, size, mtime_ns, mode)
+# name -> (inode, size, mtime_ns, mode, ctime_ns)
+_Seen = dict[str, tuple[int, int, int, int, int]]
 
 
 class _Hasher(io.RawIOBase):
@@ -119,7 +122,7 @@ def source() -> str:
 
 def _seen(folder: Path) -> _Seen:
     return {
-        name: (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+        name: (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode, info.st_ctime_ns)
         for name, info in entries(folder).items()
     }
 
@@ -154,7 +157,9 @@ class Checked:
                     "its files are not those of the code it is named after (a file was added, "
                     "changed or removed)"
                 )
-            changed = sorted(n for n in before.keys() | now.keys() if before.get(n) != now.get(n))
+            names = before.keys() | now.keys()
+            changed = sorted(n for n in names if _kept(before.get(n)) != _kept(now.get(n)))
+            changed = changed or sorted(n for n in names if before.get(n) != now.get(n))
             return (
                 f"these files changed since it was checked: {', '.join(changed[:10])} (working "
                 "folders share large files with the cache: an actor that rewrites one in place "
@@ -171,6 +176,26 @@ class Checked:
         with self._lock:
             self._seen[digest] = seen
 
+    def relinked(self, folder: Path, digest: str) -> None:
+        """Files of the checked ``folder`` were just hard-linked (or copied) into a working
+        folder, which moves their ctime: take the new ctimes of the files whose inode, size,
+        mtime and mode are what was seen (any other change is left for :meth:`problem`)."""
+        with self._lock:
+            before = self._seen.get(digest)
+        if before is None:
+            return
+        try:
+            now = _seen(folder)
+        except (OSError, DeploymentError):
+            return
+        merged = {
+            name: now[name] if name in now and _kept(now[name]) == _kept(seen) else seen
+            for name, seen in before.items()
+        }
+        with self._lock:
+            if self._seen.get(digest) is before:
+                self._seen[digest] = merged
+
     def forget(self, digest: str) -> None:
         with self._lock:
             self._seen.pop(digest, None)
@@ -181,4 +206,9 @@ class Checked:
             seen = self._seen.get(digest)
         if seen is None:
             return None
-        return {name: (stat.S_ISDIR(mode), size) for name, (_, size, _, mode) in seen.items()}
+        return {name: (stat.S_ISDIR(mode), size) for name, (_, size, _, mode, _) in seen.items()}
+
+
+def _kept(seen: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """What a stat shows of a file but its ctime (which a new hard link moves too)."""
+    return None if seen is None else seen[:4]

@@ -9,8 +9,9 @@ master answers there after the connection was lost. HOST ``auto``: the agent lis
 address of this machine that its connection to the master left from, which the master's
 machine reaches (loopback for a master on loopback). With ``--master_slots``, it is the agent
 of the master's own machine (``xparl start``): on a wildcard HOST it registers the master's
-address (callers reach it where they reach the master). CACHE: where host agents keep
-callers' code (default ``~/.parl/cache``). Each writes one line to
+address (callers reach it where they reach the master), as does any agent on a wildcard HOST
+whose connection to the master runs over loopback (it is on the master's machine). CACHE:
+where host agents keep callers' code (default ``~/.parl/cache``). Each writes one line to
 READY_FD (``ok ADDRESS`` or ``error MESSAGE``) once it serves, or fails; it runs until SIGTERM
 or SIGINT, then stops its workers, removes its state file and exits. The secret comes from the
 environment or the secret file, and is removed from the environment before anything is started
@@ -177,9 +178,11 @@ def _run_agent(
         advertised = listening = server.host
         if control.is_wildcard(server.host):
             listening = link.sock.getsockname()[0]
-            # the master's own agent is where callers reach the master; another, where the
-            # master's machine reached us from
-            advertised = "" if master_slots else listening
+            # on every address of the master's machine (the master's own agent, or one that
+            # reached the master over loopback): callers reach it where they reach the
+            # master; another, where the master's machine reached us from
+            local = master_slots or control.is_loopback(listening)
+            advertised = "" if local else listening
         port = server.port
         if advertise is not None:
             advertised, port = control.parse_address(advertise)

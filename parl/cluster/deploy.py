@@ -72,10 +72,10 @@ class CodeCache:
     missing, so the caller sends its code again.
 
     The cached code is never a working folder: each caller's actors on this host run in their
-    own folder made from it (at the caller's first actor here; :mod:`parl.cluster.linking`:
-    small files copied, large ones hard-linked or reflinked), so that what they write there
-    (checkpoints, logs, a changed config) does not change the code that later callers start
-    from. A caller's folder stays when it leaves; the
+    own folder made from it (when the caller connects, or at its first actor here after it
+    sent the code; :mod:`parl.cluster.linking`: small files copied, large ones hard-linked or
+    reflinked), so that what they write there (checkpoints, logs, a changed config) does not
+    change the code that later callers start from. A caller's folder stays when it leaves; the
     oldest beyond ``KEEP_JOBS`` left ones go. Digest folders beyond the ``KEEP_CODES`` used
     last go when they were not used for ``CODE_MIN_AGE_S`` (other host agents of this user
     may share the folder) and no caller of this agent uses them."""
@@ -156,6 +156,19 @@ class CodeCache:
                 _release(self._held.pop(name, None))  # pruned in between: copy again
         raise ValueError(f"the working folder {path} cannot be made")
 
+    def prepare(self, client: str, digest: str) -> bool:
+        """Whether caller ``client`` can start actors here from the code of ``digest``: its
+        working folder is made now, when the caller connects (so that code dropped later, when
+        another caller's actor rewrites a shared file, cannot fail its first actor's start);
+        False when the code is not here (the caller sends it, then its first actor makes it)."""
+        if self.folder(digest) is None:
+            return False
+        try:
+            self.job_folder(client, digest)
+        except ValueError:  # dropped meanwhile (a warning said why): the caller sends it again
+            return False
+        return True
+
     def _make_job(self, path: Path, digest: str) -> None:
         """Make the working folder ``path`` from the checked code of ``digest``, under a
         temporary name renamed into place; checked again after (an actor of another caller
@@ -168,6 +181,7 @@ class CodeCache:
         temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             self.sharer.fill(code, temp, names)
+            self._checked.relinked(code, digest)  # the links moved the files' ctimes
             code, why = self._folder(digest)
             if code is None:
                 raise ValueError(why)

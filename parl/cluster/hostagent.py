@@ -140,7 +140,7 @@ class HostAgent:
                 "host": self.hostname,
                 "slots": self.slots,
                 "versions": self.versions,
-                "has_code": code is None or self.cache.folder(str(code)) is not None,
+                "has_code": code is None or self.cache.prepare(cid, str(code)),
             }
         )
         try:

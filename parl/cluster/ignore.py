@@ -4,7 +4,8 @@ like a credential.
 In a git work tree git itself answers (``git ls-files --others --ignored --exclude-standard
 --directory``: the ignored paths, an ignored folder as one ``name/`` entry), so its rules are
 exactly git's, with ``.git/info/exclude`` and the user's global excludes file, and a tracked
-file is never ignored. Elsewhere (no git, or a folder that is not a work tree) the
+file is never ignored; a repository inside the project (a submodule, a clone), which the
+project's git does not look into, is asked the same about its own files by the packer. Elsewhere (no git, or a folder that is not a work tree) the
 ``.gitignore`` files found while walking are read by :class:`Rules`, which follows
 gitignore(5): blank lines and ``#`` comments, ``!`` to re-include, a trailing ``/`` for folders
 only, a pattern with a ``/`` before its end anchored to its file's folder, ``**`` for any number
@@ -40,14 +41,18 @@ CREDENTIALS: tuple[str, ...] = (
     ".git-credentials",
     "*.pem",
     "*.key",
-    "id_rsa",
-    "id_dsa",
-    "id_ecdsa",
-    "id_ed25519",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "!id_*.pub",
 )
 """gitignore patterns of files that hold secrets (private keys, tokens, passwords), left out
-of every deployment unless named in ``distributed_files``. Public keys (``id_rsa.pub``) are
-not among them."""
+of every deployment unless named in ``distributed_files``. Private keys under the names
+``ssh-keygen`` gives and the names users give them (``id_ed25519_sk``, ``id_rsa_github``)
+are; public keys (``id_rsa.pub``) are not."""
 
 GIT_TIMEOUT_S = 30.0
 

@@ -12,13 +12,13 @@ A hard link is shared with the cache: an actor that opens one for writing in pla
 truncates the inode; ``chmod`` too) changes it for the cache, and permissions cannot forbid it
 (an agent running as root ignores them). So the cache never trusts a file it shared: before a
 working folder is made, and when a caller leaves, :class:`parl.cluster.codecheck.Checked` looks
-at each cached file's inode, size, mtime and mode, and a changed folder is removed and sent
-again by the next caller (a full hash check decides when only an mtime moved). Later callers
+at each cached file's inode, size, mtime, mode and ctime, and a changed folder is removed and
+sent again by the next caller (a full hash check decides when only a time moved). Later callers
 thus always start from the code of their digest. Callers of one digest that run at the same
 time on one host share the large files as a shared file system would: one that rewrites such
 a file in place changes it for the others too. Files an actor writes anew, or replaces (write
-then rename), are its own, as in a copy. (A program that rewrites a shared file and then sets
-its mtime back is not seen before this agent's next start, which hashes everything again.)
+then rename), are its own, as in a copy. A program that rewrites a shared file and then sets
+its mtime back (``shutil.copy2``) is seen too: a write moves the ctime, which no program sets.
 
 Why not read-only linked files: root (the agent in CI) writes them anyway, and other users
 would get a PermissionError where a copy let them write. Why copy small files: they cost little

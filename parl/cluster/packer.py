@@ -158,6 +158,16 @@ def pack_project(
             base,
             ", ".join(secrets),
         )
+    links = sorted(set(rules.links_out + explicit.links_out))
+    if links:
+        log.warning(
+            "not deploying %d link(s) out of %s (the hosts may not have what they point to): "
+            "%s; copy what the actors need into the project folder, or give it the same path "
+            "on every host",
+            len(links),
+            base,
+            ", ".join(links),
+        )
     skipped = sorted(set(too_large) - set(files))
     if skipped:
         log.warning(
@@ -227,24 +237,36 @@ class _Rules:
     def __init__(self, root: Path, gitignore: bool) -> None:
         self.gitignore = gitignore
         self.git = ignoring.git_ignored(root) if gitignore else None
+        # folders (``"a/b/"``) whose .gitignore files are read here: all of them without git,
+        # else those of a repository inside the project that git could not list
+        self.read: list[str] = [""] if gitignore and self.git is None else []
         self.secrets = ignoring.credential_rules()
         self.credentials: list[str] = []
+        self.links_out: list[str] = []  # "name -> target" of links that leave the project
 
     def enter(self, folder: Path, rel: str, above: list[ignoring.Rule]) -> list[ignoring.Rule]:
         """The rules below ``folder`` (``rel`` from the root): ``above`` and its .gitignore's."""
-        if not self.gitignore or self.git is not None:
+        base = f"{rel}/" if rel else ""
+        if self.git is not None and rel and os.path.lexists(folder / ".git"):
+            # a repository of its own (a submodule, a clone inside the project): the project's
+            # git does not look into it, so it is asked about its own ignored files
+            nested = ignoring.git_ignored(folder)
+            if nested is None:
+                self.read.append(base)
+            else:
+                self.git.update(base + name for name in nested)
+        if not any(base.startswith(top) for top in self.read):
             return above
         try:
             text = (folder / ".gitignore").read_text(errors="replace")
         except OSError:  # none (or unreadable): nothing more
             return above
-        return above + ignoring.parse(text, f"{rel}/" if rel else "")
+        return above + ignoring.parse(text, base)
 
     def skip(self, name: str, is_dir: bool, rules: list[ignoring.Rule]) -> bool:
-        if self.git is not None:
-            if name in self.git or f"{name}/" in self.git:
-                return True
-        elif ignoring.ignored(rules, name, is_dir):
+        if self.git is not None and (name in self.git or f"{name}/" in self.git):
+            return True
+        if ignoring.ignored(rules, name, is_dir):
             return True
         if ignoring.ignored(self.secrets, name, is_dir):
             self.credentials.append(f"{name}/" if is_dir else name)
@@ -279,7 +301,8 @@ def _walk(
             if rules is not None and rules.skip(name, is_dir, inherited):
                 continue
             if entry.is_symlink() and not _inside(path, base):
-                log.debug("not deploying %s: a link out of %s", path, base)
+                if rules is not None:
+                    rules.links_out.append(f"{name} -> {os.path.realpath(path)}")
                 continue
             if is_dir:
                 below = rules.enter(path, name, inherited) if rules is not None else inherited

@@ -138,12 +138,19 @@ class RayCarrier:
     def _not_placed(self, class_name: str, resources: dict[str, Any]) -> str:
         asked = ", ".join(f"{k}={v:g}" for k, v in resources.items() if v)
         if "num_cpus" not in resources:
-            default = (
-                "Ray's default CPU for actors (a node with a CPU to schedule it on, none held "
-                "while it runs)"
-                if "num_gpus" not in resources
-                else "the CPU Ray holds for an actor that asks for GPUs only"
-            )
+            if "num_gpus" not in resources:
+                default = (
+                    "Ray's default CPU for actors (a node with a CPU to schedule it on, none "
+                    "held while it runs)"
+                )
+            elif resources["num_gpus"]:
+                default = "the CPU Ray holds for an actor that asks for GPUs only"
+            else:  # a CPU actor that says num_gpus=0: Ray's rule holds a CPU for it all the same
+                default = (
+                    "the CPU Ray holds while it runs for an actor that gives num_gpus (0 too) "
+                    "but not num_cpus: without num_gpus=0 (or with num_cpus=0 as well) it "
+                    "holds none"
+                )
             asked = f"{asked}, and {default}" if asked else default
         total, free = ray.cluster_resources(), ray.available_resources()
         have = ", ".join(

@@ -203,6 +203,20 @@ def test_connect_errors_name_the_problem(cluster, monkeypatch):
         parl.connect("localhost:http")
 
 
+def test_xparl_start_on_a_name_of_loopback_says_what_it_listens_on(cluster):
+    """``--host`` given as a name that resolves to loopback here (Debian maps the machine's
+    own name to 127.0.1.1): the user meant other machines to join; the output says why they
+    cannot."""
+    port = clusters.free_port()
+    out = clusters.xparl(cluster.env, "start", "--port", str(port), "--host", "localhost").stdout
+    try:
+        said = "cannot join, the master listens on 127.0.0.1 only (--host localhost is 127.0.0.1"
+        assert said in out, out
+        assert f"xparl start --port {port} --host 0.0.0.0" in out
+    finally:
+        clusters.xparl(cluster.env, "stop", "--port", str(port))
+
+
 def test_xparl_start_status_stop_one_cluster_only(cluster, tmp_path):
     env = dict(cluster.env)  # the same user (HOME) as the session's cluster
     port = clusters.free_port()

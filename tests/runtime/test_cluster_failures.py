@@ -126,6 +126,43 @@ def test_a_killed_master_leaves_the_actors_on_its_own_slots_working(tmp_path, mo
         clusters.stop(cluster)
 
 
+def test_a_restarted_master_says_when_its_machines_surviving_agent_does_not_come_back(
+    tmp_path, monkeypatch
+):
+    """A master started again on the port of a killed one, with another secret (a shell
+    without PARL_CLUSTER_SECRET, a secret file made anew): the surviving agent of the
+    machine's slots cannot register, and ``xparl start`` says so instead of claiming its
+    slots."""
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    home = str(tmp_path / "home")
+    cluster = clusters.start(home, agent_slots=(), master_args=("--cpu_num", "2"))
+    try:
+        (master,) = cluster.pids("master")
+        (agent,) = cluster.pids("agent")
+        os.kill(master, signal.SIGKILL)
+        assert wait_until(lambda: not psutil.pid_exists(master), timeout=5)
+        other = dict(cluster.env, PARL_CLUSTER_SECRET="another-secret-" + "x" * 32)
+        started = clusters.xparl(other, "start", "--port", str(cluster.port), check=False)
+        assert started.returncode == 1, started.stdout + started.stderr
+        assert f"outlived the earlier master (pid {agent}) did not register" in started.stderr
+        assert f"`xparl stop --port {cluster.port}`, then `xparl start` again" in started.stderr
+        assert "has its" not in started.stdout
+        clusters.xparl(other, "stop", "--port", str(cluster.port))
+        assert wait_until(lambda: not psutil.pid_exists(agent), timeout=15)
+        # started again with the same secret, it names the slots it has (not --cpu_num's)
+        cluster = clusters.start(home, agent_slots=(), master_args=("--cpu_num", "2"))
+        (master,) = cluster.pids("master")
+        os.kill(master, signal.SIGKILL)
+        assert wait_until(lambda: not psutil.pid_exists(master), timeout=5)
+        started = clusters.xparl(
+            cluster.env, "start", "--port", str(cluster.port), "--cpu_num", "5"
+        )
+        assert "outlived the earlier master" in started.stdout
+        assert "has its 2 CPU slot(s) here" in started.stdout, started.stdout
+    finally:
+        clusters.stop(cluster)
+
+
 def test_cluster_connections_probe_dead_peers(cluster):
     """A peer whose machine vanishes sends no FIN: the kernel's keepalive probes (1 s idle,
     1 s apart, 3 tries) end such a connection in about 4 s, on both ends, and the user

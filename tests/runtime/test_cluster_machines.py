@@ -260,3 +260,36 @@ def test_a_master_on_one_address_of_its_machine_serves_its_slots_there(machines,
     status = master.xparl("status").stdout
     assert f"  {master.address}:" in status and f"  {agent.address}:" in status, status
     assert machines["caller"].call(script, address, 2) == sorted([master.address, agent.address])
+
+
+def test_an_agent_of_the_masters_machine_on_every_address_serves_other_machines(machines, script):
+    address = _start_everywhere(machines)
+    master = machines["master"]
+    # joined over loopback, but listening on every address (as the loopback note advises)
+    joined = master.xparl(
+        "connect", "--address", f"127.0.0.1:{PORT}", "--host", "0.0.0.0", "--cpu_num", "2"
+    ).stdout
+    assert "listens on every address" in joined and "listens on loopback" not in joined, joined
+    # master 1 + a 1 + b 1 + this agent 2: every slot is placed for a caller of another machine
+    said = machines["caller"].call(script, address, 5, wait=1.0)
+    assert isinstance(said, list), said
+    assert said.count(master.address) == 3, said
+
+
+def test_status_names_an_agent_of_another_cluster_on_the_port_of_a_cluster_here(machines):
+    address = _start_everywhere(machines)
+    agent = machines["a"]
+    # a cluster of this machine's own, on the README's port too
+    agent.xparl("start", "--port", str(PORT), "--cpu_num", "1")
+    status = agent.xparl("status").stdout
+    assert f"cluster 127.0.0.1:{PORT} (pid" in status, status
+    assert "  127.0.0.1:" in status  # its own slots
+    assert f"host agent at {agent.address}:" in status, status
+    assert f"in the cluster at {address}" in status, status
+    # stopping the cluster here leaves the other cluster's agent, until asked again
+    stopped = agent.xparl("stop", "--port", str(PORT)).stdout
+    assert f"stopped the master at 127.0.0.1:{PORT}" in stopped, stopped
+    assert f"left running: the host agent at {agent.address}:" in stopped, stopped
+    assert f"  {agent.address}:" in machines["master"].xparl("status").stdout
+    stopped = agent.xparl("stop", "--port", str(PORT)).stdout
+    assert f"stopped the agent at {agent.address}:" in stopped, stopped

@@ -397,6 +397,27 @@ def test_a_shared_file_rewritten_in_place_makes_the_cache_drop_that_code(tmp_pat
     assert codecheck.folder_digest(fresh) == digest
 
 
+def test_a_caller_told_the_code_is_here_starts_though_another_drops_it_meanwhile(
+    tmp_path, monkeypatch
+):
+    """The host agent answers a connecting caller whether it has its code; its first actor
+    starts a moment later. Another caller's actor that rewrites a shared file in between
+    makes the cache drop that code: the caller told "here" still starts (its folder was made
+    when it was told), and a caller told "not here" sends the code."""
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    pack = _big_code(tmp_path)
+    digest = _store(cache, pack)
+    first = cache.job_folder("c0ffee0000000001", digest)
+    assert cache.prepare("c0ffee0000000002", digest)  # the welcome: "the code is here"
+    with open(first / "data" / "weights.bin", "w") as file:  # the first caller's actor
+        file.write("rewritten by an actor")
+    assert cache.folder(digest) is None  # dropped
+    second = cache.job_folder("c0ffee0000000002", digest)  # its first actor starts
+    assert (second / "main.py").read_text() == "print('big')\n"
+    assert not cache.prepare("c0ffee0000000003", digest)  # this one sends the code
+
+
 def test_a_caller_that_leaves_after_rewriting_a_shared_file_has_the_code_dropped(
     tmp_path, monkeypatch, caplog
 ):
@@ -409,6 +430,31 @@ def test_a_caller_that_leaves_after_rewriting_a_shared_file_has_the_code_dropped
         cache.job_done("c0ffee0000000001")
     assert "data/weights.bin" in caplog.text and not (cache.root / digest).exists()
     assert job.is_dir()  # what the actor wrote stays
+
+
+def test_a_shared_file_overwritten_by_a_copy_that_keeps_times_makes_the_cache_drop_that_code(
+    tmp_path, monkeypatch
+):
+    project = tmp_path / "ckpt-project"
+    (project / "weights").mkdir(parents=True)
+    (project / "main.py").write_text("print('train')\n")
+    size = linking.LINK_MIN_BYTES + 1  # two checkpoints of one model: the same size
+    (project / "weights" / "init.pt").write_bytes(b"I" * size)
+    (project / "weights" / "latest.pt").write_bytes(b"L" * size)
+    cache = deploy.CodeCache(tmp_path / "cache")
+    monkeypatch.setattr(cache.sharer, "clones", False)
+    digest = _store(cache, packer.pack_project(project))
+    hashed = []
+    real = codecheck.folder_digest
+    monkeypatch.setattr(codecheck, "folder_digest", lambda f: hashed.append(f) or real(f))
+    jobs = [cache.job_folder(f"c0ffee000000000{i}", digest) for i in range(3)]
+    assert len(hashed) == 1  # at the first use; linking into working folders changes nothing
+    # an actor resets its checkpoint: written in place (a shared inode), then copy2 sets the
+    # mtime back to the source's, which is the cache's 0 as well
+    shutil.copy2(jobs[0] / "weights" / "init.pt", jobs[0] / "weights" / "latest.pt")
+    with pytest.raises(ValueError, match="changed since it was checked: weights/latest.pt"):
+        cache.job_folder("c0ffee0000000009", digest)  # never from the changed code
+    assert not (cache.root / digest).exists()
 
 
 def test_with_reflinks_every_file_is_a_private_copy(tmp_path):

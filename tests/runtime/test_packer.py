@@ -119,7 +119,7 @@ def test_ignore_rules(tmp_path):
     assert _names(pack_project(root, ignore=ignore).data) == ["data.txt", "main.py"]
 
 
-def test_links_out_of_the_project_are_not_followed(tmp_path):
+def test_links_out_of_the_project_are_not_followed(tmp_path, caplog):
     outside = tmp_path / "secret"
     outside.mkdir()
     (outside / "key").write_text("private")
@@ -128,9 +128,14 @@ def test_links_out_of_the_project_are_not_followed(tmp_path):
     (root / "out_file").symlink_to(outside / "key")
     (root / "inside").symlink_to(root / "pkg")
     (root / "loop").symlink_to(root)
-    names = _names(pack_project(root).data)
+    with caplog.at_level(logging.WARNING, logger="parl.cluster"):
+        names = _names(pack_project(root).data)
     assert not any(name.startswith("out") for name in names)
     assert "inside/mod.py" in names  # a link inside the project is followed, loops are not
+    # the user learns that a linked data folder stays behind
+    (warning,) = [r.getMessage() for r in caplog.records if "link(s) out of" in r.getMessage()]
+    assert f"out -> {outside}" in warning and f"out_file -> {outside / 'key'}" in warning
+    assert "loop" not in warning and "inside" not in warning
 
 
 def test_large_files_are_skipped_with_a_hint_unless_listed(tmp_path, caplog):
@@ -414,6 +419,34 @@ def test_a_project_in_a_folder_its_repository_ignores_is_packed_by_its_own_rules
     }  # fmt: skip
 
 
+@needs_git
+def test_a_repository_inside_the_project_is_packed_by_its_own_rules(tmp_path, monkeypatch):
+    root = _project(tmp_path / "repo")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (root / ".gitignore").write_text("*.log\n")
+    _git(root, "init", "-q")
+    # a clone inside the project (a submodule is one too): its build output is ignored there
+    vendored = root / "third_party" / "lib"
+    (vendored / "build").mkdir(parents=True)
+    (vendored / "build" / "ext.so").write_text("built")
+    (vendored / "setup.py").write_text("setup")
+    (vendored / ".gitignore").write_text("build/\n*.tmp\n")
+    (vendored / "x.tmp").write_text("tmp")
+    _git(vendored, "init", "-q")
+    names = set(_names(pack_project(root).data))
+    assert {"third_party/lib/setup.py", "third_party/lib/.gitignore"} <= names
+    assert not {"third_party/lib/build/ext.so", "third_party/lib/x.tmp"} & names
+    # and when git will not list that repository, its .gitignore files are read
+    monkeypatch.setattr(
+        packer.ignoring,
+        "git_ignored",
+        lambda folder, real=packer.ignoring.git_ignored: (
+            None if folder == vendored else real(folder)
+        ),
+    )
+    assert set(_names(pack_project(root).data)) == names
+
+
 def test_without_git_installed_the_gitignore_files_are_read(tmp_path, monkeypatch):
     root = _tree(tmp_path / "plain")
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
@@ -460,20 +493,21 @@ def test_gitignore_patterns(pattern, path, is_dir, expected):
 CREDENTIALS = [
     ".env", ".env.local", ".ssh/id_ed25519", ".ssh/config", "keys/server.pem", "tls/site.key",
     "id_rsa", "deploy/id_ed25519", "id_ecdsa", "id_dsa", ".netrc", ".pypirc",
-    ".aws/credentials", ".git-credentials",
+    ".aws/credentials", ".git-credentials", "id_ed25519_sk", ".ssh2/id_rsa_github",
+    "certs/client.p12", "certs/site.pfx",
 ]  # fmt: skip
 
 
 def test_credentials_are_left_out_without_a_gitignore_and_named(tmp_path, caplog):
     root = _project(tmp_path / "project")
-    for name in [*CREDENTIALS, "id_rsa.pub", "envs/prod.yaml", "keyboard.py"]:
+    for name in [*CREDENTIALS, "id_rsa.pub", "id_rsa_github.pub", "envs/prod.yaml", "keyboard.py"]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("SECRET")
     with caplog.at_level(logging.WARNING, logger="parl.cluster"):
         names = _names(pack_project(root).data)
     assert not set(CREDENTIALS) & set(names)
     assert not [n for n in names if n.startswith((".ssh/", ".aws/"))]
-    assert {"id_rsa.pub", "envs/prod.yaml", "keyboard.py", "main.py"} <= set(names)
+    assert {"id_rsa.pub", "id_rsa_github.pub", "envs/prod.yaml", "keyboard.py"} <= set(names)
     (warning,) = [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()]
     for name in [".env", ".env.local", ".ssh/", ".aws/", "keys/server.pem", "id_rsa"]:
         assert name in warning.split(": ", 1)[1]

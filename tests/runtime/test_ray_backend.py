@@ -161,6 +161,13 @@ def test_default_actors_start_while_every_cpu_is_held(on_ray):
         parl.ClusterError, match=r"asks for num_cpus=1, and the Ray cluster has CPU 0 free of 4"
     ):
         OneCpu()
+
+    @parl.remote_class(num_gpus=0)  # a CPU actor, said the way many scripts say it
+    class NoGpu:
+        pass
+
+    with pytest.raises(parl.ClusterError, match="gives num_gpus \\(0 too\\) but not num_cpus"):
+        NoGpu()
     parl.close_actor(hog)
 
 
@@ -280,18 +287,19 @@ def _pid_of(actor) -> int:
 
 
 def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
-    """The project folder goes to Ray as the cluster's packer packs it (what .gitignore lists
-    stays home unless ``distributed_files`` names it), the workers run in it, and a class of
-    ``__main__`` travels by value. The original ``pkg`` is renamed away after ``parl.connect``,
-    so only the shipped copy can be imported."""
+    """The project folder goes to Ray as the cluster's packer packs it (a data file that
+    .gitignore leaves out but ``distributed_files`` names is shipped: Ray's own ignore rules
+    are not applied on top), the workers run in it, and a class
+    of ``__main__`` travels by value. The original ``pkg`` is renamed away after
+    ``parl.connect``, so only the shipped copy can be imported."""
     project = tmp_path / "project"
     (project / "pkg").mkdir(parents=True)
     (project / "data").mkdir()
     (project / "__pycache__").mkdir()
     (project / "__pycache__" / "junk.pyc").write_bytes(b"x")
-    (project / ".gitignore").write_text("data/\nlocal.txt\n")
-    (project / "local.txt").write_text("stays here\n")
+    (project / ".gitignore").write_text("data/\n")
     (project / "data" / "table.txt").write_text("shipped data\n")
+    (project / "data" / "other.txt").write_text("ignored, not named: stays here\n")
     (project / "pkg" / "__init__.py").write_text("")
     (project / "pkg" / "mod.py").write_text(
         textwrap.dedent(
@@ -303,8 +311,8 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
             class Reader:
                 def read(self, name):
                     with open(name) as f:
-                        shipped = os.path.exists("__pycache__"), os.path.exists("local.txt")
-                        return f.read().strip(), shipped
+                        shipped = os.path.exists("__pycache__"), os.path.exists("data/other.txt")
+                        return f.read().strip(), *shipped
             """
         )
     )
@@ -320,7 +328,7 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
                 def double(self, x):
                     return 2 * x
 
-            parl.connect("ray", ["data/table.txt"])
+            parl.connect("ray", distributed_files=["data/table.txt"])
             os.rename("pkg", "pkg_gone")  # from now on only the shipped copy exists
             print(Reader().read("data/table.txt"), Local().double(21))
             """
@@ -328,7 +336,7 @@ def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
     )
     address = on_ray.get_runtime_context().gcs_address
     out = _run(str(project / "main.py"), str(project), {"RAY_ADDRESS": address})
-    assert "('shipped data', (False, False)) 42" in out
+    assert "('shipped data', False, False) 42" in out
 
 
 RECONNECT = """
