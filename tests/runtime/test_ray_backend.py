@@ -143,7 +143,7 @@ def test_default_actors_start_while_every_cpu_is_held(on_ray):
     """Only actors that ask for CPUs wait for them: with every CPU held by one that asked,
     a default actor still starts (as a plain Ray actor does), and one asking for a CPU waits
     and fails with what is free."""
-    parl.connect("ray", slot_timeout=2)
+    parl.connect("ray", slot_timeout=8)  # time for a default actor to start on a busy machine
 
     @parl.remote_class(num_cpus=4)
     class Hog:
