@@ -45,6 +45,7 @@ class Monitor:
 
     @property
     def url_with_token(self) -> str:
+        """The page's address with its access token as a query string (just ``url`` when the monitor is open to all)."""
         return self.url if self._server.open_to_all else f"{self.url}?token={self.token}"
 
     def status(self) -> dict[str, Any]:
@@ -52,6 +53,7 @@ class Monitor:
         return self._source.snapshot()
 
     def close(self) -> None:
+        """Stop serving and stop recording the actors' method names; idempotent."""
         if self._closed:
             return
         from parl.wire import caller
