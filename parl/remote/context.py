@@ -120,7 +120,7 @@ def connect(
         shm_threshold: Arrays of at least this many bytes cross through shared memory.
         linger: Seconds the worker pool stays after the last actor ends (0: stop at once).
 
-    **A cluster (``"host:port"``) and SSH hosts; ``slot_timeout`` on Ray too:**
+    **A cluster and SSH hosts (slot_timeout on Ray too):**
 
     Args:
         slot_timeout: Seconds creating an actor waits for a free slot (on Ray: for Ray to

@@ -93,7 +93,7 @@ def debug(msg: object, *args: Any, **kwargs: Any) -> None:
 
     Args:
         msg: The message; ``%``-style placeholders are filled from ``args``, as in
-            :mod:`logging`.
+            the standard ``logging``.
         *args: Values for the placeholders of ``msg``.
         **kwargs: Passed to :meth:`logging.Logger.debug` (``exc_info``, ``extra``, ...); the
             record names the caller's line, not this function's.
@@ -107,7 +107,7 @@ def info(msg: object, *args: Any, **kwargs: Any) -> None:
 
     Args:
         msg: The message; ``%``-style placeholders are filled from ``args``, as in
-            :mod:`logging`.
+            the standard ``logging``.
         *args: Values for the placeholders of ``msg``.
         **kwargs: Passed to :meth:`logging.Logger.info` (``exc_info``, ``extra``, ...); the
             record names the caller's line, not this function's.
@@ -121,7 +121,7 @@ def warning(msg: object, *args: Any, **kwargs: Any) -> None:
 
     Args:
         msg: The message; ``%``-style placeholders are filled from ``args``, as in
-            :mod:`logging`.
+            the standard ``logging``.
         *args: Values for the placeholders of ``msg``.
         **kwargs: Passed to :meth:`logging.Logger.warning` (``exc_info``, ``extra``, ...); the
             record names the caller's line, not this function's.
@@ -138,7 +138,7 @@ def error(msg: object, *args: Any, **kwargs: Any) -> None:
 
     Args:
         msg: The message; ``%``-style placeholders are filled from ``args``, as in
-            :mod:`logging`.
+            the standard ``logging``.
         *args: Values for the placeholders of ``msg``.
         **kwargs: Passed to :meth:`logging.Logger.error` (``exc_info``, ``extra``, ...); the
             record names the caller's line, not this function's.
@@ -158,7 +158,7 @@ def critical(msg: object, *args: Any, **kwargs: Any) -> None:
 
     Args:
         msg: The message; ``%``-style placeholders are filled from ``args``, as in
-            :mod:`logging`.
+            the standard ``logging``.
         *args: Values for the placeholders of ``msg``.
         **kwargs: Passed to :meth:`logging.Logger.critical` (``exc_info``, ``extra``, ...); the
             record names the caller's line, not this function's.
