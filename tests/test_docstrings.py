@@ -103,7 +103,8 @@ class _Walk:
             names = [
                 name
                 for name, value in vars(module).items()
-                if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+                if not name.startswith("_")
+                and getattr(value, "__module__", None) == module.__name__
             ]
         for name in names:
             self.visit(f"{module.__name__}.{name}", getattr(module, name))
