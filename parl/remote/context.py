@@ -397,10 +397,13 @@ def _module_names(preload: object) -> tuple[str, ...]:
 
 
 def disconnect() -> None:
-    """Close the actors of the current connection (those created since the last ``connect``)
-    and stop its local workers. Actors of an earlier connection that a later ``connect``
-    replaced keep running until they are closed or the program ends. Actors created afterwards
-    run on local workers with the default options, as without any ``connect``."""
+    """Close the actors of the current connection and stop its local workers.
+
+    The current connection's actors are those created since the last :func:`connect`.
+    Actors of an earlier connection that a later ``connect`` replaced keep running until they
+    are closed or the program ends. Actors created afterwards run on local workers with the
+    default options, as without any ``connect``.
+    """
     global _context
     with _lock:
         context, _context = _context, None

@@ -93,7 +93,8 @@ def get(futures: Future | Sequence[Future], timeout: float | None = None) -> Any
         timeout: Seconds to wait at most for all of them; None waits as long as it takes.
 
     Returns:
-        One future: its result. A list: the results, in the order of ``futures``.
+        The future's result when ``futures`` is one future; for a list, the results in the
+        order of ``futures``.
 
     Raises:
         GetTimeoutError: Some futures were still pending after ``timeout`` seconds (its
