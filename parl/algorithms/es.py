@@ -97,12 +97,28 @@ class ES(Algorithm):
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's output for a batch of observations: ``self.model(obs)``.
+
+        Args:
+            obs: Observations, ``(B, obs_dim)``.
+
+        Returns:
+            What the model returns, e.g. actions ``(B, act_dim)``.
+        """
         return self.model(obs)
 
     def get_flat_weights(self) -> np.ndarray:
+        """The model's parameters as one flat float32 vector, ``(weights_total_size,)``, in the order
+        of ``model.parameters()`` (the vector the noise is added to).
+        """
         return flat_parameters(self.model)
 
     def set_flat_weights(self, flat_weights: np.ndarray) -> None:
+        """Load a flat parameter vector from :meth:`get_flat_weights` (or a perturbed copy of it).
+
+        Args:
+            flat_weights: ``(weights_total_size,)`` values, in the order of ``model.parameters()``.
+        """
         load_flat_parameters(self.model, flat_weights)
 
     def perturbation(self, noise_index: int) -> np.ndarray:

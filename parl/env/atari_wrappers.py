@@ -76,11 +76,18 @@ class MonitorEnv(gymnasium.Wrapper):
         self._tstart = time.time()
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Start counting a new episode and reset the env below."""
         self._current_reward = 0.0
         self._num_steps = 0
         return self.env.reset(**kwargs)
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env below, counting the reward and the step.
+
+        Returns:
+            The gymnasium step tuple; at the end of a game ``info`` (a copy) also holds
+            ``"episode": {"r": return, "l": length, "t": seconds since the wrapper was made}``.
+        """
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._current_reward += float(reward)
         self._num_steps += 1
@@ -97,12 +104,15 @@ class MonitorEnv(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def get_episode_rewards(self) -> list[float]:
+        """The raw return of every finished game, oldest first."""
         return self._episode_rewards
 
     def get_episode_lengths(self) -> list[int]:
+        """The length in steps of every finished game, oldest first."""
         return self._episode_lengths
 
     def get_total_steps(self) -> int:
+        """Steps taken through this wrapper since it was made."""
         return self._total_steps
 
     def next_episode_results(self) -> Iterator[tuple[float, int]]:
@@ -125,6 +135,7 @@ class EpisodicLifeEnv(gymnasium.Wrapper):
         return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env below; a lost life (with lives left) is reported as ``terminated``."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.was_real_done = terminated or truncated
         lives = self._lives()
@@ -134,6 +145,9 @@ class EpisodicLifeEnv(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """A real reset after a game over; after a lost life, one no-op step that goes on with the game
+        (its observation and info are returned).
+        """
         if self.was_real_done:
             obs, info = self.env.reset(**kwargs)
         else:
@@ -164,6 +178,7 @@ class FireResetEnv(gymnasium.Wrapper):
         return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env below, then press FIRE and action 2 (resetting again if either ends the game)."""
         self.env.reset(**kwargs)
         for action in (1, 2):
             obs, _, terminated, truncated, info = self.env.step(action)
@@ -173,6 +188,9 @@ class FireResetEnv(gymnasium.Wrapper):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env below; with ``after_life_loss`` a lost life is followed by a FIRE step whose
+        reward is added to this step's.
+        """
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self._after_life_loss and not (terminated or truncated):
             lives = self._lives_now()
@@ -208,6 +226,10 @@ class EvaluationGames(gymnasium.Wrapper):
         self._eval_rewards: list[float] | None = None
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env below and see whether the round is over: when ``test_episodes`` more games
+        have finished, :meth:`get_real_done` turns true and :meth:`get_eval_rewards` gives their
+        scores.
+        """
         result = self.env.reset(**kwargs)
         games = self._monitor.get_episode_rewards()
         # ">=": a reset may finish more than one game (a game over during the no-op starts)

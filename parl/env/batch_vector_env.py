@@ -188,10 +188,30 @@ class BatchVectorEnv(gymnasium.vector.VectorEnv):
         return tuple(self.batch.call(name, args, kwargs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
+        """The attribute ``name`` of every env (a method is called with no arguments).
+
+        Args:
+            name: The attribute to read.
+
+        Returns:
+            One value per env, in env order.
+        """
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
+        """Set the attribute ``name`` of every env.
+
+        Args:
+            name: The attribute to set.
+            values: One value per env (a list or tuple of ``num_envs`` items), or one value that
+                every env gets.
+        """
         self.batch.set_attr(name, per_env_values(values, self.num_envs))
 
     def close_extras(self, **kwargs: Any) -> None:
+        """Close the envs (called by ``close()``, once).
+
+        Args:
+            **kwargs: Accepted for gymnasium's interface; unused.
+        """
         self.batch.close()

@@ -380,9 +380,24 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         return tuple(item for chunk in results for item in chunk)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
+        """The attribute ``name`` of every env (a method is called with no arguments).
+
+        Args:
+            name: The attribute to read.
+
+        Returns:
+            One value per env, in env order.
+        """
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
+        """Set the attribute ``name`` of every env.
+
+        Args:
+            name: The attribute to set.
+            values: One value per env (a list or tuple of ``num_envs`` items), or one value that
+                every env gets.
+        """
         values = per_env_values(values, self.num_envs)
         self._idle("set_attr()")
         parl.get(

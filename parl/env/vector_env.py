@@ -32,9 +32,26 @@ class VectorEnv:
         self.envs_num = len(self.envs)
 
     def reset(self) -> list[Any]:
+        """Reset every env.
+
+        Returns:
+            The first observation of each env, in env order.
+        """
         return [env.reset() for env in self.envs]
 
     def step(self, actions: Sequence[Any]) -> tuple[list[Any], list[Any], list[bool], list[Any]]:
+        """Step every env with its action; an env that reports ``done`` is reset at once.
+
+        Args:
+            actions: One action per env, in env order.
+
+        Returns:
+            ``(obs, rewards, dones, infos)``, lists of one item per env. For an env that ended, the
+            observation is the first one of its next episode.
+
+        Raises:
+            ValueError: ``actions`` does not hold one action per env.
+        """
         if len(actions) != self.envs_num:
             raise ValueError(f"VectorEnv.step needs {self.envs_num} actions, got {len(actions)}")
         obs_batch, reward_batch, done_batch, info_batch = [], [], [], []

@@ -45,6 +45,7 @@ class Monitor:
 
     @property
     def url_with_token(self) -> str:
+        """The page's address with its access token as a query string (just ``url`` when the monitor is open to all)."""
         return self.url if self._server.open_to_all else f"{self.url}?token={self.token}"
 
     def status(self) -> dict[str, Any]:
@@ -52,6 +53,7 @@ class Monitor:
         return self._source.snapshot()
 
     def close(self) -> None:
+        """Stop serving and stop recording the actors' method names; idempotent."""
         if self._closed:
             return
         from parl.wire import caller
@@ -78,10 +80,23 @@ def monitor(
     token: str | None = None,
     token_required: bool | None = None,
 ) -> Monitor:
-    """Serve the monitor page for this process's actors on ``host:port`` (0: a free port; the
-    address is in ``.url``). Bound to loopback unless ``host`` says otherwise; on any other
-    address (or with ``token_required=True``, for a machine shared with other users) the page
-    asks for ``token`` (made up when not given: ``.token``)."""
+    """Serve the monitor page of this process's actors over HTTP.
+
+    Args:
+        port: The port to listen on; 0 picks a free one (the address is then in ``.url``).
+        host: The address to listen on: loopback unless you say otherwise.
+        token: What a browser must offer when the page asks for one (at least 12
+            characters); None makes one up (``.token``).
+        token_required: Whether the page asks for the token. None: only when ``host`` is not
+            a loopback address; True suits a machine shared with other users.
+
+    Returns:
+        The running :class:`Monitor`; close it (or leave its ``with`` block) to stop serving.
+
+    Raises:
+        ValueError: ``port`` is not an int from 0 to 65535, or ``token`` is too short.
+        OSError: ``host:port`` cannot be bound (e.g. the port is taken).
+    """
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int between 0 and 65535, got {port!r}")
     if token is not None and len(token) < 12:

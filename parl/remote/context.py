@@ -78,44 +78,82 @@ def connect(
 ) -> None:
     """Choose where actors created from now on run.
 
-    ``address`` None or ``"local"``: local worker processes (the default without any call).
-    ``"host:port"``: the cluster whose master ``xparl start`` started there (the cluster
-    secret must be here too: ``~/.parl/cluster_secret`` or ``PARL_CLUSTER_SECRET``); this
-    connects to the master at once, so a wrong address or secret raises here.
-    ``forward_output``: print actors' stdout and stderr here, prefixed with the actor's name.
-    ``preload``: modules imported once by the worker pool (``"torch"`` or ``["torch", ...]``).
-    ``shm_threshold``: arrays of at least this many bytes cross through shared memory.
-    ``linger``: seconds the worker pool stays after the last actor ends (0: stop at once).
-    ``stop_timeout``: seconds a closed actor's worker may take to finish (its ``__del__``,
-    ``atexit`` handlers, flushing files) before it is killed; program exit waits for them.
-    ``distributed_files`` (cluster; also the second positional argument, as in PARL's
-    ``connect(master_address, distributed_files)``): globs, relative to the entry script's
-    folder, of files and folders to deploy besides that folder's own (which is packed, minus
-    ``.git``, virtual environments, caches, what its ``.gitignore`` files ignore, credentials
-    such as ``.env`` or private keys, and files over 32 MiB, and sent once per host and
-    content); e.g. ``["data/*.npz", "config.json"]``. A file named here is shipped even if
-    ignored or a credential; a folder goes with everything in it but credentials, empty
-    folders included.
-    ``slot_timeout`` (cluster): seconds creating an actor waits for a free slot.
-    ``max_frame`` (cluster): the largest message, in bytes, on an actor's connection.
-    ``hosts``: a hosts file's path (also accepted as ``address``), or a list of host strings
-    (``"user@box:22 cpus=4"``) or :class:`parl.ssh.hosts.HostSpec`: a master starts in this
-    process and a host agent on each host over SSH (see docs/guides/ssh.md); this package
-    and the project folder (plus the ``distributed_files`` globs) are deployed there.
-    ``ssh``: a :class:`parl.ssh.client.SSHOptions` (ssh config and known_hosts files).
-    ``accept_unknown_host_keys``: trust hosts whose key is in no known_hosts file, for this
-    run (never written there; a changed key is refused all the same). Off by default.
-    ``monitor_port`` (``hosts``): the launched cluster's monitor page on this port of
-    127.0.0.1 (see docs/guides/monitor.md); 0: none.
-    ``install`` (``hosts``): ``"venv"`` installs what a host's Python lacks (or has in another
-    version) into a virtual environment there, as a host's ``install=venv`` line does; from the
-    folder of wheel files ``wheels`` when given (uploaded, ``pip --no-index``), else from the
-    host's package index (see docs/guides/ssh.md). None: as each host's line says.
-    ``"ray"``: actors are Ray actors, on the Ray this process initialised, else on the one
-    ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see
-    docs/guides/ray.md; needs ``pip install 'parl-torch[ray]'``). ``forward_output``, ``slot_timeout``
-    and ``distributed_files`` apply there too.
-    Existing actors keep running where they are.
+    Existing actors keep running where they are. Without any call, actors run in local worker
+    processes of this machine.
+
+    Args:
+        address: Where the actors go.
+
+            - None or ``"local"``: local worker processes.
+            - ``"host:port"``: the cluster whose master ``xparl start`` started there. The
+              cluster secret must be here too (``~/.parl/cluster_secret`` or
+              ``PARL_CLUSTER_SECRET``); the master is contacted at once, so a wrong address
+              or secret raises here, not at the first actor.
+            - A path without ``:``: a hosts file, as ``hosts=`` (see below).
+            - ``"ray"``: Ray actors, on the Ray this process initialised, else on the one
+              ``ray.init()`` starts or joins; ``"ray://head:10001"``: through Ray Client (see
+              docs/guides/ray.md; needs ``pip install 'parl-torch[ray]'``).
+
+        distributed_files: (Cluster, SSH hosts, Ray; also the second positional argument, as
+            in PARL's ``connect(master_address, distributed_files)``.) Globs, relative to the
+            entry script's folder, of files and folders to deploy besides that folder's own,
+            e.g. ``["data/*.npz", "config.json"]``. The folder itself is packed minus
+            ``.git``, virtual environments, caches, what its ``.gitignore`` files ignore,
+            credentials (``.env``, private keys) and files over 32 MiB, and sent once per host
+            and content. A file named here is shipped even if ignored or a credential; a
+            folder goes with everything in it but credentials, empty folders included.
+
+    **Every carrier:**
+
+    Args:
+        forward_output: Print actors' stdout and stderr here, each line prefixed with the
+            actor's name (on Ray: Ray's ``log_to_driver`` when this call starts Ray).
+        stop_timeout: Seconds a closed actor's worker may take to finish (its ``__del__``,
+            ``atexit`` handlers, flushing files) before it is killed; program exit waits for
+            them.
+
+    **Local workers only:**
+
+    Args:
+        preload: Modules the worker pool imports once, e.g. ``"torch"`` or
+            ``["torch", "gymnasium"]``, so that each actor starts without importing them.
+        shm_threshold: Arrays of at least this many bytes cross through shared memory.
+        linger: Seconds the worker pool stays after the last actor ends (0: stop at once).
+
+    **A cluster and SSH hosts (slot_timeout on Ray too):**
+
+    Args:
+        slot_timeout: Seconds creating an actor waits for a free slot (on Ray: for Ray to
+            place and start it).
+        max_frame: The largest message, in bytes, on an actor's connection (at least 65536).
+
+    **SSH hosts only:**
+
+    Args:
+        hosts: A hosts file's path, or a list of host strings (``"user@box:22 cpus=4"``) or
+            :class:`parl.ssh.hosts.HostSpec`. A master starts in this process and a host
+            agent on each host over SSH (see docs/guides/ssh.md); this package and the
+            project folder (plus the ``distributed_files`` globs) are deployed there.
+        ssh: A :class:`parl.ssh.client.SSHOptions` (ssh config and known_hosts files);
+            None: the defaults.
+        accept_unknown_host_keys: Trust hosts whose key is in no known_hosts file, for this
+            run (never written there; a changed key is refused all the same). Off by default.
+        monitor_port: Serve the launched cluster's monitor page on this port of 127.0.0.1
+            (see docs/guides/monitor.md); 0: no page.
+        install: ``"venv"`` installs what a host's Python lacks (or has in another version)
+            into a virtual environment there, as a host's ``install=venv`` line does;
+            ``"no"`` installs nothing; None: as each host's line says.
+        wheels: A folder of wheel files that ``install="venv"`` uploads and installs from
+            (``pip --no-index``); None: the host's package index.
+
+    Raises:
+        TypeError: ``address`` is not a string, or ``distributed_files`` is not a list of
+            globs.
+        ValueError: A malformed ``"host:port"`` or an option out of its range, or an SSH-only
+            option (``monitor_port``, ``install``, ``wheels``) without ``hosts``.
+        parl.errors.HostsFileError: ``address`` has no port and names no file.
+        parl.ClusterError: The cluster's master cannot be reached or refuses the secret.
+        ImportError: ``"ray"`` without Ray installed.
     """
     if address not in _LOCAL_NAMES and not isinstance(address, str):
         raise TypeError(
@@ -359,10 +397,13 @@ def _module_names(preload: object) -> tuple[str, ...]:
 
 
 def disconnect() -> None:
-    """Close the actors of the current connection (those created since the last ``connect``)
-    and stop its local workers. Actors of an earlier connection that a later ``connect``
-    replaced keep running until they are closed or the program ends. Actors created afterwards
-    run on local workers with the default options, as without any ``connect``."""
+    """Close the actors of the current connection and stop its local workers.
+
+    The current connection's actors are those created since the last :func:`connect`.
+    Actors of an earlier connection that a later ``connect`` replaced keep running until they
+    are closed or the program ends. Actors created afterwards run on local workers with the
+    default options, as without any ``connect``.
+    """
     global _context
     with _lock:
         context, _context = _context, None

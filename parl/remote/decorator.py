@@ -13,32 +13,38 @@ _VALID_KEYWORDS = ("max_memory", "num_threads", "wait", "n_gpu", "num_cpus", "nu
 def remote_class(cls: Any = None, /, **kwargs: Any) -> Any:
     """Decorate a class so that each instance is an actor in its own worker process.
 
-    Use bare (``@parl.remote_class``) or with keywords:
+    Use it bare (``@parl.remote_class``) or with keywords (``@parl.remote_class(wait=False)``).
+    Where the worker runs is chosen by :func:`parl.connect`.
 
-    ``wait`` (default True): methods return their result; with ``wait=False`` they return a
-    :class:`parl.Future` at once (``get(block=True, timeout=None)``, ``get_nowait()``,
-    ``empty()``), so calls on several actors run in parallel.
+    Args:
+        cls: The class (given by the bare form).
+        wait: True (default): methods return their result. False: they return a
+            :class:`parl.Future` at once (``get(block=True, timeout=None)``, ``get_nowait()``,
+            ``empty()``), so that calls on several actors run in parallel.
+        max_memory: Megabytes of private memory after which the worker is stopped; later
+            calls raise :class:`parl.ActorMemoryError`. Default: no limit. On Ray it is also
+            reserved as Ray's ``memory`` resource.
+        num_threads: Intra-op threads of torch, OpenMP, MKL and OpenBLAS in each worker
+            (default 1), so that actors do not oversubscribe the cores. Without it, an
+            ``OMP_NUM_THREADS`` set in the caller's environment gives the count.
+        n_gpu: (Cluster.) The actor goes to a host with this many free GPUs (``xparl start
+            --gpu_cluster --gpu 0,1``, ``xparl connect --gpu 0``) and sees only them in
+            ``CUDA_VISIBLE_DEVICES``; without it the actor takes a CPU slot and sees no GPU.
+            Local workers ignore it. Default 0.
+        num_cpus: (Ray.) CPUs Ray reserves for the actor, fractions allowed (default 1).
+        num_gpus: (Ray.) GPUs Ray reserves for the actor (default ``n_gpu``). Local workers
+            and cluster slots ignore ``num_cpus`` and ``num_gpus``, so one class runs
+            unchanged on every carrier.
 
-    ``max_memory`` (megabytes, default unlimited): the worker is stopped when its private
-    memory exceeds this; calls then raise :class:`parl.ActorMemoryError`.
+    Returns:
+        The proxy class (``._original`` is the undecorated class), or, called with keywords
+        only, a decorator that makes it. A subclass of a remote class is a remote class too,
+        with its base's options or those given here.
 
-    ``num_threads`` (default 1): intra-op threads of torch, OpenMP, MKL and OpenBLAS in each
-    worker, so that actors do not oversubscribe the cores. Without it, a caller environment
-    that sets ``OMP_NUM_THREADS`` gives that count instead.
-
-    ``n_gpu`` (default 0): on a cluster, the actor goes to a host with this many free GPUs
-    (``xparl start --gpu_cluster --gpu 0,1``, ``xparl connect --gpu 0``) and sees only them in
-    ``CUDA_VISIBLE_DEVICES``; an actor without it takes a CPU slot and sees no GPU. Local
-    workers ignore it.
-
-    ``num_cpus`` (default 1) and ``num_gpus`` (default ``n_gpu``): on Ray
-    (``parl.connect("ray")``), the resources Ray reserves for the actor (fractions allowed);
-    ``max_memory`` is reserved there as Ray's ``memory`` resource. Local workers and cluster
-    slots ignore ``num_cpus`` and ``num_gpus`` (a cluster actor takes one slot; GPUs there are
-    ``n_gpu``'s), so one class runs unchanged on every carrier.
-
-    The decorated name is a proxy class; ``._original`` is the undecorated class. A subclass
-    of a remote class is a remote class too (with its base's options, or those given here).
+    Raises:
+        TypeError: An unknown keyword, a keyword's value of the wrong type, something other
+            than a class, or a class that is already remote.
+        ValueError: A keyword's value out of its range (e.g. ``max_memory=0``).
     """
     unknown = sorted(set(kwargs) - set(_VALID_KEYWORDS))
     if unknown:

@@ -42,6 +42,22 @@ class Future:
         self._lock = threading.Lock()  # one thread collects the result; others then read it
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """Wait for the result of the call and return it.
+
+        Args:
+            block: False behaves as :meth:`get_nowait`.
+            timeout: Seconds to wait at most; None waits as long as the call takes.
+
+        Returns:
+            What the remote method returned. Later calls return the same object.
+
+        Raises:
+            FutureTimeout: No reply came within ``timeout`` seconds; the call is still pending and
+                ``get`` may be called again.
+            FutureEmpty: ``block=False`` and the result is not in yet.
+            Exception: The exception the remote method raised (or :class:`parl.ActorDiedError` and
+                the like when the actor failed), raised again by every later ``get``.
+        """
         if self._value is _UNSET and self._error is None:
             if not block:
                 return self.get_nowait()
@@ -69,6 +85,15 @@ class Future:
         )
 
     def get_nowait(self) -> Any:
+        """The result if it has arrived, without waiting.
+
+        Returns:
+            What the remote method returned.
+
+        Raises:
+            FutureEmpty: The result has not arrived yet.
+            Exception: The remote method's exception, as :meth:`get` raises it.
+        """
         if self.empty():
             raise FutureEmpty(
                 f"the result of call {self._call_id} on {self._conn.label} is not ready"

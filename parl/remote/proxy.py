@@ -217,7 +217,17 @@ class RemoteProxy(metaclass=ProxyType):
 
 
 def close_actor(actor: RemoteProxy) -> None:
-    """End ``actor``'s worker now; later calls on it raise :class:`parl.ActorClosedError`."""
+    """End ``actor``'s worker now, without waiting for the actor to be garbage-collected.
+
+    Later calls on it raise :class:`parl.ActorClosedError`. ``del actor`` (the last
+    reference) or leaving a ``with actor:`` block does the same.
+
+    Args:
+        actor: An instance of a ``@parl.remote_class`` class.
+
+    Raises:
+        TypeError: ``actor`` is not an actor.
+    """
     if not isinstance(actor, RemoteProxy):
         raise TypeError(
             f"close_actor() takes an actor made by a @parl.remote_class class, got "

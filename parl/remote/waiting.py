@@ -30,9 +30,24 @@ class GetTimeoutError(ParlError, TimeoutError):
 def wait(
     futures: Sequence[Future], num_returns: int = 1, timeout: float | None = None
 ) -> tuple[list[Future], list[Future]]:
-    """Wait until ``num_returns`` of ``futures`` are done (a result, a remote error or a dead
-    actor all count) or ``timeout`` seconds pass; returns ``(done, pending)``, each in the order
-    of ``futures``, with at most ``num_returns`` futures in ``done``."""
+    """Wait until ``num_returns`` of ``futures`` are done, or until ``timeout`` seconds pass.
+
+    A future is done when its result, a remote error or the news of a dead actor has arrived;
+    nothing is raised for the last two here (the future's ``get`` raises them).
+
+    Args:
+        futures: Futures of ``@parl.remote_class(wait=False)`` actors (a list or tuple).
+        num_returns: How many done futures to wait for, from 0 to ``len(futures)``.
+        timeout: Seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        ``(done, pending)``: two lists, each in the order of ``futures``, with at most
+        ``num_returns`` futures in ``done`` and all the others in ``pending``.
+
+    Raises:
+        TypeError: ``futures`` is not a list of futures, or ``num_returns`` is not an int.
+        ValueError: ``num_returns`` is out of range, or ``timeout`` is negative.
+    """
     futures = _check(futures, "wait")
     if isinstance(num_returns, bool) or not isinstance(num_returns, int):
         raise TypeError(f"num_returns must be an int, got {num_returns!r}")
@@ -71,9 +86,22 @@ def _block(pending: list[Future], remaining: float | None) -> None:
 
 
 def get(futures: Future | Sequence[Future], timeout: float | None = None) -> Any:
-    """The results of ``futures`` in their order (one future: its result). Re-raises the first
-    remote error in that order; raises :class:`GetTimeoutError` naming how many futures were
-    still pending when ``timeout`` seconds passed."""
+    """The results of ``futures``, waiting for them.
+
+    Args:
+        futures: One future, or a list or tuple of futures.
+        timeout: Seconds to wait at most for all of them; None waits as long as it takes.
+
+    Returns:
+        The future's result when ``futures`` is one future; for a list, the results in the
+        order of ``futures``.
+
+    Raises:
+        GetTimeoutError: Some futures were still pending after ``timeout`` seconds (its
+            ``pending`` names them); for one future, the future's own timeout error.
+        Exception: The first remote error, in the order of ``futures``.
+        TypeError: ``futures`` is not a future or a list of futures.
+    """
     if isinstance(futures, Future):
         return futures.get(timeout=_check_timeout(timeout) if timeout is not None else None)
     futures = _check(futures, "get")

@@ -67,6 +67,7 @@ class CSVLogger:
         self._file.flush()
 
     def flush(self) -> None:
+        """Write buffered rows to the file (no-op once closed or before the first row)."""
         if self._file is not None:
             self._file.flush()
 

@@ -89,16 +89,43 @@ def get_logger() -> logging.Logger:
 
 
 def debug(msg: object, *args: Any, **kwargs: Any) -> None:
+    """Log ``msg`` at DEBUG level on the ``"parl"`` logger.
+
+    Args:
+        msg: The message; ``%``-style placeholders are filled from ``args``, as in
+            the standard ``logging``.
+        *args: Values for the placeholders of ``msg``.
+        **kwargs: Passed to :meth:`logging.Logger.debug` (``exc_info``, ``extra``, ...); the
+            record names the caller's line, not this function's.
+    """
     kwargs.setdefault("stacklevel", 2)
     get_logger().debug(msg, *args, **kwargs)
 
 
 def info(msg: object, *args: Any, **kwargs: Any) -> None:
+    """Log ``msg`` at INFO level on the ``"parl"`` logger.
+
+    Args:
+        msg: The message; ``%``-style placeholders are filled from ``args``, as in
+            the standard ``logging``.
+        *args: Values for the placeholders of ``msg``.
+        **kwargs: Passed to :meth:`logging.Logger.info` (``exc_info``, ``extra``, ...); the
+            record names the caller's line, not this function's.
+    """
     kwargs.setdefault("stacklevel", 2)
     get_logger().info(msg, *args, **kwargs)
 
 
 def warning(msg: object, *args: Any, **kwargs: Any) -> None:
+    """Log ``msg`` at WARNING level on the ``"parl"`` logger.
+
+    Args:
+        msg: The message; ``%``-style placeholders are filled from ``args``, as in
+            the standard ``logging``.
+        *args: Values for the placeholders of ``msg``.
+        **kwargs: Passed to :meth:`logging.Logger.warning` (``exc_info``, ``extra``, ...); the
+            record names the caller's line, not this function's.
+    """
     kwargs.setdefault("stacklevel", 2)
     get_logger().warning(msg, *args, **kwargs)
 
@@ -107,6 +134,15 @@ warn = warning
 
 
 def error(msg: object, *args: Any, **kwargs: Any) -> None:
+    """Log ``msg`` at ERROR level on the ``"parl"`` logger.
+
+    Args:
+        msg: The message; ``%``-style placeholders are filled from ``args``, as in
+            the standard ``logging``.
+        *args: Values for the placeholders of ``msg``.
+        **kwargs: Passed to :meth:`logging.Logger.error` (``exc_info``, ``extra``, ...); the
+            record names the caller's line, not this function's.
+    """
     kwargs.setdefault("stacklevel", 2)
     get_logger().error(msg, *args, **kwargs)
 
@@ -118,6 +154,15 @@ def exception(msg: object, *args: Any, **kwargs: Any) -> None:
 
 
 def critical(msg: object, *args: Any, **kwargs: Any) -> None:
+    """Log ``msg`` at CRITICAL level on the ``"parl"`` logger.
+
+    Args:
+        msg: The message; ``%``-style placeholders are filled from ``args``, as in
+            the standard ``logging``.
+        *args: Values for the placeholders of ``msg``.
+        **kwargs: Passed to :meth:`logging.Logger.critical` (``exc_info``, ``extra``, ...); the
+            record names the caller's line, not this function's.
+    """
     kwargs.setdefault("stacklevel", 2)
     get_logger().critical(msg, *args, **kwargs)
 

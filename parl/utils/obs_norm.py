@@ -45,6 +45,13 @@ class ObsNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor) -> None:
+        """Fold a batch of observations into the running mean and variance (the parallel form of
+        Welford's update: Chan et al. 1979).
+
+        Args:
+            batch: Observations ``(N, *shape)`` (anything :func:`torch.as_tensor` accepts); an empty
+                batch changes nothing.
+        """
         batch = torch.as_tensor(batch, device=self.mean.device).reshape(-1, *self.shape).double()
         if batch.shape[0] == 0:
             return
@@ -59,8 +66,17 @@ class ObsNormalizer(nn.Module):
         self.count.fill_(total)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalise ``obs`` with the current statistics (they are not updated here).
+
+        Args:
+            obs: Observations ``(..., *shape)`` on the normaliser's device.
+
+        Returns:
+            ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)``, the shape of ``obs``.
+        """
         normalised = (obs - self.mean) / torch.sqrt(self.var + self.epsilon)
         return normalised.clamp(-self.clip, self.clip)
 
     def extra_repr(self) -> str:
+        """``shape``, ``clip`` and the number of observations seen, for ``repr``."""
         return f"shape={self.shape}, clip={self.clip}, count={float(self.count):.0f}"

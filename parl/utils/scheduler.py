@@ -42,9 +42,19 @@ class LinearDecayScheduler:
         return self.value
 
     def state_dict(self) -> dict[str, Any]:
+        """The schedule's position, ``{"cur_step": int}``, for a checkpoint."""
         return {"cur_step": self.cur_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go back to the position saved by :meth:`state_dict`.
+
+        Args:
+            state: A dict from :meth:`state_dict` of a LinearDecayScheduler (its ``"cur_step"`` is read).
+
+        Raises:
+            ValueError: ``cur_step`` is negative.
+            TypeError: ``cur_step`` is not an int.
+        """
         self.cur_step = check_int(
             "cur_step", state["cur_step"], low=0, owner="LinearDecayScheduler"
         )
@@ -100,7 +110,17 @@ class PiecewiseScheduler:
         return self.value
 
     def state_dict(self) -> dict[str, Any]:
+        """The schedule's position, ``{"cur_step": int}``, for a checkpoint."""
         return {"cur_step": self.cur_step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go back to the position saved by :meth:`state_dict`.
+
+        Args:
+            state: A dict from :meth:`state_dict` of a PiecewiseScheduler (its ``"cur_step"`` is read).
+
+        Raises:
+            ValueError: ``cur_step`` is negative.
+            TypeError: ``cur_step`` is not an int.
+        """
         self.cur_step = check_int("cur_step", state["cur_step"], low=0, owner="PiecewiseScheduler")

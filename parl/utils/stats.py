@@ -40,14 +40,17 @@ class WindowStat:
 
     @property
     def mean(self) -> float | None:
+        """The mean of the values in the window, or None while it is empty."""
         return float(np.mean(self._items)) if self._items else None
 
     @property
     def min(self) -> float | None:
+        """The smallest of the values in the window, or None while it is empty."""
         return min(self._items) if self._items else None
 
     @property
     def max(self) -> float | None:
+        """The largest of the values in the window, or None while it is empty."""
         return max(self._items) if self._items else None
 
 
@@ -64,6 +67,7 @@ class TimeStat:
         self._start: float | None = None
 
     def start(self) -> None:
+        """Start timing a section; :meth:`stop` ends it."""
         self._start = time.perf_counter()
 
     def stop(self) -> float:
@@ -90,12 +94,15 @@ class TimeStat:
 
     @property
     def mean(self) -> float | None:
+        """The mean of the durations in the window, in seconds, or None while it is empty."""
         return self.time_samples.mean
 
     @property
     def min(self) -> float | None:
+        """The smallest of the durations in the window, in seconds, or None while it is empty."""
         return self.time_samples.min
 
     @property
     def max(self) -> float | None:
+        """The largest of the durations in the window, in seconds, or None while it is empty."""
         return self.time_samples.max

@@ -25,6 +25,12 @@ class TimeBreakdown:
         self.seconds: dict[str, float] = {}
 
     def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to the section ``name`` (created at 0 on first use).
+
+        Args:
+            name: The section, e.g. ``"sampling"``.
+            seconds: Time spent in it.
+        """
         self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
 
     def merge(self, other: Mapping[str, float], prefix: str = "") -> None:
@@ -34,6 +40,16 @@ class TimeBreakdown:
 
     @contextmanager
     def section(self, name: str) -> Iterator[None]:
+        """Time the body of a ``with`` statement and add it to ``name``.
+
+        Args:
+            name: The section the elapsed time is added to (even when the body raises).
+
+        Example::
+
+            with breakdown.section("learning"):
+                agent.learn(batch)
+        """
         start = time.perf_counter()
         try:
             yield

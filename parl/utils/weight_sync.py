@@ -131,10 +131,12 @@ class SharedWeights:
 
     @property
     def version(self) -> int:
+        """How many times :meth:`publish` has completed (0 before the first)."""
         return int(self._seq[0]) // 2
 
     @property
     def size(self) -> int:
+        """Number of float32 values in the shared buffer (parameters and floating-point buffers)."""
         return int(self._flat.size)
 
     def publish(self, model: nn.Module) -> None:
