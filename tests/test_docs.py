@@ -26,6 +26,7 @@ from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
 pytestmark = pytest.mark.slow  # builds the whole site (tens of seconds) and starts a browser
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
+EXAMPLES = DOCS.parent / "examples"
 _ON_CI = os.environ.get("CI") == "true"
 
 # Words that belong to the project's history, not to its documentation.
@@ -75,10 +76,14 @@ class _Page(HTMLParser):
 
 def _build(tmp_path: Path) -> Path:
     """The site built from a copy of ``docs/`` (autosummary writes its pages into the source
-    folder: a copy keeps the work tree clean and parallel builds apart)."""
+    folder: a copy keeps the work tree clean and parallel builds apart). ``examples/`` is
+    copied beside it: the pages include the examples' READMEs and read their flags."""
     _need("sphinx", "pip install -e '.[docs]'")
-    source = tmp_path / "src"
+    source = tmp_path / "docs"
     shutil.copytree(DOCS, source, ignore=shutil.ignore_patterns("_build", "generated"))
+    shutil.copytree(
+        EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("train_log", "__pycache__")
+    )
     out = tmp_path / "html"
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q", "-b", "html"]
