@@ -155,7 +155,8 @@ print(json.dumps(failures))
 
 def _command_lines() -> list[tuple[str, list[str]]]:
     found = []
-    for page in _pages():
+    readmes = sorted((ROOT / "examples").glob("*/README.md"))  # the algorithm pages include them
+    for page in [*_pages(), *readmes]:
         for line, code, _ in _blocks(page, "bash"):
             for number, text in enumerate(code.splitlines(), line):
                 if not _COMMAND.match(text.strip()):
