@@ -271,6 +271,9 @@ def record(results: list[dict[str, Any]], args: argparse.Namespace, wall: float 
         ]
         curve = os.path.join(args.plot_dir, f"ppo_{env_id}.svg") if args.plot_dir else None
         missing = len(args.seeds) - len(runs)
+        notes = [f"{missing} of {len(args.seeds)} seeds not finished"] if missing else []
+        if wall is None:
+            notes.append("read back with --report: the wall time of the run is not known")
         write_record(
             os.path.join(folder, f"ppo_{env_id}.json"),
             algorithm="PPO",
@@ -283,9 +286,7 @@ def record(results: list[dict[str, Any]], args: argparse.Namespace, wall: float 
             per_seed=per_seed,
             wall_seconds=wall,
             curve=curve,
-            note=(f"{missing} of {len(args.seeds)} seeds not finished" if missing else None)
-            if wall is not None
-            else "read back with --report: wall time of the whole run not known",
+            note="; ".join(notes) or None,
         )
 
 

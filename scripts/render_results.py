@@ -123,8 +123,9 @@ def render_page(records: list[dict[str, Any]]) -> str:
     """The Markdown between one page's markers."""
     parts = [PAGE_HEADER + "\n" + "\n".join(page_row(record) for record in records)]
     parts += [table for record in records if (table := evaluation_table(record))]
-    metrics = sorted({f"{_task(r)}: {r['metric']}" for r in records})
-    commands = sorted({f"`{r['command']}`" for r in records})
+    # in the table's order, each once
+    metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
+    commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
     parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
     return "\n\n".join(parts) + "\n"
 
@@ -174,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report stale files, change none")
     args = parser.parse_args(argv)
-    # the README lists the algorithms in the order of the algorithm pages' index
-    records = sorted(load_records(), key=lambda r: ORDER.index(r["page"]))
+    # the algorithms in the order of the algorithm pages' index; within one, the longest runs
+    # (the MuJoCo 1M-step tables) before the shorter ones
+    records = sorted(
+        load_records(),
+        key=lambda r: (ORDER.index(r["page"]), -(r["budget"]["env_steps"] or 0), r["env"]),
+    )
     stale = []
     for path in [README, *sorted(PAGES.glob("*.md"))]:
         text = path.read_text(encoding="utf-8")
