@@ -156,8 +156,12 @@ def write_record(
     The commit, the versions and the machine are read here; the mean and the standard
     deviation (sample, ``n - 1``) are computed from the seeds' final returns.
     """
+    for i, entry in enumerate(per_seed):
+        for name in ("seed", "final"):
+            if entry.get(name) is None:
+                raise ValueError(f"per_seed[{i}] has no {name!r}; give each seed's seed and final")
     seeds = [{name: entry.get(name) for name in SEED_FIELDS} for entry in per_seed]
-    finals = [float(entry["final"]) for entry in seeds]
+    finals = [float(entry["final"]) for entry in per_seed]
     record = {
         "schema": SCHEMA,
         "source": "measured",
@@ -170,7 +174,7 @@ def write_record(
         "commit": _commit(),
         "versions": _versions(),
         "machine": _machine(),
-        "seeds": [int(entry["seed"]) for entry in seeds],
+        "seeds": [int(entry["seed"]) for entry in per_seed],
         "budget": {"env_steps": budget_steps},
         "figures": {
             "per_seed": seeds,
