@@ -17,6 +17,11 @@ FIRE after a lost life, and the game then runs to its frame limit).
 TensorBoard (runs may come from several invocations, e.g. one seed at a time) and prints the
 table, counting only runs that reached ``--steps``.
 
+When the table is printed, a JSON record per task (``scripts/results.py``: command, commit,
+versions, machine, seeds, each seed's final and best evaluation, wall time) is written to
+``--record_dir`` as ``ppo_<env>.json``; ``--record_dir docs/results`` publishes it to the tables
+that ``scripts/render_results.py`` renders.
+
 Each seed runs in its own interpreter (one torch thread), ``--parallel`` at a time; each writes
 TensorBoard events (and a checkpoint) under ``--logroot/<env>/seed<k>``. Both tasks normalise
 observations and rewards and run 1 env. HalfCheetah's configuration is rl-baselines3-zoo's
@@ -32,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +145,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2, help="seeds trained at once")
     parser.add_argument("--logroot", default="/tmp/quality_onpolicy")
     parser.add_argument("--plot_dir", default=None, help="write <env>.svg curves here")
+    parser.add_argument("--record_dir", default=None, help="default: --logroot")
     parser.add_argument("--report", action="store_true", help="only the table of finished runs")
     parser.add_argument("--atari", metavar="ENV", help="an Atari run instead (see above)")
     parser.add_argument("--one", nargs=2, metavar=("ENV", "SEED"), help=argparse.SUPPRESS)
@@ -165,7 +172,9 @@ def main() -> None:
     if args.report:
         results = finished_runs(args.env, args.seeds, args.steps, args.logroot)
         report(results, args)
+        record(results, args, None)
         return
+    started = time.perf_counter()
     jobs = [(env_id, seed) for env_id in args.env for seed in args.seeds]
     results: list[dict[str, Any]] = []
     running: list[tuple[tuple[str, int], subprocess.Popen]] = []
@@ -188,6 +197,7 @@ def main() -> None:
               f"({result['steps'] / result['train_seconds']:.0f} steps/s)", flush=True)  # fmt: skip
         results.append(result)
     report(results, args)
+    record(results, args, time.perf_counter() - started)
 
 
 def finished_runs(
@@ -236,6 +246,48 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                               os.path.join(args.plot_dir, f"ppo_{env_id}.svg"), "--title",
                               f"PPO on {env_id} ({SOURCES[env_id]}), deterministic evaluation",
                               "--y_title", "mean return of 10 episodes"])  # fmt: skip
+
+
+def record(results: list[dict[str, Any]], args: argparse.Namespace, wall: float | None) -> None:
+    """Write one record per task of ``results`` to ``--record_dir`` (silently: the printed
+    table stays what it was)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from results import write_record
+
+    folder = args.record_dir or args.logroot
+    for env_id in args.env:
+        runs = [r for r in results if r["env"] == env_id]
+        if not runs:
+            continue
+        per_seed = [
+            {
+                "seed": r["seed"],
+                "final": r["evaluations"][-1][1],
+                "best": max(value for _, value in r["evaluations"]),
+                "wall_seconds": r.get("train_seconds"),
+                "evaluations": [[int(step), float(value)] for step, value in r["evaluations"]],
+            }
+            for r in runs
+        ]
+        curve = os.path.join(args.plot_dir, f"ppo_{env_id}.svg") if args.plot_dir else None
+        missing = len(args.seeds) - len(runs)
+        notes = [f"{missing} of {len(args.seeds)} seeds not finished"] if missing else []
+        if wall is None:
+            notes.append("read back with --report: the wall time of the run is not known")
+        write_record(
+            os.path.join(folder, f"ppo_{env_id}.json"),
+            algorithm="PPO",
+            page="ppo",
+            env=env_id,
+            configuration=SOURCES[env_id],
+            metric=f"mean return of {COMMON['eval_episodes']} deterministic evaluation episodes",
+            command=" ".join(["python", os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+            budget_steps=args.steps,
+            per_seed=per_seed,
+            wall_seconds=wall,
+            curve=curve,
+            note="; ".join(notes) or None,
+        )
 
 
 if __name__ == "__main__":

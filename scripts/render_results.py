@@ -1,0 +1,205 @@
+"""Render the results tables from the records of ``docs/results/`` (``scripts/results.py``).
+
+    python scripts/render_results.py           # rewrite the tables in place
+    python scripts/render_results.py --check   # exit 1, naming each stale file
+
+Each algorithm page holds its table between ``<!-- results:<page> start -->`` and
+``<!-- results:<page> end -->`` (``<page>`` is the record's ``page``, e.g. ``ppo``), the README
+its summary between ``<!-- results:summary start -->`` and ``<!-- results:summary end -->``.
+Only the text between the markers is rendered; the rest of a file is left as written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import ROOT, load_records
+
+PAGES = ROOT / "docs" / "algorithms"
+README = ROOT / "README.md"
+ORDER = ["pg", "dqn", "ddpg", "td3", "sac", "ppo", "a2c", "impala", "es"]
+BLOCK = re.compile(r"(<!-- results:(\w+) start -->\n)(.*?)(<!-- results:\2 end -->)", re.S)
+
+
+def number(value: float | None) -> str:
+    """A figure as the tables print it: thousands separated; an integer as it is, a float with
+    one decimal (a transcribed figure keeps the precision the page gave it)."""
+    if value is None:
+        return "-"
+    return f"{value:,d}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+def steps(value: int | None) -> str:
+    """``1000000`` -> ``1M``, ``250000`` -> ``250k``, others with separators."""
+    if value is None:
+        return "not stated"
+    if value % 1_000_000 == 0:
+        return f"{value // 1_000_000}M"
+    if value % 1_000 == 0 and value < 1_000_000:
+        return f"{value // 1_000}k"
+    return f"{value:,}"
+
+
+def _task(record: dict[str, Any]) -> str:
+    return ", ".join(part for part in (record["env"], record["configuration"]) if part)
+
+
+def _seeds(record: dict[str, Any]) -> str:
+    seeds = record["seeds"]
+    return f"{len(seeds)} seed" + ("s" if len(seeds) != 1 else "")
+
+
+def mean_sd(record: dict[str, Any]) -> str:
+    """``6,002 ± 579``; the mean alone for one seed; ``-`` when the record has no mean."""
+    figures = record["figures"]
+    if figures["mean"] is None:
+        return "-"
+    if figures["sd"] is None:
+        return number(figures["mean"])
+    return f"{number(figures['mean'])} ± {number(figures['sd'])}"
+
+
+def wall_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def page_row(record: dict[str, Any]) -> str:
+    """One row of an algorithm page's table: task, budget, seeds, finals, mean ± sd, bests,
+    wall time, source."""
+    per_seed = record["figures"]["per_seed"]
+    finals = ", ".join(number(entry["final"]) for entry in per_seed)
+    bests = ", ".join(number(entry["best"]) for entry in per_seed)
+    seeds = ", ".join(str(seed) for seed in record["seeds"])
+    cells = [
+        _task(record),
+        f"{steps(record['budget']['env_steps'])} steps",
+        seeds,
+        finals,
+        mean_sd(record),
+        bests if any(entry["best"] is not None for entry in per_seed) else "-",
+        wall_time(record["figures"]["wall_seconds"]),
+        record["source"],
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+PAGE_HEADER = (
+    "| task | budget | seeds | final, per seed | mean ± sd | best, per seed | wall time | source |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
+def evaluation_table(record: dict[str, Any]) -> str | None:
+    """The evaluations along the run, a row per seed, when every seed has them at the same
+    steps; ``None`` otherwise."""
+    per_seed = record["figures"]["per_seed"]
+    marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
+    if not marks or not marks[0] or any(m != marks[0] for m in marks):
+        return None
+    lines = [
+        f"| {record['algorithm']}, {_task(record)} | "
+        + " | ".join(f"{steps(step)} steps" for step in marks[0])
+        + " | best |",
+        "|---" * (len(marks[0]) + 2) + "|",
+    ]
+    for entry in per_seed:
+        values = " | ".join(number(value) for _, value in entry["evaluations"])
+        lines.append(f"| seed {entry['seed']} | {values} | {number(entry['best'])} |")
+    return "\n".join(lines)
+
+
+def render_page(records: list[dict[str, Any]]) -> str:
+    """The Markdown between one page's markers."""
+    parts = [PAGE_HEADER + "\n" + "\n".join(page_row(record) for record in records)]
+    parts += [table for record in records if (table := evaluation_table(record))]
+    # in the table's order, each once
+    metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
+    commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
+    parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
+    return "\n\n".join(parts) + "\n"
+
+
+def summary_row(record: dict[str, Any]) -> str:
+    """One row of the README's summary: algorithm, task, budget, result, page."""
+    figures = record["figures"]
+    per_seed = figures["per_seed"]
+    if figures["mean"] is not None:
+        result = number(figures["mean"])
+        if figures["sd"] is not None:
+            result += f" (sd {number(figures['sd'])})"
+    else:
+        result = " and ".join(number(entry["final"]) for entry in per_seed)
+    if any(entry["best"] is not None for entry in per_seed):
+        result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
+    if figures["baseline"]:
+        result += f" ({figures['baseline']['name']}: {number(figures['baseline']['value'])})"
+    budget = f"{steps(record['budget']['env_steps'])} steps, {_seeds(record)}"
+    link = f"[{record['page']}](docs/algorithms/{record['page']}.md)"
+    return f"| {record['algorithm']} | {_task(record)} | {budget} | {result} | {link} |"
+
+
+def render_summary(records: list[dict[str, Any]]) -> str:
+    lines = ["| algorithm | env | budget | result | page |", "|---|---|---|---|---|"]
+    return "\n".join(lines + [summary_row(record) for record in records]) + "\n"
+
+
+def render_file(path: Path, records: list[dict[str, Any]]) -> str:
+    """``path``'s text with every marked block rendered from ``records``."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name == "summary":
+            body = render_summary(records)
+        else:
+            mine = [record for record in records if record["page"] == name]
+            if not mine:
+                raise SystemExit(f"{path.relative_to(ROOT)}: no record has page {name!r}")
+            body = render_page(mine)
+        return match.group(1) + body + match.group(4)
+
+    return BLOCK.sub(block, path.read_text(encoding="utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report stale files, change none")
+    args = parser.parse_args(argv)
+    # the algorithms in the order of the algorithm pages' index; within one, the longest runs
+    # (the MuJoCo 1M-step tables) before the shorter ones
+    records = sorted(
+        load_records(),
+        key=lambda r: (ORDER.index(r["page"]), -(r["budget"]["env_steps"] or 0), r["env"]),
+    )
+    stale = []
+    for path in [README, *sorted(PAGES.glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        rendered = render_file(path, records)
+        if rendered == text:
+            continue
+        stale.append(str(path.relative_to(ROOT)))
+        if not args.check:
+            path.write_text(rendered, encoding="utf-8")
+    if args.check and stale:
+        print(
+            "stale results tables (run python scripts/render_results.py): " + ", ".join(stale),
+            file=sys.stderr,
+        )
+        return 1
+    for name in stale:
+        print(f"rendered {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The results tables are rendered from the records of ``docs/results/``: the committed tables
+match the records, a record renders to the row it should, and a record missing a field is refused
+with the field's name."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import render_results  # noqa: E402
+from results import load_records, validate_record, write_record  # noqa: E402
+
+
+@pytest.fixture
+def record() -> dict[str, Any]:
+    """A complete record of two seeds."""
+    per_seed = [
+        {"seed": 0, "final": 1200, "best": 1300, "wall_seconds": 60.0,
+         "evaluations": [[500_000, 900], [1_000_000, 1200]]},
+        {"seed": 1, "final": 1000, "best": 1100, "wall_seconds": 62.0,
+         "evaluations": [[500_000, 700], [1_000_000, 1000]]},
+    ]  # fmt: skip
+    return {
+        "schema": 1,
+        "source": "measured",
+        "algorithm": "PPO",
+        "page": "ppo",
+        "env": "Hopper-v5",
+        "configuration": "PARL's MuJoCo configuration",
+        "metric": "mean return of 10 deterministic evaluation episodes",
+        "command": "python scripts/quality_onpolicy.py --env Hopper-v5",
+        "commit": None,
+        "versions": dict.fromkeys(["python", "torch", "numpy", "gymnasium", "mujoco"]),
+        "machine": {"cpu": None, "cores": 2},
+        "seeds": [0, 1],
+        "budget": {"env_steps": 1_000_000},
+        "figures": {
+            "per_seed": per_seed,
+            "mean": 1100,
+            "sd": 141,
+            "wall_seconds": 150.0,
+            "baseline": None,
+        },  # fmt: skip
+        "curve": None,
+        "note": None,
+    }
+
+
+def test_the_committed_tables_match_the_records() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_results.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_committed_record_is_valid() -> None:
+    records = load_records()
+    assert records
+    assert {r["source"] for r in records} <= {"measured", "transcribed"}
+
+
+def test_a_record_renders_to_a_row_with_mean_sd_seeds_budget_and_wall_time(record) -> None:
+    row = render_results.page_row(record)
+    assert row == (
+        "| Hopper-v5, PARL's MuJoCo configuration | 1M steps | 0, 1 | 1,200, 1,000 | "
+        "1,100 ± 141 | 1,300, 1,100 | 2 min | measured |"
+    )
+    assert render_results.summary_row(record) == (
+        "| PPO | Hopper-v5, PARL's MuJoCo configuration | 1M steps, 2 seeds | "
+        "1,100 (sd 141) (best 1,300 and 1,100) | [ppo](docs/algorithms/ppo.md) |"
+    )
+
+
+def test_unknown_figures_render_as_a_dash(record) -> None:
+    record["figures"].update(mean=None, sd=None, wall_seconds=None)
+    row = render_results.page_row(record).split(" | ")
+    assert row[4] == "-" and row[6] == "-"
+
+
+def test_the_evaluations_along_the_run_render_a_row_per_seed(record) -> None:
+    table = render_results.evaluation_table(record)
+    assert table is not None
+    assert table.splitlines()[-1] == "| seed 1 | 700 | 1,000 | 1,100 |"
+
+
+@pytest.mark.parametrize(
+    "path", ["command", "figures.mean", "budget.env_steps", "versions.torch", "machine.cpu"]
+)
+def test_a_record_missing_a_field_is_refused_naming_it(record, path: str) -> None:
+    broken = copy.deepcopy(record)
+    *parents, last = path.split(".")
+    target = broken
+    for part in parents:
+        target = target[part]
+    del target[last]
+    with pytest.raises(ValueError, match=f"missing field '{path}'"):
+        validate_record(broken)
+
+
+def test_a_seed_missing_its_final_return_is_refused(record) -> None:
+    del record["figures"]["per_seed"][1]["final"]
+    with pytest.raises(ValueError, match=r"figures\.per_seed\[1\]\.final"):
+        validate_record(record)
+
+
+def test_a_record_of_an_unknown_source_is_refused(record) -> None:
+    record["source"] = "guessed"
+    with pytest.raises(ValueError, match="'source' is 'guessed'"):
+        validate_record(record)
+
+
+def test_write_record_computes_mean_and_sd_and_reads_the_machine(tmp_path: Path) -> None:
+    path = tmp_path / "ppo.json"
+    written = write_record(
+        path,
+        algorithm="PPO",
+        page="ppo",
+        env="Hopper-v5",
+        configuration=None,
+        metric="evaluation return",
+        command="python scripts/quality_onpolicy.py",
+        budget_steps=1000,
+        per_seed=[{"seed": 0, "final": 10.0}, {"seed": 1, "final": 20.0}],
+    )
+    assert json.loads(path.read_text()) == written
+    assert written["figures"]["mean"] == 15.0
+    assert written["figures"]["sd"] == pytest.approx(7.0711, abs=1e-4)
+    assert written["versions"]["python"] and written["machine"]["cores"]
+    assert written["figures"]["per_seed"][0]["best"] is None
