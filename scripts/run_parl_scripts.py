@@ -219,9 +219,10 @@ def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
     source = checkout / "benchmark" / "torch" / run.folder
     folder = workdir / run.name.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "")
     shutil.copytree(source, folder)
+    folder.chmod(0o700)  # a checkout's folder may be group-writable: the agent's cache lies in it
     (folder / "gym.py").write_text(GYM_SHIM)
     home = folder / "home"
-    home.mkdir()
+    home.mkdir(mode=0o700)
     port = free_port() if run.cluster_cpus else 0
     config = dict(run.config)
     if run.cluster_cpus and run.config_module:

@@ -85,6 +85,7 @@ def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
         "print('Evaluation over:', len({a.where() for a in actors}), 'actors', flush=True)\n"
     )
     _script(tmp_path, "clustered", {"train.py": script, "demo_config.py": config})
+    (tmp_path / "benchmark" / "torch" / "clustered").chmod(0o775)  # as a checkout may have it
     run = harness.ScriptRun(
         "clustered",
         "clustered",
