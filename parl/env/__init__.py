@@ -22,6 +22,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
     "BatchVectorEnv": ("parl.env.batch_vector_env", "BatchVectorEnv"),
     "MAenv": ("parl.env.multiagent_env", "MAenv"),
+    "MultiAgentVectorEnv": ("parl.env.multiagent_vector_env", "MultiAgentVectorEnv"),
     "compat_wrapper": ("parl.env.compat_wrapper", None),
     "atari_wrappers": ("parl.env.atari_wrappers", None),
     "mujoco_wrappers": ("parl.env.mujoco_wrappers", None),
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from parl.env.continuous_wrappers import ActionMappingWrapper
     from parl.env.multiagent_env import MAenv
+    from parl.env.multiagent_vector_env import MultiAgentVectorEnv
     from parl.env.remote_vector_env import RemoteVectorEnv
     from parl.env.vector_env import VectorEnv
 
@@ -52,6 +54,7 @@ __all__ = [
     "BatchVectorEnv",
     "CompatWrapper",
     "MAenv",
+    "MultiAgentVectorEnv",
     "RemoteVectorEnv",
     "V_GYM_CHANGED",
     "V_NPRANDOM_CHANGED",

@@ -24,7 +24,15 @@ from typing import Any, NamedTuple, Protocol
 import gymnasium
 import numpy as np
 
-__all__ = ["MPE_SCENARIOS", "ForagingParallelEnv", "Opened", "ParallelEnv", "open_env"]
+__all__ = [
+    "MPE_SCENARIOS",
+    "ForagingParallelEnv",
+    "Opened",
+    "ParallelEnv",
+    "check_env_id",
+    "known_names",
+    "open_env",
+]
 
 # PARL's name -> (mpe2's module, the settings PARL's MADDPG benchmark uses)
 MPE_SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -91,13 +99,24 @@ def _mpe_module(name: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def check_env_id(env_id: str) -> None:
+    """Refuse, naming the known ones, a name that ``open_env`` would not open (without
+    importing mpe2 or lbforaging)."""
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a str such as 'simple_spread', got {env_id!r}")
+    if _mpe_module(env_id) is None and not env_id.startswith("Foraging"):
+        raise ValueError(
+            f"unknown multi-agent env {env_id!r}: the MPE scenarios are {known_names()}, and "
+            "level-based foraging ids start with 'Foraging' (e.g. 'Foraging-8x8-2p-2f-coop-v3')"
+        )
+
+
 def open_env(
     env_id: str, continuous_actions: bool, max_cycles: int | None, kwargs: dict[str, Any]
 ) -> Opened:
     """Open ``env_id``: an MPE scenario (PARL's name or mpe2's versioned id) or an
     ``lbforaging`` id (``Foraging-...``). ``kwargs`` go to the env's constructor."""
-    if not isinstance(env_id, str):
-        raise TypeError(f"env_id must be a str such as 'simple_spread', got {env_id!r}")
+    check_env_id(env_id)
     found = _mpe_module(env_id)
     if found is not None:
         module_name, settings = found
@@ -122,10 +141,7 @@ def open_env(
             )
         foraging = ForagingParallelEnv(env_id, max_cycles, kwargs)
         return Opened(foraging, foraging.action_masks, foraging.state_space, foraging.max_step)
-    raise ValueError(
-        f"unknown multi-agent env {env_id!r}: the MPE scenarios are {known_names()}, and "
-        "level-based foraging ids start with 'Foraging' (e.g. 'Foraging-8x8-2p-2f-coop-v3')"
-    )
+    raise AssertionError(f"check_env_id let {env_id!r} through")  # pragma: no cover
 
 
 # lbforaging's actions, in its order
