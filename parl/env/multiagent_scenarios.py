@@ -163,13 +163,17 @@ class ForagingParallelEnv:
 
     def __init__(self, env_id: str, max_cycles: int | None, kwargs: dict[str, Any]) -> None:
         try:
-            import lbforaging  # noqa: F401 - registers the Foraging ids with gymnasium
+            from lbforaging.foraging import ForagingEnv  # importing registers the ids too
         except ImportError as exc:
             raise ImportError(f"{env_id} needs lbforaging: {_INSTALL}") from exc
+        # built from the id's settings, not with gymnasium.make: make would take
+        # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
+        settings = {**gymnasium.spec(env_id).kwargs, **kwargs}
         if max_cycles is not None:
-            kwargs = {**kwargs, "max_episode_steps": max_cycles}
-        self._env = gymnasium.make(env_id, disable_env_checker=True, **kwargs)
-        self._game: Any = self._env.unwrapped  # lbforaging's ForagingEnv (untyped)
+            settings["max_episode_steps"] = max_cycles
+        self.max_step = int(settings["max_episode_steps"])
+        self._env = ForagingEnv(**settings)
+        self._game: Any = self._env  # untyped: lbforaging's field, players, ...
         obs_spaces = self._env.observation_space
         act_spaces = self._env.action_space
         assert isinstance(obs_spaces, gymnasium.spaces.Tuple)
@@ -183,8 +187,6 @@ class ForagingParallelEnv:
             np.concatenate([b.high for b in boxes]),  # type: ignore[attr-defined]
             dtype=np.float32,
         )
-        steps = kwargs.get("max_episode_steps", gymnasium.spec(env_id).kwargs["max_episode_steps"])
-        self.max_step = int(steps)
         self._obs: tuple[np.ndarray, ...] = ()
 
     def observation_space(self, agent: str) -> gymnasium.Space:
