@@ -77,12 +77,15 @@ class ParallelEnv(Protocol):
 
 class Opened(NamedTuple):
     """An env opened by name: the parallel env, its action masks (``None``: every action is
-    always available), the space of its global state and its episode length."""
+    always available), the space of its global state, its episode length, and whether its
+    state is its agents' observations side by side (then read off them: mpe2's ``state()``
+    computes every observation again)."""
 
     env: ParallelEnv
     masks: Callable[[], list[np.ndarray]] | None
     state_space: gymnasium.spaces.Box
     max_step: int
+    state_is_obs: bool
 
 
 def known_names() -> list[str]:
@@ -133,14 +136,16 @@ def open_env(
                 **kwargs,
             }
         )
-        return Opened(env, None, env.state_space, steps)
+        return Opened(env, None, env.state_space, steps, True)
     if env_id.startswith("Foraging"):
         if continuous_actions:
             raise ValueError(
                 f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
             )
         foraging = ForagingParallelEnv(env_id, max_cycles, kwargs)
-        return Opened(foraging, foraging.action_masks, foraging.state_space, foraging.max_step)
+        return Opened(
+            foraging, foraging.action_masks, foraging.state_space, foraging.max_step, True
+        )
     raise AssertionError(f"check_env_id let {env_id!r} through")  # pragma: no cover
 
 

@@ -78,6 +78,7 @@ def test_every_mpe_scenario_constructs_and_steps(name: str, continuous: bool) ->
         for _ in range(3):
             assert [o.shape[0] for o in obs_n] == env.obs_shape_n
             assert env.state().shape == (env.state_shape,)
+            np.testing.assert_array_equal(env.state(), env.env.state())  # read off obs_n
             obs_n, reward_n, done_n, _ = env.step(_random_actions(env, rng))
             assert len(reward_n) == env.n
         assert all(done_n)

@@ -4,6 +4,7 @@ stepped one after another here (auto-reset, global states and masks included).""
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from parl.env import MAenv, MultiAgentVectorEnv
 
+from .conftest import REPO_ROOT, RunPython
 from .multiagent_support import SerialLoop, require_multiagent
 
 FORAGING = "Foraging-5x5-2p-1f-coop-v3"
@@ -135,3 +137,10 @@ def test_bad_input_gets_clear_errors() -> None:
             venv.step(actions)
         venv.reset(seed=0)  # usable again after the error
         venv.step(np.zeros((2, 2), np.int64))
+
+
+def test_the_benchmark_script_prints_the_ratio(run_python: RunPython) -> None:
+    script = str(REPO_ROOT / "scripts" / "bench_multiagent_env.py")
+    done = run_python(args=[script, "--envs", "8", "--seconds", "0.2", "--repeat", "1"])
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^ratio: \d+\.\d\dx$", done.stdout, re.M), done.stdout
