@@ -292,5 +292,12 @@ class MAenv:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __getattr__(self, name: str) -> Any:
+        # PARL's MAenv is a gym.Wrapper: other public names are the parallel env's
+        # (``possible_agents``, ``unwrapped``, ``agents``, ...)
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.env, name)
+
     def __repr__(self) -> str:
         return f"MAenv({self.scenario_name!r}, continuous_actions={self.continuous_actions})"

@@ -67,6 +67,14 @@ def test_simple_spread_has_parls_interface(spread: MAenv) -> None:
     assert spread.truncations == [True] * 3 and spread.terminations == [False] * 3
 
 
+def test_other_names_are_the_parallel_envs_as_through_a_gym_wrapper(spread: MAenv) -> None:
+    spread.reset(seed=0)
+    assert spread.possible_agents == spread.agents_name  # PettingZoo's name
+    assert spread.unwrapped is spread.env.unwrapped and spread.unwrapped.world is not None
+    with pytest.raises(AttributeError, match="no_such_name"):
+        spread.no_such_name  # noqa: B018
+
+
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 @pytest.mark.parametrize("name", list(MPE_SCENARIOS))
 def test_every_mpe_scenario_constructs_and_steps(name: str, continuous: bool) -> None:
