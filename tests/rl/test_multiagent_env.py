@@ -233,6 +233,8 @@ def test_foraging_can_end_by_termination() -> None:
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
     with pytest.raises(ValueError, match=r"unknown multi-agent env 'simple_sprad'.*simple_spread"):
         MAenv("simple_sprad")
+    with pytest.raises(ValueError, match="unknown foraging id 'Foraging-3x3-2p-2f-v3'"):
+        MAenv("Foraging-3x3-2p-2f-v3")
     with pytest.raises(ValueError, match="max_cycles"):
         MAenv("simple", max_cycles=0)
     with pytest.raises(RuntimeError, match="before reset"):
