@@ -202,7 +202,8 @@ class MAenv:
                     "(e.g. tanh) or clip them"
                 )
             low, high = space.low, space.high
-            return np.clip(low + (act + 1.0) * (high - low) / 2.0, low, high).astype(space.dtype)
+            mapped = low + (act + 1.0) * ((high - low) / 2.0)
+            return np.clip(mapped, low, high).astype(space.dtype, copy=False)
         assert isinstance(space, spaces.Discrete)
         n = int(space.n)
         if act.ndim == 0:
