@@ -80,6 +80,7 @@ class MAenv:
         self.continuous_actions = bool(continuous_actions)
         self.max_step = opened.max_step
         self._masks = opened.masks
+        self._state_is_obs = opened.state_is_obs
         self.agents_name: list[str] = list(self.env.possible_agents)
         self.n = len(self.agents_name)
         self.observation_space = [self.env.observation_space(a) for a in self.agents_name]
@@ -225,7 +226,10 @@ class MAenv:
         return index
 
     def state(self) -> np.ndarray:
-        """The global state (MPE's: every agent's observation side by side), float32."""
+        """The global state (MPE's and foraging's: every agent's observation side by side),
+        float32."""
+        if self._state_is_obs and self._obs:
+            return np.concatenate(self._obs, axis=None).astype(np.float32, copy=False)
         return np.asarray(self.env.state(), dtype=np.float32)
 
     def get_state(self) -> np.ndarray:
