@@ -69,9 +69,11 @@ class MADDPG(ActorCriticBase):
     PARL's MADDPG, step for step.
 
     The arguments have PARL's names and order; the defaults are those of PARL's MADDPG example.
-    One difference: PARL decides between discrete and continuous from the first agent's action
+    Two differences: PARL decides between discrete and continuous from the first agent's action
     space, this class from its own agent's (``act_space[agent_index]``), so a team that mixes
-    both kinds gets the right maths for every agent.
+    both kinds gets the right maths for every agent; and a model whose ``value`` returns a
+    ``(B, 1)`` column still gets one target per row here, where PARL's loss broadcasts it
+    against the ``(B,)`` target into every pair of rows.
 
     Args:
         model: the agent's actor-critic model (``policy``, ``value``, ``get_actor_params``,

@@ -7,8 +7,8 @@ from the same batches with torch's generator reseeded before every call on both 
 Gumbel and Gaussian draws), and must end with the same parameters, the same critic losses and
 the same ``predict``/``sample``/``Q`` outputs, for every agent of the team.
 
-The one deliberate deviation, which space decides between the discrete and the continuous maths,
-has its own test at the end.
+The deliberate deviations have their own tests at the end: which space decides between the
+discrete and the continuous maths, and a critic whose ``Q`` is a ``(B, 1)`` column.
 """
 
 from __future__ import annotations
@@ -208,3 +208,38 @@ def test_a_mixed_team_gets_each_agents_own_maths_where_published_parl_uses_the_f
         logits = ours.model.policy(obs)
         torch.testing.assert_close(ours.predict(obs), F.softmax(logits, dim=-1))
         torch.testing.assert_close(theirs.predict(obs), torch.tanh(logits[0]))
+
+
+class ColumnCritic(TeamModel):
+    """A critic that returns ``Q`` as a ``(B, 1)`` column, as DDPG-style models do."""
+
+    def value(self, obs_n: list[torch.Tensor], act_n: list[torch.Tensor]) -> torch.Tensor:
+        return self.critic(torch.cat(obs_n + act_n, dim=1))
+
+
+def test_a_q_column_is_one_value_per_row_where_published_parl_broadcasts(
+    published_maddpg: type, cpu_only: None
+) -> None:
+    """A deliberate deviation: with a model whose ``value`` is a ``(B, 1)`` column, the critic
+    loss here still compares one ``Q`` with one target per row. PARL passes the two to
+    ``F.mse_loss`` as they are, which broadcasts ``(B, 1)`` against ``(B,)`` into a ``(B, B)``
+    matrix: a loss over every pair of rows, with only a warning."""
+    torch.manual_seed(0)
+    critic_in = sum(OBS_DIMS) + sum(ACT_DIMS)
+    model = ColumnCritic(OBS_DIMS[0], ACT_DIMS[0], critic_in, continuous=False)
+    act_space = team_spaces(False)
+    theirs = published_maddpg(copy.deepcopy(model), agent_index=0, act_space=act_space, **HYPER)
+    ours = MADDPG(model, agent_index=0, act_space=act_space, **HYPER, device="cpu")
+    gen = torch.Generator().manual_seed(5)
+    obs_n, act_n, _ = team_batch(gen, continuous=False)
+    with torch.no_grad():  # targets close to the critic's own values: a small loss per row
+        q = model.value(obs_n, act_n).squeeze(1)
+        target = q + 0.01 * torch.randn(BATCH, generator=gen)
+        per_row = (q - target).square().mean()
+        every_pair = (q[:, None] - target[None, :]).square().mean()
+    assert every_pair > 10 * per_row
+    with pytest.warns(UserWarning, match="different to the input size"):
+        theirs_loss = call(theirs, "learn", 1, obs_n, act_n, target)
+    ours_loss = call(ours, "learn", 1, obs_n, act_n, target)
+    torch.testing.assert_close(ours_loss, per_row)
+    torch.testing.assert_close(theirs_loss.detach(), every_pair)
