@@ -18,6 +18,7 @@ SCRIPTS = {
     name: EXAMPLES / name / "train.py"
     for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "PPO", "QuickStart", "SAC", "TD3")
 }
+SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -30,6 +31,8 @@ EXPECTED = {
     "DDPG": OFF_POLICY,
     "TD3": OFF_POLICY,
     "SAC": OFF_POLICY,
+    # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
+    "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
     "QuickStart": set(COMMON_FLAGS)
     - {"train_total_steps", "test_every_steps", "resume", "xparl_addr"},
     "remote_hello": {"xparl_addr"},

@@ -1,0 +1,250 @@
+"""MADDPG on MPE's multi-agent scenarios (simple_speaker_listener by default), PARL 2.x's example
+made resumable.
+
+    python examples/MADDPG/train.py --env simple_speaker_listener --seed 0
+    python examples/MADDPG/train.py --env simple_spread --continuous_actions
+    python examples/MADDPG/train.py --resume --save_rpm       # continue where it stopped
+    tensorboard --logdir train_log
+
+The env is ``parl.env.multiagent_env.MAenv`` (one list entry per agent). Every agent has its own
+``MADDPG``, model and replay memory; all of them act at every step, and each learns every
+``--learn_every`` steps from a batch of the same transitions of every agent. Episode ``k`` is
+seeded with ``--seed + k``, so a run is reproducible and a resumed run continues exactly. A
+checkpoint (models, optimizers, random states, counters, and with ``--save_rpm`` the replay
+memories) is written after each evaluation and at the end; ``--resume`` continues from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from agent import MAAgent
+from model import MAModel
+from tqdm import tqdm
+
+from parl.algorithms import MADDPG
+from parl.env.multiagent_env import MAenv
+from parl.utils import logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
+
+CRITIC_LR = 0.01  # learning rate of the critics
+ACTOR_LR = 0.01  # learning rate of the actors
+GAMMA = 0.95  # reward discount factor
+TAU = 0.01  # soft target update rate
+EVAL_EPISODES = 3
+
+
+def build_agents(args: argparse.Namespace, env: MAenv) -> list[MAAgent]:
+    critic_in_dim = sum(env.obs_shape_n) + sum(env.act_shape_n)
+    agents = []
+    for i in range(env.n):
+        model = MAModel(
+            env.obs_shape_n[i], env.act_shape_n[i], critic_in_dim, args.continuous_actions
+        )
+        algorithm = MADDPG(
+            model,
+            agent_index=i,
+            act_space=env.action_space,
+            gamma=GAMMA,
+            tau=TAU,
+            actor_lr=ACTOR_LR,
+            critic_lr=CRITIC_LR,
+            device=args.device,
+        )
+        agent = MAAgent(
+            algorithm,
+            agent_index=i,
+            obs_dim_n=env.obs_shape_n,
+            act_dim_n=env.act_shape_n,
+            batch_size=args.batch_size,
+            memory_size=args.memory_size,
+            learn_every=args.learn_every,
+            warmup_size=args.warmup_size,
+        )
+        agents.append(agent)
+    return agents
+
+
+def run_episode(env: MAenv, agents: list[MAAgent], seed: int) -> tuple[float, list[float], int]:
+    """One exploring episode; every agent stores its transitions and learns at every step."""
+    obs_n = env.reset(seed=seed)
+    done, steps = False, 0
+    agents_reward = [0.0] * env.n
+    while not done:
+        steps += 1
+        action_n = [agent.sample(obs) for agent, obs in zip(agents, obs_n, strict=True)]
+        next_obs_n, reward_n, done_n, _ = env.step(action_n)
+        done = all(done_n)
+        # an episode cut at its length is not a terminal state: the critic bootstraps there
+        for i, agent in enumerate(agents):
+            agent.add_experience(
+                obs_n[i], action_n[i], reward_n[i], next_obs_n[i], env.terminations[i]
+            )
+            agents_reward[i] += reward_n[i]
+        obs_n = next_obs_n
+        for agent in agents:
+            critic_loss = agent.learn(agents)
+            if critic_loss is not None and agent.global_train_step % 1000 == 0:
+                summary.add_scalar(
+                    f"train/critic_loss_agent{agent.agent_index}",
+                    critic_loss,
+                    agent.global_train_step,
+                )
+    return sum(agents_reward), agents_reward, steps
+
+
+def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed: int) -> float:
+    """The mean over ``episodes`` greedy episodes of the team's total reward."""
+    totals = []
+    for k in range(episodes):
+        obs_n, done, total = env.reset(seed=seed + k), False, 0.0
+        while not done:
+            action_n = [agent.predict(obs) for agent, obs in zip(agents, obs_n, strict=True)]
+            obs_n, reward_n, done_n, _ = env.step(action_n)
+            done = all(done_n)
+            total += sum(reward_n)
+        totals.append(total)
+    return float(np.mean(totals))
+
+
+def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
+    for i, agent in enumerate(agents):
+        own = {**counters, "global_train_step": agent.global_train_step}
+        agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
+        if args.save_rpm:
+            agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
+
+
+def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[str, Any]:
+    counters: dict[str, Any] = {}
+    for i, agent in enumerate(agents):
+        # every file holds the same random states (saved together): the last one restored wins
+        own, _ = agent.restore_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"))
+        counters = dict(own)
+        agent.global_train_step = int(counters.pop("global_train_step"))
+        rpm_path = os.path.join(args.logdir, f"rpm_agent{i}.npz")
+        if os.path.exists(rpm_path):
+            agent.rpm.load(rpm_path)
+        else:
+            logger.warning(
+                "no replay memory in %s: agent %d resumes with an empty one", rpm_path, i
+            )
+    logger.info("resumed from %s at episode %d", args.logdir, counters["episodes"])
+    return counters
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    logger.info(
+        "MADDPG, env %s (continuous actions: %s), seed %d",
+        args.env,
+        args.continuous_actions,
+        args.seed,
+    )
+    env, eval_env = (
+        MAenv(args.env, args.continuous_actions),
+        MAenv(args.env, args.continuous_actions),
+    )
+    set_seed(args.seed)
+    agents = build_agents(args, env)
+    summary.set_dir(args.logdir)
+    c: dict[str, Any] = {"episodes": 0, "total_steps": 0}
+    if args.resume:
+        c = restore_checkpoint(args, agents)
+    eval_seed = args.seed + 10_000_000
+    stop_at = min(args.max_episodes, args.stop_after_episodes or args.max_episodes)
+    bar = tqdm(total=args.max_episodes, initial=int(c["episodes"]), disable=not args.progress)
+    while c["episodes"] < stop_at:
+        ep_reward, agents_reward, steps = run_episode(env, agents, args.seed + c["episodes"])
+        c["episodes"] += 1
+        c["total_steps"] += steps
+        bar.update(1)
+        summary.add_scalar("train/episode_reward_wrt_episode", ep_reward, c["episodes"])
+        summary.add_scalar("train/episode_reward_wrt_step", ep_reward, c["total_steps"])
+        if c["episodes"] % args.test_every_episodes == 0:
+            avg_reward = run_evaluate_episodes(eval_env, agents, args.eval_episodes, eval_seed)
+            summary.add_scalar("eval/episode_reward", avg_reward, c["episodes"])
+            bar.set_postfix(train=f"{ep_reward:.1f}", eval=f"{avg_reward:.1f}")
+            logger.info(
+                "episode %d, steps %d: evaluation over %d episodes: %.2f (agents in training: %s)",
+                c["episodes"],
+                c["total_steps"],
+                args.eval_episodes,
+                avg_reward,
+                [round(r, 2) for r in agents_reward],
+            )
+            save_checkpoint(args, agents, c)
+    bar.close()
+    save_checkpoint(args, agents, c)
+    for i, agent in enumerate(agents):
+        agent.save(os.path.join(args.logdir, f"agent_{i}.ckpt"))
+    final = run_evaluate_episodes(eval_env, agents, args.eval_episodes, eval_seed)
+    logger.info(
+        "done: %d episodes, %d steps; evaluation over %d episodes: %.2f",
+        c["episodes"],
+        c["total_steps"],
+        args.eval_episodes,
+        final,
+    )
+    summary.flush()
+    return final
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="simple_speaker_listener",
+        defaults={"eval_episodes": EVAL_EPISODES, "logdir": os.path.join("train_log", "MADDPG")},
+        skip=["train_total_steps", "test_every_steps", "xparl_addr"],
+        help={"env": "MPE scenario of parl.env.multiagent_env.MAenv (PARL's names)"},
+    )
+    parser.add_argument(
+        "--continuous_actions",
+        action="store_true",
+        help="continuous actions (a squashed Gaussian) instead of discrete ones",
+    )
+    parser.add_argument("--max_episodes", type=int, default=25_000, help="episodes to train for")
+    parser.add_argument(
+        "--test_every_episodes",
+        type=int,
+        default=1000,
+        help="evaluate and write a checkpoint every this many episodes",
+    )
+    parser.add_argument("--batch_size", type=int, default=1024, help="transitions per update")
+    parser.add_argument(
+        "--learn_every", type=int, default=100, help="env steps between two updates of an agent"
+    )
+    parser.add_argument(
+        "--warmup_size",
+        type=int,
+        default=None,
+        help="transitions stored before learning starts (default: batch_size * 25, PARL's)",
+    )
+    parser.add_argument(
+        "--memory_size", type=int, default=int(1e5), help="replay memory size per agent"
+    )
+    parser.add_argument(
+        "--save_rpm", action="store_true", help="checkpoint the replay memories too"
+    )
+    parser.add_argument(
+        "--stop_after_episodes",
+        type=int,
+        default=0,
+        help="end this run early, as if interrupted",
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()
