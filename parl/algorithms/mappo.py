@@ -138,6 +138,9 @@ class MAPPO(Algorithm):
         self.continuous_action = check_bool("continuous_action", continuous_action, owner=owner)
         super().__init__(model, device=get_device(device))
         actor, critic = (self._submodule(name) for name in ("actor", "critic"))
+        # PARL's models say whether their policy is multi-discrete; None: told by its output
+        flag = getattr(actor, "multi_discrete", None)
+        self.multi_discrete: bool | None = None if flag is None else bool(flag)
 
         self.value_normalizer: PopArt | None = None
         if self.use_popart:
@@ -174,12 +177,17 @@ class MAPPO(Algorithm):
         """The logits of each action component: one for a discrete action space."""
         if isinstance(policy, torch.Tensor):
             return [policy]
-        if isinstance(policy, list | tuple) and all(isinstance(p, torch.Tensor) for p in policy):
+        if (
+            isinstance(policy, list | tuple)
+            and all(isinstance(p, torch.Tensor) for p in policy)
+            and self.multi_discrete is not False
+        ):
             return list(policy)
         raise TypeError(
-            f"MAPPO: model.policy(obs) must return logits (B, n) or a list of them (one per "
-            f"component of a multi-discrete action), got {type(policy).__name__}; a Gaussian "
-            "policy returning (mean, std) needs continuous_action=True"
+            f"MAPPO: model.policy(obs) must return logits (B, n), or a list of them (one per "
+            f"component of a multi-discrete action, with model.actor.multi_discrete True or "
+            f"unset), got {type(policy).__name__}; a Gaussian policy returning (mean, std) "
+            "needs continuous_action=True"
         )
 
     def _gaussian(self, policy: Any) -> tuple[torch.Tensor, torch.Tensor]:
