@@ -81,7 +81,8 @@ class MAPPO(Algorithm):
         model: a ``parl.Model`` with ``policy(obs)``, ``value(cent_obs) -> (B, 1)`` and two
             sub-modules ``actor`` and ``critic`` whose parameters the two optimizers update
             (with ``use_popart``, ``critic.v_out`` is the critic's last ``nn.Linear(hidden,
-            1)``, which PopArt rescales).
+            1)``, which PopArt rescales). ``model.actor.multi_discrete`` (PARL's flag), when
+            set, says whether ``policy`` returns a list of logits, one per action component.
         clip_param: epsilon of the clipped ratio and of the clipped value update.
         value_loss_coef: weight of the value loss (c1 in the PPO paper).
         entropy_coef: weight of the entropy bonus (c2 in the PPO paper).
@@ -153,7 +154,8 @@ class MAPPO(Algorithm):
                     "use_popart=False"
                 )
             self.value_normalizer = PopArt(v_out.weight, v_out.bias)
-        adam: dict[str, Any] = {"lr": self.lr}
+        # torch's fused Adam: one kernel for all parameters instead of a dozen ops per tensor
+        adam: dict[str, Any] = {"lr": self.lr, "fused": self.device.type in ("cpu", "cuda")}
         if self.eps is not None:
             adam["eps"] = self.eps
         self.actor_optimizer = torch.optim.Adam(actor.parameters(), **adam)
