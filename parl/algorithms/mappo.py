@@ -58,7 +58,7 @@ def huber_loss(error: torch.Tensor, delta: float) -> torch.Tensor:
 
 
 class MAPPOLearnResult(NamedTuple):
-    """``(value_loss, policy_loss, dist_entropy)`` of one :meth:`MAPPO.learn`, as detached
+    """``(value_loss, policy_loss, dist_entropy)`` of one ``MAPPO.learn``, as detached
     0-d tensors (``.item()`` gives the float, as PARL's agents read them)."""
 
     value_loss: torch.Tensor

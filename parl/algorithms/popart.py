@@ -15,7 +15,7 @@ does) so that near-constant targets do not blow the scale up.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -26,9 +26,6 @@ from parl.utils.validation import check_float, check_int
 __all__ = ["PopArt"]
 
 _MIN_VARIANCE = 1e-2  # the floor of the debiased variance
-
-ArrayOrTensor = TypeVar("ArrayOrTensor", np.ndarray, torch.Tensor)
-
 
 class PopArt(nn.Module):
     """Running statistics of value targets, and the rescaling of the critic's output layer.
@@ -121,7 +118,13 @@ class PopArt(nn.Module):
         mean, var = self.debiased_mean_var()
         return (self._as_tensor(values) - self._broadcast(mean)) / self._broadcast(var.sqrt())
 
-    def denormalize(self, values: ArrayOrTensor) -> ArrayOrTensor:
+    @overload
+    def denormalize(self, values: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    def denormalize(self, values: np.ndarray) -> np.ndarray: ...
+
+    def denormalize(self, values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """``values * sigma + mu``: a tensor for a tensor (on the statistics' device), a numpy
         array for a numpy array.
 
