@@ -80,6 +80,7 @@ class MAenv:
         self.continuous_actions = bool(continuous_actions)
         self.max_step = opened.max_step
         self._masks = opened.masks
+        self._state_is_obs = opened.state_is_obs
         self.agents_name: list[str] = list(self.env.possible_agents)
         self.n = len(self.agents_name)
         self.observation_space = [self.env.observation_space(a) for a in self.agents_name]
@@ -201,7 +202,8 @@ class MAenv:
                     "(e.g. tanh) or clip them"
                 )
             low, high = space.low, space.high
-            return np.clip(low + (act + 1.0) * (high - low) / 2.0, low, high).astype(space.dtype)
+            mapped = low + (act + 1.0) * ((high - low) / 2.0)
+            return np.clip(mapped, low, high).astype(space.dtype, copy=False)
         assert isinstance(space, spaces.Discrete)
         n = int(space.n)
         if act.ndim == 0:
@@ -225,7 +227,10 @@ class MAenv:
         return index
 
     def state(self) -> np.ndarray:
-        """The global state (MPE's: every agent's observation side by side), float32."""
+        """The global state (MPE's and foraging's: every agent's observation side by side),
+        float32."""
+        if self._state_is_obs and self._obs:
+            return np.concatenate(self._obs, axis=None).astype(np.float32, copy=False)
         return np.asarray(self.env.state(), dtype=np.float32)
 
     def get_state(self) -> np.ndarray:
@@ -287,6 +292,13 @@ class MAenv:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # PARL's MAenv is a gym.Wrapper: other public names are the parallel env's
+        # (``possible_agents``, ``unwrapped``, ``agents``, ...)
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.env, name)
 
     def __repr__(self) -> str:
         return f"MAenv({self.scenario_name!r}, continuous_actions={self.continuous_actions})"

@@ -77,12 +77,15 @@ class ParallelEnv(Protocol):
 
 class Opened(NamedTuple):
     """An env opened by name: the parallel env, its action masks (``None``: every action is
-    always available), the space of its global state and its episode length."""
+    always available), the space of its global state, its episode length, and whether its
+    state is its agents' observations side by side (then read off them: mpe2's ``state()``
+    computes every observation again)."""
 
     env: ParallelEnv
     masks: Callable[[], list[np.ndarray]] | None
     state_space: gymnasium.spaces.Box
     max_step: int
+    state_is_obs: bool
 
 
 def known_names() -> list[str]:
@@ -133,14 +136,16 @@ def open_env(
                 **kwargs,
             }
         )
-        return Opened(env, None, env.state_space, steps)
+        return Opened(env, None, env.state_space, steps, True)
     if env_id.startswith("Foraging"):
         if continuous_actions:
             raise ValueError(
                 f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
             )
         foraging = ForagingParallelEnv(env_id, max_cycles, kwargs)
-        return Opened(foraging, foraging.action_masks, foraging.state_space, foraging.max_step)
+        return Opened(
+            foraging, foraging.action_masks, foraging.state_space, foraging.max_step, True
+        )
     raise AssertionError(f"check_env_id let {env_id!r} through")  # pragma: no cover
 
 
@@ -163,13 +168,26 @@ class ForagingParallelEnv:
 
     def __init__(self, env_id: str, max_cycles: int | None, kwargs: dict[str, Any]) -> None:
         try:
-            import lbforaging  # noqa: F401 - registers the Foraging ids with gymnasium
+            from lbforaging.foraging import ForagingEnv  # importing registers the ids too
         except ImportError as exc:
             raise ImportError(f"{env_id} needs lbforaging: {_INSTALL}") from exc
+        # built from the id's settings, not with gymnasium.make: make would take
+        # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
+        try:
+            spec = gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise ValueError(
+                f"unknown foraging id {env_id!r}: lbforaging's ids read "
+                "'Foraging[-2s]-<size>x<size>-<players>p-<food>f[-coop]-v3' (size 5 to 19, 2 to "
+                "9 players, 1 to 4 foods, -2s for a sight of 2), e.g. "
+                "'Foraging-8x8-2p-2f-coop-v3'"
+            ) from exc
+        settings = {**spec.kwargs, **kwargs}
         if max_cycles is not None:
-            kwargs = {**kwargs, "max_episode_steps": max_cycles}
-        self._env = gymnasium.make(env_id, disable_env_checker=True, **kwargs)
-        self._game: Any = self._env.unwrapped  # lbforaging's ForagingEnv (untyped)
+            settings["max_episode_steps"] = max_cycles
+        self.max_step = int(settings["max_episode_steps"])
+        self._env = ForagingEnv(**settings)
+        self._game: Any = self._env  # untyped: lbforaging's field, players, ...
         obs_spaces = self._env.observation_space
         act_spaces = self._env.action_space
         assert isinstance(obs_spaces, gymnasium.spaces.Tuple)
@@ -183,8 +201,6 @@ class ForagingParallelEnv:
             np.concatenate([b.high for b in boxes]),  # type: ignore[attr-defined]
             dtype=np.float32,
         )
-        steps = kwargs.get("max_episode_steps", gymnasium.spec(env_id).kwargs["max_episode_steps"])
-        self.max_step = int(steps)
         self._obs: tuple[np.ndarray, ...] = ()
 
     def observation_space(self, agent: str) -> gymnasium.Space:
