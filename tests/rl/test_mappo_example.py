@@ -94,3 +94,28 @@ print("same")
 """
     proc = run_python(code)
     assert proc.returncode == 0 and "same" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_mappo_example_refuses_observations_and_actions_of_another_agent_count(
+    run_python: RunPython,
+) -> None:
+    code = f"""
+import sys, types
+import numpy as np
+sys.path.insert(0, {str(MAPPO_DIR)!r})
+import train
+envs = types.SimpleNamespace(
+    obs_shape_n=[3, 11], act_shape_n=[3, 5], n_agents=2, state_shape=14, num_envs=4
+)
+team = train.Team(train.Config(), envs, episode_length=25)
+for call, args in ((team.split, (np.zeros((4, 3, 11)), np.zeros((4, 14)))),
+                   (team.env_actions, ([np.zeros((4, 1))],))):
+    try:
+        call(*args)
+    except ValueError as exc:
+        print("ERROR", exc)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERROR the envs report 3 agents per env, but the team has 2" in proc.stdout
+    assert "ERROR got actions of 1 agents, the team has 2" in proc.stdout
