@@ -172,6 +172,15 @@ def test_save_restore_gives_the_same_actions_and_popart_statistics(
     assert resumed.alg.value_normalizer.weight is resumed.alg.model.critic.v_out.weight
 
 
+def test_parl_import_paths() -> None:
+    import parl.algorithms
+    from parl.algorithms import mappo, popart
+
+    assert parl.algorithms.MAPPO is mappo.MAPPO and parl.algorithms.PopArt is popart.PopArt
+    assert mappo.PopArt is PopArt  # PARL's module defines both
+    assert {"MAPPO", "PopArt"} <= set(parl.algorithms.__all__)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def _batch(rows: int = 8, heads: int = 1) -> dict[str, torch.Tensor]:
     return {
