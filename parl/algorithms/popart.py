@@ -27,6 +27,7 @@ __all__ = ["PopArt"]
 
 _MIN_VARIANCE = 1e-2  # the floor of the debiased variance
 
+
 class PopArt(nn.Module):
     """Running statistics of value targets, and the rescaling of the critic's output layer.
 
