@@ -119,3 +119,20 @@ for call, args in ((team.split, (np.zeros((4, 3, 11)), np.zeros((4, 14)))),
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ERROR the envs report 3 agents per env, but the team has 2" in proc.stdout
     assert "ERROR got actions of 1 agents, the team has 2" in proc.stdout
+
+
+def test_mappo_example_runs_continuous_actions_and_without_the_papers_switches(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    common = [*SMALL, "--train_total_steps", "100", "--test_every_steps", "100"]
+    continuous, plain = _run_mains(
+        run_python,
+        [
+            [*common, "--eval_episodes", "1", "--continuous_actions"]
+            + ["--logdir", str(tmp_path / "continuous")],
+            [*common, "--eval_episodes", "1", "--use_popart", "False", "--use_centralized_V"]
+            + ["False", "--use_value_active_masks", "False", "--logdir", str(tmp_path / "plain")],
+        ],
+    )
+    for result in (continuous, plain):
+        assert result["total_steps"] == 100 and len(result["eval_history"]) == 1
