@@ -24,6 +24,8 @@ _ALGORITHMS: dict[str, str] = {
     "IMPALA": "parl.algorithms.impala",
     "ES": "parl.algorithms.es",
     "MADDPG": "parl.algorithms.maddpg",
+    "MAPPO": "parl.algorithms.mappo",
+    "PopArt": "parl.algorithms.popart",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -34,7 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.es import ES
     from parl.algorithms.impala import IMPALA
     from parl.algorithms.maddpg import MADDPG
+    from parl.algorithms.mappo import MAPPO
     from parl.algorithms.policy_gradient import PolicyGradient
+    from parl.algorithms.popart import PopArt
     from parl.algorithms.ppo import PPO
     from parl.algorithms.sac import SAC
     from parl.algorithms.td3 import TD3
@@ -59,4 +63,4 @@ def __dir__() -> list[str]:
 __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
-__all__ += ["MADDPG"]
+__all__ += ["MADDPG", "MAPPO", "PopArt"]

@@ -16,7 +16,7 @@ from .conftest import REPO_ROOT, RunPython
 EXAMPLES = REPO_ROOT / "examples"
 SCRIPTS = {
     name: EXAMPLES / name / "train.py"
-    for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "PPO", "QuickStart", "SAC", "TD3")
+    for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "MAPPO", "PPO", "QuickStart", "SAC", "TD3")
 }
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
@@ -27,6 +27,7 @@ EXPECTED = {
     "IMPALA": set(COMMON_FLAGS),
     "ES": set(COMMON_FLAGS),
     "PPO": set(COMMON_FLAGS),
+    "MAPPO": set(COMMON_FLAGS),
     "DQN": OFF_POLICY,
     "DDPG": OFF_POLICY,
     "TD3": OFF_POLICY,

@@ -1,0 +1,155 @@
+"""MAPPO updates per second: ``parl.algorithms.MAPPO`` against PARL 2.2.1's own MAPPO (its
+``parl/algorithms/torch/mappo.py`` from the published wheel, run against this package), on the
+same model and the same minibatches, measured in turn in the same run.
+
+    python scripts/bench_mappo.py                          # about 30 seconds
+    python scripts/bench_mappo.py --seconds 1 --rounds 1   # a quick check
+    python scripts/bench_mappo.py --rows 3200 --kind multidiscrete --threads 2
+    python scripts/bench_mappo.py --parl_wheel parl-2.2.1-py3-none-any.whl   # no download
+
+The model is the MAPPO example's (``examples/MAPPO/model.py``: two layer-normalised tanh layers
+of 64 units for the actor and for the critic) with ``simple_spread``'s sizes (observations of
+18, a global state of 54, 5 actions; ``--kind multidiscrete``: actions of 5 and 3). A minibatch
+is ``--rows`` steps (800: PARL's 25 steps of 32 envs), with PopArt and active masks, as PARL's
+benchmark learns. Each round times ``--seconds`` of updates of one side, then of the other; the
+figure is the median over rounds. The wheel is downloaded with pip (``pip download
+parl==2.2.1``) into a temporary folder unless ``--parl_wheel`` names it; its sha256 is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "MAPPO"))
+
+PARL_VERSION = "2.2.1"
+WHEEL_NAME = f"parl-{PARL_VERSION}-py3-none-any.whl"
+WHEEL_SHA256 = "2b2ca55d5440f94b64093647a7608df021a5ab0730e9aa0c80a6f96ad16690de"
+OBS_DIM, STATE_DIM = 18, 54
+ACT_DIMS: dict[str, Any] = {"discrete": 5, "multidiscrete": [5, 3]}
+# PARL's benchmark: clip, value-loss weight, entropy, lr, Huber delta, Adam eps, grad clip
+HYPER = (0.2, 1.0, 0.01, 7e-4, 10.0, 1e-5, 10.0)
+
+
+def wheel_path(given: str | None, folder: Path) -> Path:
+    """PARL's wheel: ``given``, or downloaded into ``folder``; checked against PyPI's sha256."""
+    if given:
+        wheel = Path(given)
+    else:
+        command = [
+            sys.executable, "-m", "pip", "download", f"parl=={PARL_VERSION}", "--no-deps",
+            "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", str(folder),
+        ]  # fmt: skip
+        subprocess.run(command, check=True, timeout=300)
+        wheel = folder / WHEEL_NAME
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256:
+        raise SystemExit(f"{wheel} has sha256 {digest}, not PyPI's {WHEEL_SHA256}")
+    return wheel
+
+
+def published_mappo(wheel: Path, folder: Path) -> ModuleType:
+    """PARL's ``mappo`` module from ``wheel``, loaded against this package."""
+    with zipfile.ZipFile(wheel) as archive:
+        path = Path(archive.extract("parl/algorithms/torch/mappo.py", folder))
+    spec = importlib.util.spec_from_file_location("published_parl_mappo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_batches(kind: str, rows: int, count: int) -> list[tuple[torch.Tensor, ...]]:
+    """``count`` minibatches of ``rows`` steps, laid out as PARL's buffer gives them."""
+    gen = torch.Generator().manual_seed(0)
+    dims = ACT_DIMS[kind] if isinstance(ACT_DIMS[kind], list) else [ACT_DIMS[kind]]
+    batches = []
+    for _ in range(count):
+        actions = torch.stack([torch.randint(n, (rows,), generator=gen) for n in dims], -1)
+        batches.append(
+            (
+                torch.randn(rows, STATE_DIM, generator=gen),
+                torch.randn(rows, OBS_DIM, generator=gen),
+                actions.float(),
+                torch.randn(rows, 1, generator=gen),
+                torch.randn(rows, 1, generator=gen),
+                -1.5 + 0.2 * torch.randn(rows, len(dims), generator=gen),
+                torch.randn(rows, 1, generator=gen),
+                torch.ones(rows, 1),
+            )
+        )
+    return batches
+
+
+def updates_per_second(alg: Any, batches: list[tuple[torch.Tensor, ...]], seconds: float) -> float:
+    """Updates per second over at least ``seconds`` (the loss values read each time, as PARL's
+    agent does with ``.item()``)."""
+    done, start = 0, time.perf_counter()
+    while True:
+        value_loss, policy_loss, entropy = alg.learn(*batches[done % len(batches)])
+        value_loss.item(), policy_loss.item(), entropy.item()
+        done += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return done / elapsed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=sorted(ACT_DIMS), default="discrete")
+    parser.add_argument("--rows", type=int, default=800, help="steps per minibatch")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per side and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--parl_wheel", default=None, help="PARL 2.2.1's wheel (default: pip)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from model import MAPPOModel  # the example's
+
+    from parl.algorithms import MAPPO
+
+    # PARL's MAPPO moves its model to CUDA when there is one: both sides run on the CPU
+    torch.cuda.is_available = lambda: False  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory() as tmp:
+        module = published_mappo(wheel_path(args.parl_wheel, Path(tmp)), Path(tmp))
+    torch.manual_seed(0)
+    model = MAPPOModel(OBS_DIM, STATE_DIM, ACT_DIMS[args.kind])
+    sides = {
+        "PARL 2.2.1": module.MAPPO(copy.deepcopy(model), *HYPER),
+        "parl-torch": MAPPO(model, *HYPER, device="cpu"),
+    }
+    batches = make_batches(args.kind, args.rows, 8)
+    for alg in sides.values():  # warm up: Adam's state, allocator, first-call costs
+        updates_per_second(alg, batches, 0.2)
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(args.rounds):
+        for name, alg in sides.items():
+            rates[name].append(updates_per_second(alg, batches, args.seconds))
+    print(
+        f"MAPPO updates per second, {args.kind} actions, {args.rows} rows per minibatch, "
+        f"{args.threads} torch thread(s), median of {args.rounds} round(s) of {args.seconds} s:"
+    )
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    for name, median in medians.items():
+        rounds = ", ".join(f"{v:.1f}" for v in rates[name])
+        print(f"  {name:<11} {median:8.1f} updates/s  (rounds: {rounds})")
+    print(f"  ratio       {medians['parl-torch'] / medians['PARL 2.2.1']:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The MAPPO example (``examples/MAPPO``) on MPE's ``simple_speaker_listener``, run in a fresh
+interpreter: it learns within a few thousand steps at a fixed seed, the same seed gives the same
+run, and a run resumed from its checkpoints ends where a straight run does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT, RunPython
+
+pytest.importorskip("mpe2")
+pytestmark = pytest.mark.slow  # the example script, run for real
+
+MAPPO_DIR = REPO_ROOT / "examples" / "MAPPO"
+SMALL = ["--env_num", "4", "--num_workers", "1", "--ppo_epoch", "3", "--no_progress"]
+
+
+def _run_mains(run_python: RunPython, runs: list[list[str]], timeout: float = 240) -> list[dict]:
+    """``train.main(args)`` of the example for each ``args`` in one interpreter; their results."""
+    code = f"""
+import dataclasses, json, sys, torch
+sys.path.insert(0, {str(MAPPO_DIR)!r})
+torch.set_num_threads(1)
+import train
+for args in {runs!r}:
+    print("RESULT" + json.dumps(dataclasses.asdict(train.main(args))))
+"""
+    proc = run_python(code, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    return [json.loads(line[len("RESULT") :]) for line in lines]
+
+
+def test_mappo_example_learns_speaker_listener(run_python: RunPython, tmp_path: Path) -> None:
+    (result,) = _run_mains(
+        run_python,
+        [
+            ["--train_total_steps", "6000", "--test_every_steps", "6000", "--env_num", "16"]
+            + ["--num_workers", "1", "--eval_episodes", "3", "--no_progress", "--seed", "0"]
+            + ["--logdir", str(tmp_path / "run")]
+        ],
+    )
+    returns = result["train_returns"]
+    assert len(returns) == 15 and result["total_steps"] == 6000
+    # random speakers and listeners score about -50 per episode; 15 updates halve that
+    first, last = sum(returns[:3]) / 3, sum(returns[-3:]) / 3
+    assert last > first + 10.0, returns
+    assert (tmp_path / "run" / "checkpoint_agent1.pt").exists()
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "run").iterdir())
+
+
+def test_mappo_example_same_seed_same_run_and_resumed_equals_straight(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    def args(steps: int, logdir: str, *extra: str) -> list[str]:
+        common = ["--test_every_steps", "200", "--eval_episodes", "2", "--seed", "5"]
+        return [*SMALL, *common, "--train_total_steps", str(steps), "--logdir", logdir, *extra]
+
+    folders = {name: str(tmp_path / name) for name in ("straight", "again", "resumed")}
+    straight, again, first_half, resumed = _run_mains(
+        run_python,
+        [
+            args(400, folders["straight"]),
+            args(400, folders["again"]),
+            args(200, folders["resumed"]),
+            args(400, folders["resumed"], "--resume"),
+        ],
+    )
+    assert straight["eval_history"] == again["eval_history"]
+    assert [steps for steps, _ in straight["eval_history"]] == [200, 400]
+    assert first_half["eval_history"] == straight["eval_history"][:1]
+    assert resumed["eval_history"] == straight["eval_history"]
+    assert resumed["train_returns"] == straight["train_returns"][2:]  # the updates it ran
+    code = f"""
+import torch
+def tensors(path):
+    state = torch.load(path, weights_only=False)
+    found = []
+    def walk(x):
+        if torch.is_tensor(x): found.append(x)
+        elif isinstance(x, dict): [walk(v) for v in x.values()]
+        elif isinstance(x, (list, tuple)): [walk(v) for v in x]
+    walk(state["models"]); walk(state["optimizers"])
+    return found
+for agent in (0, 1):
+    runs = [tensors(f"{{folder}}/checkpoint_agent{{agent}}.pt") for folder in {list(folders.values())!r}]
+    assert runs[0] and all(len(r) == len(runs[0]) for r in runs)
+    for other in runs[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(runs[0], other))
+print("same")
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0 and "same" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_mappo_example_refuses_observations_and_actions_of_another_agent_count(
+    run_python: RunPython,
+) -> None:
+    code = f"""
+import sys, types
+import numpy as np
+sys.path.insert(0, {str(MAPPO_DIR)!r})
+import train
+envs = types.SimpleNamespace(
+    obs_shape_n=[3, 11], act_shape_n=[3, 5], n_agents=2, state_shape=14, num_envs=4
+)
+team = train.Team(train.Config(), envs, episode_length=25)
+for call, args in ((team.split, (np.zeros((4, 3, 11)), np.zeros((4, 14)))),
+                   (team.env_actions, ([np.zeros((4, 1))],))):
+    try:
+        call(*args)
+    except ValueError as exc:
+        print("ERROR", exc)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERROR the envs report 3 agents per env, but the team has 2" in proc.stdout
+    assert "ERROR got actions of 1 agents, the team has 2" in proc.stdout
+
+
+def test_mappo_example_runs_continuous_actions_and_without_the_papers_switches(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    common = [*SMALL, "--train_total_steps", "100", "--test_every_steps", "100"]
+    continuous, plain = _run_mains(
+        run_python,
+        [
+            [*common, "--eval_episodes", "1", "--continuous_actions"]
+            + ["--logdir", str(tmp_path / "continuous")],
+            [*common, "--eval_episodes", "1", "--use_popart", "False", "--use_centralized_V"]
+            + ["False", "--use_value_active_masks", "False", "--logdir", str(tmp_path / "plain")],
+        ],
+    )
+    for result in (continuous, plain):
+        assert result["total_steps"] == 100 and len(result["eval_history"]) == 1
