@@ -53,7 +53,9 @@ class Mixer(parl.Model):
         self.hyper_w1 = nn.Sequential(
             nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, embed * n_agents)
         )
-        self.hyper_w2 = nn.Sequential(nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, embed))
+        self.hyper_w2 = nn.Sequential(
+            nn.Linear(state_dim, hyper), nn.ReLU(), nn.Linear(hyper, embed)
+        )
         self.hyper_b1 = nn.Linear(state_dim, embed)
         self.hyper_b2 = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
 
