@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,3 +248,84 @@ class CoordinationGame:
         reward = {0: 0.0, 1: 0.25, 2: 1.0}[hits]
         self.t += 1
         return reward, self.t >= self.length
+
+
+Act = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def play_episode(game: CoordinationGame, act: Act) -> dict[str, np.ndarray]:
+    """One episode of ``game`` with ``act(obs, avail, last_actions) -> actions``, stored as
+    PARL's QMIX example stores it: ``limit + 1`` slots, padding with ``filled = 1``,
+    ``terminated = 1``, zeros and no available action. Adds ``return`` and ``best``."""
+    slots = game.limit + 1
+    n, a = game.n_agents, game.n_actions
+    episode = {
+        "state": np.zeros((slots, game.state_dim), np.float32),
+        "actions": np.zeros((slots, n), np.int64),
+        "reward": np.zeros((slots, 1), np.float32),
+        "terminated": np.ones((slots, 1), np.float32),
+        "obs": np.zeros((slots, n, game.obs_dim), np.float32),
+        "avail": np.zeros((slots, n, a), np.float32),
+        "filled": np.ones((slots, 1), np.float32),
+    }
+    state, obs = game.reset()
+    last = np.full(n, -1)
+    total, done, t = 0.0, False, 0
+    while not done:
+        avail = game.available()
+        actions = np.asarray(act(obs, avail, last))
+        reward, done = game.step(actions)
+        for key, value in (
+            ("state", state), ("actions", actions), ("reward", [reward]),
+            ("terminated", [float(done)]), ("obs", obs), ("avail", avail), ("filled", [0.0]),
+        ):  # fmt: skip
+            episode[key][t] = value
+        total += reward
+        last, t = actions, t + 1
+        if not done:
+            state, obs = game.state(), game.obs()
+    episode["return"] = np.array(total)
+    episode["best"] = np.array(game.best_return())
+    return episode
+
+
+def stack_episodes(episodes: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+    """Episodes of ``play_episode`` as ``(B, T, ...)`` tensors."""
+    return {key: torch.as_tensor(np.stack([e[key] for e in episodes])) for key in episodes[0]}
+
+
+def coma_inputs(batch: dict[str, torch.Tensor], n_actions: int) -> dict[str, torch.Tensor]:
+    """PARL's COMA batch from stacked episodes: actor inputs ``(o_a, u_a(t-1), id)`` (the
+    game's observations already hold the agent's id) and critic inputs ``(o_a, s, u_-a(t),
+    u(t-1), id)``, with ``critic_inputs_next`` those of step ``t + 1`` (zeros after the end)."""
+    obs, state, actions = batch["obs"], batch["state"], batch["actions"]
+    e, t, n, _ = obs.shape
+    u_onehot = F.one_hot(actions, n_actions).float() * (1.0 - batch["filled"]).unsqueeze(-1)
+    u_last = torch.zeros_like(u_onehot)
+    u_last[:, 1:] = u_onehot[:, :-1]
+    ids = torch.eye(n).expand(e, t, n, n)
+    others = u_onehot.unsqueeze(2).expand(e, t, n, n, n_actions) * (1.0 - torch.eye(n)).view(
+        1, 1, n, n, 1
+    )
+    critic = torch.cat(
+        [
+            obs,
+            state.unsqueeze(2).expand(e, t, n, -1),
+            others.reshape(e, t, n, -1),
+            u_last.reshape(e, t, 1, -1).expand(e, t, n, -1),
+            ids,
+        ],
+        dim=-1,
+    )
+    critic_next = torch.zeros_like(critic)
+    critic_next[:, :-1] = critic[:, 1:]
+    return {
+        "r": batch["reward"],
+        "u": actions.unsqueeze(-1),
+        "avail_u": batch["avail"],
+        "padded": batch["filled"],
+        "isover": batch["terminated"],
+        "actor_inputs": torch.cat([obs, u_last], dim=-1),
+        "critic_inputs": critic,
+        "critic_inputs_next": critic_next,
+    }
