@@ -205,11 +205,10 @@ def coma_batch(
 class CoordinationGame:
     """Two agents, three actions, episodes of 2 or 3 steps (drawn at reset).
 
-    At step ``t`` the team earns 1 when both agents pick the step's target action
-    ``TARGETS[t]``, 0.25 when one of them does, else 0. Action 2, step 0's target, is
-    unavailable to agent 1 at step 0, so 0.25 is the most step 0 can give. Each agent observes
-    the step (one-hot) and its own id; the state is the step (one-hot). The best return is
-    ``best_return()``.
+    At step ``t`` the team earns 1 for each agent that picks the step's target action
+    ``TARGETS[t]``. Action 2, step 0's target, is unavailable to agent 1 at step 0, so 1 is the
+    most step 0 can give. Each agent observes the step (one-hot) and its own id; the state is
+    the step (one-hot). The best return is ``best_return()``.
     """
 
     TARGETS = (2, 1, 0)
@@ -223,7 +222,7 @@ class CoordinationGame:
         self.length = 2
 
     def best_return(self) -> float:
-        return 0.25 + (self.length - 1)
+        return 1.0 + 2.0 * (self.length - 1)
 
     def reset(self) -> tuple[np.ndarray, np.ndarray]:
         self.t = 0
@@ -245,7 +244,7 @@ class CoordinationGame:
 
     def step(self, actions: np.ndarray) -> tuple[float, bool]:
         hits = int(np.sum(np.asarray(actions) == self.TARGETS[self.t]))
-        reward = {0: 0.0, 1: 0.25, 2: 1.0}[hits]
+        reward = float(hits)
         self.t += 1
         return reward, self.t >= self.length
 
