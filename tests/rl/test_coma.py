@@ -65,7 +65,7 @@ def greedy(alg: COMA) -> tuple[float, float]:
     return sum(float(e["return"]) for e in episodes), sum(float(e["best"]) for e in episodes)
 
 
-def train(seed: int, iterations: int = 150) -> COMA:
+def train(seed: int, iterations: int = 100) -> COMA:
     alg = make_coma(seed)
     game, gen = GAME(seed), torch.Generator().manual_seed(seed)
     for iteration in range(iterations):
