@@ -1,8 +1,9 @@
 """Environments: gymnasium wrappers with PARL's names and import paths, and vector envs.
 
-``from parl.env import CompatWrapper, ActionMappingWrapper`` works as in PARL 2.x. Submodules
-(``parl.env.atari_wrappers``, ``parl.env.mujoco_wrappers``, ``parl.env.vector_env``) load on first
-access, so this package imports only gymnasium.
+``from parl.env import CompatWrapper, ActionMappingWrapper`` works as in PARL 2.x, and so does
+``from parl.env.multiagent_env import MAenv``. Submodules (``parl.env.atari_wrappers``,
+``parl.env.mujoco_wrappers``, ``parl.env.vector_env``, ...) load on first access, so this package
+imports only gymnasium.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "VectorEnv": ("parl.env.vector_env", "VectorEnv"),
     "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
     "BatchVectorEnv": ("parl.env.batch_vector_env", "BatchVectorEnv"),
+    "MAenv": ("parl.env.multiagent_env", "MAenv"),
+    "MultiAgentVectorEnv": ("parl.env.multiagent_vector_env", "MultiAgentVectorEnv"),
     "compat_wrapper": ("parl.env.compat_wrapper", None),
     "atari_wrappers": ("parl.env.atari_wrappers", None),
     "mujoco_wrappers": ("parl.env.mujoco_wrappers", None),
     "vector_env": ("parl.env.vector_env", None),
     "compat_wrappers": ("parl.env.compat_wrappers", None),
+    "multiagent_env": ("parl.env.multiagent_env", None),
     "continuous_wrappers": ("parl.env.continuous_wrappers", None),
 }
 
@@ -37,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         is_gym_version_ge,
     )
     from parl.env.continuous_wrappers import ActionMappingWrapper
+    from parl.env.multiagent_env import MAenv
+    from parl.env.multiagent_vector_env import MultiAgentVectorEnv
     from parl.env.remote_vector_env import RemoteVectorEnv
     from parl.env.vector_env import VectorEnv
 
@@ -47,6 +53,8 @@ __all__ = [
     "ActionMappingWrapper",
     "BatchVectorEnv",
     "CompatWrapper",
+    "MAenv",
+    "MultiAgentVectorEnv",
     "RemoteVectorEnv",
     "V_GYM_CHANGED",
     "V_NPRANDOM_CHANGED",

@@ -15,7 +15,7 @@ resets it at once and reports ``final_obs`` and ``final_info``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium
 import numpy as np
@@ -48,6 +48,15 @@ class EnvBatch(Protocol):
     def set_attr(self, name: str, values: Sequence[Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class MoreBuffers(Protocol):
+    """An ``EnvBatch`` that writes more than observations and step results (a multi-agent
+    batch's global state and action masks): its actor hands it its slices of every shared
+    array the caller allocated, once, before the first reset."""
+
+    def attach(self, buffers: dict[str, np.ndarray]) -> None: ...
 
 
 def check_same_spaces(

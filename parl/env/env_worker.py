@@ -11,13 +11,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 import parl
-from parl.env.env_batch import EnvBatch, Infos
+from parl.env.env_batch import EnvBatch, Infos, MoreBuffers
 from parl.shm.doorbell import ActorBell
 
-__all__ = ["BUFFERS", "RESULTS", "Builder", "EnvWorker", "RemoteEnvWorker"]
+__all__ = ["BUFFERS", "Builder", "EnvWorker", "RemoteEnvWorker"]
 
-BUFFERS = ("obs", "actions", "rewards", "terminations", "truncations")
-RESULTS = ("obs", "rewards", "terminations", "truncations")
+BUFFERS = ("obs", "actions", "rewards", "terminations", "truncations")  # every batch has these
 Builder = Callable[[AutoresetMode, bool], EnvBatch]
 
 
@@ -33,11 +32,15 @@ class EnvWorker:
         return self.batch.single_observation_space, self.batch.single_action_space
 
     def attach(self, buffers: dict[str, np.ndarray], start: int) -> None:
+        """Take this actor's slices of ``buffers``: ``BUFFERS``, and any more that the caller
+        allocated for a batch that writes them (see :class:`parl.env.env_batch.MoreBuffers`)."""
         stop = start + self.batch.num_envs
-        self.bufs = {name: buffers[name][start:stop] for name in BUFFERS}
+        self.bufs = {name: buf[start:stop] for name, buf in buffers.items()}
         for name, buf in self.bufs.items():
             if not buf.flags.writeable:  # a read-only copy (Ray's object store): own one
                 self.bufs[name] = buf.copy()
+        if isinstance(self.batch, MoreBuffers):
+            self.batch.attach(self.bufs)
 
     def open_bell(self, paths: tuple[str, str]) -> bool:
         """Open the doorbell's pipes; False where they are not here (another host)."""
@@ -53,11 +56,16 @@ class EnvWorker:
         self.bell.serve(self._step_shared)
 
     def reset(self, seeds: Sequence[int | None], options: Any, values: bool) -> tuple[Infos, Any]:
+        """Reset the envs; with ``values``, also return copies of the results (a dict)."""
         bufs = self.bufs
         infos = self.batch.reset(seeds, options, bufs["obs"])
         bufs["terminations"][:] = False
         bufs["truncations"][:] = False
-        return infos, (bufs["obs"].copy() if values else None)
+        return infos, (self._results() if values else None)
+
+    def _results(self) -> dict[str, np.ndarray]:
+        """Copies of every buffer the envs write (all but the actions)."""
+        return {name: buf.copy() for name, buf in self.bufs.items() if name != "actions"}
 
     def _step_shared(self) -> Infos:
         b = self.bufs
@@ -67,13 +75,12 @@ class EnvWorker:
 
     def step(self, actions: Any = None) -> Any:
         """Without ``actions``: step from and into the shared arrays, return the infos. With
-        them (``transport="values"``): return the infos and copies of the results."""
+        them (``transport="values"``): return the infos and copies of the results (a dict)."""
         if actions is None:
             return self._step_shared()
-        bufs = self.bufs
-        bufs["actions"][:] = actions
+        self.bufs["actions"][:] = actions
         infos = self._step_shared()
-        return (infos, *(bufs[name].copy() for name in RESULTS))
+        return infos, self._results()
 
     def call(self, name: str, args: tuple, kwargs: dict) -> list[Any]:
         return self.batch.call(name, args, kwargs)

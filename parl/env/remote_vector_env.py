@@ -32,7 +32,7 @@ from gymnasium.vector.utils import batch_space
 
 import parl
 from parl.env.env_batch import EnvList, Infos, check_same_spaces, per_env_values, reset_seeds
-from parl.env.env_worker import RESULTS, Builder, RemoteEnvWorker
+from parl.env.env_worker import Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
 from parl.remote.context import actors_share_memory
 from parl.shm.doorbell import DONE, INFOS, CallerBell, answers
@@ -269,9 +269,14 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         ]
         results = parl.get(futures)
         if self._values:
-            for (_, obs), r in zip(results, self._ranges, strict=True):
-                self._bufs["obs"][r.start : r.stop] = obs
+            for (_, arrays), r in zip(results, self._ranges, strict=True):
+                self._put_results(arrays, r)
         return self._bufs["obs"].copy(), self._merge([infos for infos, _ in results])
+
+    def _put_results(self, arrays: dict[str, np.ndarray], r: range) -> None:
+        """Copy an actor's results (``transport="values"``) into the caller's arrays."""
+        for name, array in arrays.items():
+            self._bufs[name][r.start : r.stop] = array
 
     def step_async(self, actions: Any) -> None:
         """Start a step with ``actions`` (batched) and return at once; see :meth:`step_wait`."""
@@ -317,9 +322,8 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
                 per_worker = results
             else:
                 per_worker = []
-                for (infos, *arrays), r in zip(results, self._ranges, strict=True):
-                    for name, array in zip(RESULTS, arrays, strict=True):
-                        bufs[name][r.start : r.stop] = array
+                for (infos, arrays), r in zip(results, self._ranges, strict=True):
+                    self._put_results(arrays, r)
                     per_worker.append(infos)
         return (
             bufs["obs"].copy(),

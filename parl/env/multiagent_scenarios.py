@@ -1,0 +1,251 @@
+"""The multi-agent environments that :class:`parl.env.multiagent_env.MAenv` opens by name.
+
+Two families, both seen through PettingZoo's parallel-env interface (``possible_agents``,
+``observation_space(agent)``, ``action_space(agent)``, ``reset``, ``step`` with one dict per
+agent, ``state()``):
+
+- MPE's particle scenarios from ``mpe2`` (the package PettingZoo moved them to), with the sizes
+  PARL's MADDPG benchmark trains on (two good agents in ``simple_adversary``, three agents and a
+  fully shared reward in ``simple_spread``, ...). Every action is always available.
+- Level-based foraging from ``lbforaging`` (ids such as ``Foraging-8x8-2p-2f-coop-v3``), a
+  gymnasium env with one Tuple entry per agent, adapted here; its action masks are real: a move
+  into a wall or a food cell, and a load with no food beside the agent, are not available.
+
+Both packages come with the ``multiagent`` extra (``pip install parl-torch[multiagent]``); they
+are imported when an env is opened, never at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import gymnasium
+import numpy as np
+
+__all__ = [
+    "MPE_SCENARIOS",
+    "ForagingParallelEnv",
+    "Opened",
+    "ParallelEnv",
+    "check_env_id",
+    "known_names",
+    "open_env",
+]
+
+# PARL's name -> (mpe2's module, the settings PARL's MADDPG benchmark uses)
+MPE_SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
+    "simple": ("simple_v3", {}),
+    "simple_adversary": ("simple_adversary_v3", {"N": 2}),
+    "simple_crypto": ("simple_crypto_v3", {}),
+    "simple_push": ("simple_push_v3", {}),
+    "simple_reference": ("simple_reference_v3", {}),
+    "simple_speaker_listener": ("simple_speaker_listener_v4", {}),
+    "simple_spread": ("simple_spread_v3", {"N": 3, "local_ratio": 0.0}),
+    "simple_tag": ("simple_tag_v3", {"num_good": 1, "num_adversaries": 3, "num_obstacles": 2}),
+    "simple_world_comm": (
+        "simple_world_comm_v3",
+        {"num_good": 2, "num_adversaries": 4, "num_obstacles": 1, "num_food": 2, "num_forests": 2},
+    ),
+}
+MPE_STEPS = 25  # PARL's episode length for MPE (max_cycles)
+_INSTALL = "pip install 'parl-torch[multiagent]' (or: pip install mpe2 pettingzoo lbforaging)"
+
+
+class ParallelEnv(Protocol):
+    """What ``MAenv`` needs of a PettingZoo parallel env."""
+
+    possible_agents: list[str]
+
+    def observation_space(self, agent: str) -> gymnasium.Space: ...
+
+    def action_space(self, agent: str) -> gymnasium.Space: ...
+
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]: ...
+
+    def state(self) -> np.ndarray: ...
+
+    def render(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Opened(NamedTuple):
+    """An env opened by name: the parallel env, its action masks (``None``: every action is
+    always available), the space of its global state, its episode length, and whether its
+    state is its agents' observations side by side (then read off them: mpe2's ``state()``
+    computes every observation again)."""
+
+    env: ParallelEnv
+    masks: Callable[[], list[np.ndarray]] | None
+    state_space: gymnasium.spaces.Box
+    max_step: int
+    state_is_obs: bool
+
+
+def known_names() -> list[str]:
+    """The names ``open_env`` accepts (PARL's, then mpe2's versioned ids), for error messages."""
+    return [*MPE_SCENARIOS, *(module for module, _ in MPE_SCENARIOS.values())]
+
+
+def _mpe_module(name: str) -> tuple[str, dict[str, Any]] | None:
+    if name in MPE_SCENARIOS:
+        return MPE_SCENARIOS[name]
+    for module, settings in MPE_SCENARIOS.values():
+        if name == module:
+            return module, settings
+    return None
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuse, naming the known ones, a name that ``open_env`` would not open (without
+    importing mpe2 or lbforaging)."""
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a str such as 'simple_spread', got {env_id!r}")
+    if _mpe_module(env_id) is None and not env_id.startswith("Foraging"):
+        raise ValueError(
+            f"unknown multi-agent env {env_id!r}: the MPE scenarios are {known_names()}, and "
+            "level-based foraging ids start with 'Foraging' (e.g. 'Foraging-8x8-2p-2f-coop-v3')"
+        )
+
+
+def open_env(
+    env_id: str, continuous_actions: bool, max_cycles: int | None, kwargs: dict[str, Any]
+) -> Opened:
+    """Open ``env_id``: an MPE scenario (PARL's name or mpe2's versioned id) or an
+    ``lbforaging`` id (``Foraging-...``). ``kwargs`` go to the env's constructor."""
+    check_env_id(env_id)
+    found = _mpe_module(env_id)
+    if found is not None:
+        module_name, settings = found
+        try:
+            module = importlib.import_module(f"mpe2.{module_name}")
+        except ImportError as exc:
+            raise ImportError(f"MPE scenario {env_id!r} needs mpe2: {_INSTALL}") from exc
+        steps = MPE_STEPS if max_cycles is None else max_cycles
+        env = module.parallel_env(
+            **{
+                **settings,
+                "max_cycles": steps,
+                "continuous_actions": continuous_actions,
+                **kwargs,
+            }
+        )
+        return Opened(env, None, env.state_space, steps, True)
+    if env_id.startswith("Foraging"):
+        if continuous_actions:
+            raise ValueError(
+                f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
+            )
+        foraging = ForagingParallelEnv(env_id, max_cycles, kwargs)
+        return Opened(
+            foraging, foraging.action_masks, foraging.state_space, foraging.max_step, True
+        )
+    raise AssertionError(f"check_env_id let {env_id!r} through")  # pragma: no cover
+
+
+# lbforaging's actions, in its order
+_NONE, _NORTH, _SOUTH, _WEST, _EAST, _LOAD = range(6)
+
+
+class ForagingParallelEnv:
+    """``lbforaging``'s gymnasium env as a PettingZoo-style parallel env.
+
+    lbforaging reports one ``done`` for all players, both when the food is gone and at its step
+    limit; here the first is a termination and the second a truncation. Its global state is the
+    players' observations side by side (with full sight, each one already sees the whole field).
+
+    Args:
+        env_id: a registered ``Foraging-...`` id.
+        max_cycles: the episode length; ``None`` keeps the id's (50).
+        kwargs: more arguments of ``lbforaging``'s ``ForagingEnv``.
+    """
+
+    def __init__(self, env_id: str, max_cycles: int | None, kwargs: dict[str, Any]) -> None:
+        try:
+            from lbforaging.foraging import ForagingEnv  # importing registers the ids too
+        except ImportError as exc:
+            raise ImportError(f"{env_id} needs lbforaging: {_INSTALL}") from exc
+        # built from the id's settings, not with gymnasium.make: make would take
+        # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
+        settings = {**gymnasium.spec(env_id).kwargs, **kwargs}
+        if max_cycles is not None:
+            settings["max_episode_steps"] = max_cycles
+        self.max_step = int(settings["max_episode_steps"])
+        self._env = ForagingEnv(**settings)
+        self._game: Any = self._env  # untyped: lbforaging's field, players, ...
+        obs_spaces = self._env.observation_space
+        act_spaces = self._env.action_space
+        assert isinstance(obs_spaces, gymnasium.spaces.Tuple)
+        assert isinstance(act_spaces, gymnasium.spaces.Tuple)
+        self.possible_agents = [f"player_{i}" for i in range(len(obs_spaces))]
+        self._obs_spaces = dict(zip(self.possible_agents, obs_spaces.spaces, strict=True))
+        self._act_spaces = dict(zip(self.possible_agents, act_spaces.spaces, strict=True))
+        boxes = list(obs_spaces.spaces)
+        self.state_space = gymnasium.spaces.Box(
+            np.concatenate([b.low for b in boxes]),  # type: ignore[attr-defined]
+            np.concatenate([b.high for b in boxes]),  # type: ignore[attr-defined]
+            dtype=np.float32,
+        )
+        self._obs: tuple[np.ndarray, ...] = ()
+
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.Space:
+        return self._act_spaces[agent]
+
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._obs, _ = self._env.reset(seed=seed, options=options)
+        return self._per_agent(self._obs), {a: {} for a in self.possible_agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        step: Any = self._env.step
+        self._obs, rewards, done, _, _ = step(tuple(int(actions[a]) for a in self.possible_agents))
+        food_left = bool(self._game.field.sum() > 0)
+        terminated, truncated = done and not food_left, done and food_left
+        agents = self.possible_agents
+        return (
+            self._per_agent(self._obs),
+            dict(zip(agents, (float(r) for r in rewards), strict=True)),
+            dict.fromkeys(agents, terminated),
+            dict.fromkeys(agents, truncated),
+            {a: {} for a in agents},
+        )
+
+    def _per_agent(self, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        return dict(zip(self.possible_agents, obs, strict=True))
+
+    def state(self) -> np.ndarray:
+        return np.concatenate(self._obs).astype(np.float32)
+
+    def action_masks(self) -> list[np.ndarray]:
+        """One bool mask of the 6 actions per player, from the field as it is now (the rule
+        lbforaging applies: it turns an unavailable action into doing nothing)."""
+        game = self._game
+        field, (rows, cols) = game.field, game.field_size
+        masks = []
+        for player in game.players:
+            r, c = player.position
+            mask = np.zeros(6, dtype=bool)
+            mask[_NONE] = True
+            mask[_NORTH] = r > 0 and field[r - 1, c] == 0
+            mask[_SOUTH] = r < rows - 1 and field[r + 1, c] == 0
+            mask[_WEST] = c > 0 and field[r, c - 1] == 0
+            mask[_EAST] = c < cols - 1 and field[r, c + 1] == 0
+            mask[_LOAD] = game.adjacent_food(r, c) > 0
+            masks.append(mask)
+        return masks
+
+    def render(self) -> Any:
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
