@@ -202,7 +202,8 @@ class MAenv:
                     "(e.g. tanh) or clip them"
                 )
             low, high = space.low, space.high
-            return np.clip(low + (act + 1.0) * (high - low) / 2.0, low, high).astype(space.dtype)
+            mapped = low + (act + 1.0) * ((high - low) / 2.0)
+            return np.clip(mapped, low, high).astype(space.dtype, copy=False)
         assert isinstance(space, spaces.Discrete)
         n = int(space.n)
         if act.ndim == 0:
@@ -291,6 +292,13 @@ class MAenv:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # PARL's MAenv is a gym.Wrapper: other public names are the parallel env's
+        # (``possible_agents``, ``unwrapped``, ``agents``, ...)
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.env, name)
 
     def __repr__(self) -> str:
         return f"MAenv({self.scenario_name!r}, continuous_actions={self.continuous_actions})"

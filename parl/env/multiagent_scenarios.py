@@ -173,7 +173,16 @@ class ForagingParallelEnv:
             raise ImportError(f"{env_id} needs lbforaging: {_INSTALL}") from exc
         # built from the id's settings, not with gymnasium.make: make would take
         # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
-        settings = {**gymnasium.spec(env_id).kwargs, **kwargs}
+        try:
+            spec = gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise ValueError(
+                f"unknown foraging id {env_id!r}: lbforaging's ids read "
+                "'Foraging[-2s]-<size>x<size>-<players>p-<food>f[-coop]-v3' (size 5 to 19, 2 to "
+                "9 players, 1 to 4 foods, -2s for a sight of 2), e.g. "
+                "'Foraging-8x8-2p-2f-coop-v3'"
+            ) from exc
+        settings = {**spec.kwargs, **kwargs}
         if max_cycles is not None:
             settings["max_episode_steps"] = max_cycles
         self.max_step = int(settings["max_episode_steps"])

@@ -67,6 +67,14 @@ def test_simple_spread_has_parls_interface(spread: MAenv) -> None:
     assert spread.truncations == [True] * 3 and spread.terminations == [False] * 3
 
 
+def test_other_names_are_the_parallel_envs_as_through_a_gym_wrapper(spread: MAenv) -> None:
+    spread.reset(seed=0)
+    assert spread.possible_agents == spread.agents_name  # PettingZoo's name
+    assert spread.unwrapped is spread.env.unwrapped and spread.unwrapped.world is not None
+    with pytest.raises(AttributeError, match="no_such_name"):
+        spread.no_such_name  # noqa: B018
+
+
 @pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 @pytest.mark.parametrize("name", list(MPE_SCENARIOS))
 def test_every_mpe_scenario_constructs_and_steps(name: str, continuous: bool) -> None:
@@ -225,6 +233,8 @@ def test_foraging_can_end_by_termination() -> None:
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
     with pytest.raises(ValueError, match=r"unknown multi-agent env 'simple_sprad'.*simple_spread"):
         MAenv("simple_sprad")
+    with pytest.raises(ValueError, match="unknown foraging id 'Foraging-3x3-2p-2f-v3'"):
+        MAenv("Foraging-3x3-2p-2f-v3")
     with pytest.raises(ValueError, match="max_cycles"):
         MAenv("simple", max_cycles=0)
     with pytest.raises(RuntimeError, match="before reset"):
