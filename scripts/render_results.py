@@ -45,6 +45,14 @@ def steps(value: int | None) -> str:
     return f"{value:,}"
 
 
+def budget(record: dict[str, Any]) -> str:
+    """``1M steps``, or ``1,000 episodes`` for a run that counts episodes."""
+    episodes = record["budget"].get("episodes")
+    if record["budget"]["env_steps"] is None and episodes is not None:
+        return f"{episodes:,} episodes"
+    return f"{steps(record['budget']['env_steps'])} steps"
+
+
 def _task(record: dict[str, Any]) -> str:
     return ", ".join(part for part in (record["env"], record["configuration"]) if part)
 
@@ -83,7 +91,7 @@ def page_row(record: dict[str, Any]) -> str:
     seeds = ", ".join(str(seed) for seed in record["seeds"])
     cells = [
         _task(record),
-        f"{steps(record['budget']['env_steps'])} steps",
+        budget(record),
         seeds,
         finals,
         mean_sd(record),
@@ -101,20 +109,34 @@ PAGE_HEADER = (
 
 
 def evaluation_table(record: dict[str, Any]) -> str | None:
-    """The evaluations along the run, a row per seed, when every seed has them at the same
-    steps; ``None`` otherwise."""
+    """The evaluations along the run, a row per seed; ``None`` when the record has none.
+
+    When every seed was evaluated at the same few (at most 7) points, those are the columns.
+    Otherwise the columns are five even marks of the budget, and each cell is the seed's
+    evaluation nearest its mark (runs of whole episodes evaluate a few steps apart)."""
     per_seed = record["figures"]["per_seed"]
     marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
-    if not marks or not marks[0] or any(m != marks[0] for m in marks):
+    if not marks or not all(marks):
         return None
+    spent = record["budget"]["env_steps"] or record["budget"].get("episodes")
+    unit = "steps" if record["budget"]["env_steps"] else "episodes"
+    columns = marks[0]
+    if any(m != columns for m in marks) or len(columns) > 7:
+        if not spent:
+            return None
+        columns = [spent * k // 5 for k in range(1, 6)]
+
+    def nearest(evaluations: list[list[float]], mark: int) -> float:
+        return min(evaluations, key=lambda point: abs(point[0] - mark))[1]
+
     lines = [
         f"| {record['algorithm']}, {_task(record)} | "
-        + " | ".join(f"{steps(step)} steps" for step in marks[0])
+        + " | ".join(f"{steps(step)} {unit}" for step in columns)
         + " | best |",
-        "|---" * (len(marks[0]) + 2) + "|",
+        "|---" * (len(columns) + 2) + "|",
     ]
     for entry in per_seed:
-        values = " | ".join(number(value) for _, value in entry["evaluations"])
+        values = " | ".join(number(nearest(entry["evaluations"], mark)) for mark in columns)
         lines.append(f"| seed {entry['seed']} | {values} | {number(entry['best'])} |")
     return "\n".join(lines)
 
@@ -127,6 +149,21 @@ def render_page(records: list[dict[str, Any]]) -> str:
     metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
     commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
     parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
+    # a transcribed record's note is about its provenance, which the source column says
+    notes = list(
+        dict.fromkeys(
+            f"{_task(r)}: {r['note'].rstrip('.')}"
+            for r in records
+            if r["note"] and r["source"] == "measured"
+        )
+    )
+    if notes:
+        parts.append("Notes: " + "; ".join(notes) + ".")
+    # each curve once, as the pages under docs/algorithms/ reach docs/curves/
+    curves = dict.fromkeys(
+        (r["curve"], f"{r['algorithm']} on {_task(r)}") for r in records if r["curve"]
+    )
+    parts += [f"![{alt}](../{path.removeprefix('docs/')})" for path, alt in curves]
     return "\n\n".join(parts) + "\n"
 
 
@@ -144,9 +181,9 @@ def summary_row(record: dict[str, Any]) -> str:
         result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
     if figures["baseline"]:
         result += f" ({figures['baseline']['name']}: {number(figures['baseline']['value'])})"
-    budget = f"{steps(record['budget']['env_steps'])} steps, {_seeds(record)}"
+    spent = f"{budget(record)}, {_seeds(record)}"
     link = f"[{record['page']}](docs/algorithms/{record['page']}.md)"
-    return f"| {record['algorithm']} | {_task(record)} | {budget} | {result} | {link} |"
+    return f"| {record['algorithm']} | {_task(record)} | {spent} | {result} | {link} |"
 
 
 def render_summary(records: list[dict[str, Any]]) -> str:

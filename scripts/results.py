@@ -144,6 +144,7 @@ def write_record(
     baseline: dict[str, Any] | None = None,
     curve: str | None = None,
     note: str | None = None,
+    budget_episodes: int | None = None,
 ) -> dict[str, Any]:
     """Write a measured record of a finished run to ``path`` (a ``.json`` file); returns it.
 
@@ -151,7 +152,10 @@ def write_record(
         per_seed: one dict per seed with ``seed``, ``final`` (the last evaluation), and
             optionally ``best``, ``wall_seconds`` and ``evaluations`` (``[[step, value], ...]``).
         wall_seconds: the wall time of the whole experiment, all seeds together.
-        baseline: a reference measured in the same run, ``{"name": ..., "value": ...}``.
+        baseline: a reference stated beside the result, ``{"name": ..., "value": ...}``:
+            measured in the same run, or a published figure (the name says which).
+        budget_episodes: the budget in episodes, for a run that counts episodes rather than
+            steps (``budget_steps`` is then ``None``).
 
     The commit, the versions and the machine are read here; the mean and the standard
     deviation (sample, ``n - 1``) are computed from the seeds' final returns.
@@ -175,7 +179,9 @@ def write_record(
         "versions": _versions(),
         "machine": _machine(),
         "seeds": [int(entry["seed"]) for entry in per_seed],
-        "budget": {"env_steps": budget_steps},
+        "budget": {"env_steps": budget_steps}
+        if budget_episodes is None
+        else {"env_steps": budget_steps, "episodes": budget_episodes},
         "figures": {
             "per_seed": seeds,
             "mean": statistics.mean(finals) if finals else None,

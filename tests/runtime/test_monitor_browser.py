@@ -1,6 +1,7 @@
 """The monitor page in a real headless Chromium: hosts, actors, an actor's printed
 line and a state change after SIGKILL appear as a user would see them; a screenshot is kept in
-``artifacts/monitor.png`` (a CI artefact).
+``artifacts/monitor.png`` (a CI artefact), and the monitor guide shows one this test made
+(``docs/_static/monitor.png``; ``PARL_DOCS_SCREENSHOTS=1`` renews it).
 
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it). Without it the tests skip
 with the install hint, except under ``CI=true``, where a missing browser is a failure.
@@ -15,7 +16,7 @@ import signal
 import pytest
 
 import parl
-from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser
+from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser, check_docs_picture
 from tests.runtime.conftest import wait_until
 
 pytestmark = pytest.mark.slow  # a headless Chromium
@@ -79,6 +80,7 @@ def test_the_page_shows_hosts_actors_output_and_a_death(tmp_path):
         browser(mon.url, f"--screenshot={shot}")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
         print(f"screenshot of the monitor: {shot}")
+        check_docs_picture(shot, "monitor.png")
         go.touch()
         assert busy.get() is True
         del first, second, busy

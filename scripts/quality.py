@@ -1,0 +1,284 @@
+"""Quality runs of the one-process examples: each experiment runs the example's own command line
+(one CPU thread per run), reads its evaluations back from TensorBoard and writes a JSON record
+(``scripts/results.py``) and a curve.
+
+    python scripts/quality.py --list
+    python scripts/quality.py sac_HalfCheetah-v5                       # train, then record
+    python scripts/quality.py dqn_CartPole-v1 pg_CartPole-v1 --parallel 2
+    python scripts/quality.py sac_HalfCheetah-v5 --report              # record finished runs
+    python scripts/quality.py sac_HalfCheetah-v5 --record_dir docs/results --plot_dir docs/curves
+
+Seed ``k`` of an experiment logs under ``--logroot/<example>/<env>/seed<k>``, and its output
+goes to ``seed<k>.log`` beside that folder. ``--report`` trains nothing: it reads the runs that
+reached the experiment's budget under ``--logroot`` (started by this script or by hand with the
+command it prints), so a long run can be recorded after the fact; the wall time then comes from
+the TensorBoard events (first to last). The budget, the evaluation interval and the number of
+evaluation episodes are the experiment's (``--steps`` and ``--seeds`` change the first and the
+seeds). ``baseline`` is a reference figure stated beside ours: for DDPG, TD3 and SAC, PARL's
+published curve read at the same step count.
+
+Records go to ``--record_dir`` (default: ``--logroot``) as ``<experiment>.json``;
+``--record_dir docs/results`` publishes them to the tables ``scripts/render_results.py`` renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+PARL_CURVES = "PARL's published curve (HalfCheetah-v4, 3 seeds), read at the same step count"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One example trained on one task for a fixed budget."""
+
+    algorithm: str
+    page: str  # the docs page (docs/algorithms/<page>.md) whose table shows it
+    example: str  # the folder under examples/
+    env: str
+    steps: int  # the budget: environment steps, or episodes where ``unit`` says so
+    every: int  # evaluate every this many steps (episodes)
+    metric: str
+    configuration: str | None = None
+    flags: tuple[str, ...] = ()  # the example's own flags beyond the shared ones
+    tag: str = "eval/episode_reward"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    unit: str = "steps"  # "episodes" for the QuickStart, which counts episodes
+    baseline: dict[str, Any] | None = None
+    note: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}_{self.env}"
+
+    def command(self, seed: int, logdir: str, steps: int) -> list[str]:
+        """The example's command line for ``seed``."""
+        script = f"examples/{self.example}/train.py"
+        if self.unit == "episodes":
+            budget = ["--max_episodes", str(steps), "--eval_every", str(self.every)]
+        else:
+            budget = ["--train_total_steps", str(steps), "--test_every_steps", str(self.every)]
+        return ["python", script, "--env", self.env, "--seed", str(seed), *budget, *self.flags,
+                "--logdir", logdir, "--torch_threads", "1", "--no_progress"]  # fmt: skip
+
+
+MUJOCO_NOTE = "one seed: a 100k-step run takes about an hour on one CPU thread here"
+EXPERIMENTS = {
+    e.name: e
+    for e in (
+        Experiment(
+            "Policy gradient", "pg", "QuickStart", "CartPole-v1", 1000, 50,
+            "mean return of 10 greedy evaluation episodes",
+            flags=("--eval_episodes", "10", "--target_return", "1000"), tag="eval/mean_return",
+            unit="episodes", note="the budget is 1,000 episodes, not steps; "
+            "--target_return 1000 keeps the run from stopping once solved",
+        ),
+        Experiment(
+            "DQN", "dqn", "DQN", "CartPole-v1", 50_000, 2_500,
+            "mean return of 10 greedy evaluation episodes", "rl-zoo's settings",
+            flags=("--eval_episodes", "10"), tag="eval/episode_return",
+        ),
+        Experiment(
+            "DQN", "dqn", "DQN", "PongNoFrameskip-v4", 500_000, 50_000,
+            "mean score of 5 greedy evaluation games",
+            "the Nature network, 100k replay, learning from 100k steps",
+            flags=("--eval_episodes", "5"), tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "random play", "value": -20.7},
+            note="one seed and 500k steps (2M frames): DQN on Pong usually needs 1M-2M steps "
+            "to score above 0; the run shows the climb from random play",
+        ),
+        Experiment(
+            "DDPG", "ddpg", "DDPG", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes", "PARL's settings",
+            flags=("--eval_episodes", "10"), seeds=(0,),
+            baseline={"name": PARL_CURVES, "value": 5000}, note=MUJOCO_NOTE,
+        ),
+        Experiment(
+            "TD3", "td3", "TD3", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes", "PARL's settings",
+            flags=("--eval_episodes", "10"), seeds=(0,),
+            baseline={"name": PARL_CURVES, "value": 3300}, note=MUJOCO_NOTE,
+        ),
+        Experiment(
+            "SAC", "sac", "SAC", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes", "PARL's settings (alpha 0.2)",
+            flags=("--eval_episodes", "10"), seeds=(0,),
+            baseline={"name": PARL_CURVES, "value": 4000}, note=MUJOCO_NOTE,
+        ),
+        Experiment(
+            "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
+            "mean return of the evaluation episodes", "the example's CartPole preset, 2 actors",
+            tag="eval/episode_reward",
+        ),
+    )
+}  # fmt: skip
+
+
+def logdir(logroot: str, experiment: Experiment, seed: int) -> str:
+    return os.path.join(logroot, experiment.example, experiment.env, f"seed{seed}")
+
+
+def train(
+    experiment: Experiment, seeds: list[int], steps: int, logroot: str, parallel: int
+) -> float:
+    """Run the seeds, ``parallel`` at a time; returns the wall time of them all."""
+    started = time.perf_counter()
+    jobs, running = list(seeds), []
+    while jobs or running:
+        while jobs and len(running) < parallel:
+            seed = jobs.pop(0)
+            folder = logdir(logroot, experiment, seed)
+            os.makedirs(os.path.dirname(folder), exist_ok=True)
+            command = experiment.command(seed, folder, steps)
+            print("$ " + shlex.join(command), flush=True)
+            with open(folder + ".log", "w") as log:
+                process = subprocess.Popen(
+                    [sys.executable, *command[1:]], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+                )
+            running.append((seed, process))
+        seed, process = running.pop(0)
+        if process.wait() != 0:
+            raise SystemExit(
+                f"{experiment.name} seed {seed} failed (exit {process.returncode}); see "
+                f"{logdir(logroot, experiment, seed)}.log"
+            )
+    return time.perf_counter() - started
+
+
+def finished(
+    experiment: Experiment, seeds: list[int], steps: int, logroot: str
+) -> list[dict[str, Any]]:
+    """Each seed's evaluations and wall time, for the runs under ``logroot`` that reached
+    ``steps``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runs = []
+    for seed in seeds:
+        folder = logdir(logroot, experiment, seed)
+        points: list[tuple[int, float]] = []
+        first = last = None
+        for path in sorted(Path(folder).rglob("*tfevents*")) if os.path.isdir(folder) else []:
+            events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+            events.Reload()
+            for tag in events.Tags()["scalars"]:
+                for event in events.Scalars(tag):
+                    first = event.wall_time if first is None else min(first, event.wall_time)
+                    last = event.wall_time if last is None else max(last, event.wall_time)
+                    if tag == experiment.tag:
+                        points.append((int(event.step), float(event.value)))
+        points.sort()
+        # the last episode may stop a few steps short of the budget, or run past it
+        if not points or points[-1][0] < steps - experiment.every // 2:
+            print(f"{experiment.name} seed {seed}: not finished under {folder}", flush=True)
+            continue
+        runs.append({
+            "seed": seed,
+            "final": points[-1][1],
+            "best": max(value for _, value in points),
+            "wall_seconds": None if first is None else round(last - first, 1),
+            "evaluations": [[step, round(value, 2)] for step, value in points],
+        })  # fmt: skip
+    return runs
+
+
+def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Namespace,
+           wall: float | None) -> None:  # fmt: skip
+    import statistics
+
+    from results import write_record
+
+    finals = [run["final"] for run in runs]
+    unit = experiment.unit
+    print(f"{experiment.algorithm} on {experiment.env}, {args.steps:,} {unit}: final "
+          + ", ".join(f"{f:.1f}" for f in finals)
+          + (f"; mean {statistics.mean(finals):.1f}" if finals else "")
+          + (f" (sd {statistics.stdev(finals):.1f})" if len(finals) > 1 else "")
+          + (f"; {experiment.baseline['name']}: {experiment.baseline['value']}"
+             if experiment.baseline else ""), flush=True)  # fmt: skip
+    if not runs:
+        return
+    curve = None
+    if args.plot_dir:
+        import plot_curves
+
+        curve = os.path.join(args.plot_dir, f"{experiment.name}.svg")
+        plot_curves.main([*(f"{logdir(args.logroot, experiment, run['seed'])}:seed {run['seed']}"
+                            for run in runs), "--tag", experiment.tag, "--out", curve,
+                          "--x_title", f"environment {unit}" if unit == "steps" else unit,
+                          "--title", f"{experiment.algorithm} on {experiment.env}",
+                          "--y_title", experiment.metric])  # fmt: skip
+        curve = os.path.relpath(curve, ROOT)
+    notes = [experiment.note] if experiment.note else []
+    missing = len(args.seeds) - len(runs)
+    if missing:
+        notes.append(f"{missing} of {len(args.seeds)} seeds not finished")
+    if wall is None:
+        notes.append("recorded with --report: each seed's wall time is read from its "
+                     "TensorBoard events, the whole experiment's is not known")  # fmt: skip
+    argv = [a for a in sys.argv[1:] if a != "--report"]
+    write_record(
+        os.path.join(args.record_dir or args.logroot, f"{experiment.name}.json"),
+        algorithm=experiment.algorithm,
+        page=experiment.page,
+        env=experiment.env,
+        configuration=experiment.configuration,
+        metric=experiment.metric,
+        command=shlex.join(["python", "scripts/quality.py", *argv]),
+        budget_steps=args.steps if unit == "steps" else None,
+        budget_episodes=args.steps if unit == "episodes" else None,
+        per_seed=runs,
+        wall_seconds=wall,
+        baseline=experiment.baseline,
+        curve=curve,
+        note="; ".join(notes) or None,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiments", nargs="*", help="names from --list")
+    parser.add_argument("--list", action="store_true", help="the experiments and their commands")
+    parser.add_argument("--seeds", type=int, nargs="+", help="default: the experiment's")
+    parser.add_argument("--steps", type=int, help="the budget; default: the experiment's")
+    parser.add_argument("--parallel", type=int, default=1, help="seeds trained at once")
+    parser.add_argument("--logroot", default="/tmp/quality")
+    parser.add_argument("--record_dir", default=None, help="default: --logroot")
+    parser.add_argument("--plot_dir", default=None, help="write <experiment>.svg curves here")
+    parser.add_argument("--report", action="store_true", help="record finished runs, train none")
+    args = parser.parse_args(argv)
+    if args.list or not args.experiments:
+        for name, experiment in EXPERIMENTS.items():
+            command = experiment.command(experiment.seeds[0], "LOGDIR", experiment.steps)
+            print(f"{name}: {experiment.steps:,} {experiment.unit}, seeds "
+                  f"{list(experiment.seeds)}\n    {shlex.join(command)}")  # fmt: skip
+        return
+    unknown = [name for name in args.experiments if name not in EXPERIMENTS]
+    if unknown:
+        raise SystemExit(f"unknown experiment {unknown[0]!r}; --list shows them: "
+                         + ", ".join(EXPERIMENTS))  # fmt: skip
+    for name in args.experiments:
+        experiment = EXPERIMENTS[name]
+        run_args = argparse.Namespace(**vars(args))
+        run_args.seeds = args.seeds or list(experiment.seeds)
+        run_args.steps = args.steps or experiment.steps
+        wall = None
+        if not args.report:
+            wall = train(experiment, run_args.seeds, run_args.steps, args.logroot, args.parallel)
+        runs = finished(experiment, run_args.seeds, run_args.steps, args.logroot)
+        report(experiment, runs, run_args, wall)
+
+
+if __name__ == "__main__":
+    main()
