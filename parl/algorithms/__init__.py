@@ -26,10 +26,13 @@ _ALGORITHMS: dict[str, str] = {
     "MADDPG": "parl.algorithms.maddpg",
     "MAPPO": "parl.algorithms.mappo",
     "PopArt": "parl.algorithms.popart",
+    "QMIX": "parl.algorithms.qmix",
+    "COMA": "parl.algorithms.coma",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.a2c import A2C
+    from parl.algorithms.coma import COMA
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.ddqn import DDQN
     from parl.algorithms.dqn import DQN
@@ -40,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.popart import PopArt
     from parl.algorithms.ppo import PPO
+    from parl.algorithms.qmix import QMIX
     from parl.algorithms.sac import SAC
     from parl.algorithms.td3 import TD3
 
@@ -63,4 +67,4 @@ def __dir__() -> list[str]:
 __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
-__all__ += ["MADDPG", "MAPPO", "PopArt"]
+__all__ += ["MADDPG", "MAPPO", "PopArt", "QMIX", "COMA"]

@@ -1,0 +1,62 @@
+"""QMIX's agent: epsilon-greedy acting over the available actions with the agents' hidden
+states, episode batches to tensors, and the target networks refreshed every few updates."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import parl
+
+
+class QMixAgent(parl.Agent):
+    def __init__(
+        self,
+        algorithm: parl.Algorithm,
+        exploration_start: float,
+        min_exploration: float,
+        exploration_decay: float,
+        update_target_interval: int,
+    ) -> None:
+        super().__init__(algorithm)
+        self.exploration = exploration_start
+        self.min_exploration = min_exploration
+        self.exploration_decay = exploration_decay
+        self.update_target_interval = update_target_interval
+        self.global_step = 0  # learn calls
+        self.alg.sync_target()
+
+    def reset_agent(self, batch_size: int = 1) -> None:
+        """Zero the agents' hidden states at the start of an episode."""
+        self.alg._init_hidden_states(batch_size)
+
+    def predict(self, obs: np.ndarray, available_actions: np.ndarray) -> np.ndarray:
+        """Greedy available actions ``(n_agents,)``, advancing the hidden states."""
+        actions, self.alg.hidden_states = self.alg.predict(
+            self.to_tensor(obs), self.to_tensor(available_actions), self.alg.hidden_states
+        )
+        return self.to_numpy(actions)
+
+    def sample(self, obs: np.ndarray, available_actions: np.ndarray) -> np.ndarray:
+        """Epsilon-greedy: a uniformly random available action per agent with probability
+        ``exploration`` (numpy's global generator, saved by training checkpoints)."""
+        greedy = self.predict(obs, available_actions)  # the hidden states always advance
+        if np.random.random() < self.exploration:
+            greedy = np.array([np.random.choice(np.flatnonzero(row)) for row in available_actions])
+        self.exploration = max(self.min_exploration, self.exploration - self.exploration_decay)
+        return greedy
+
+    def learn(self, batch: dict[str, np.ndarray]) -> tuple[float, float]:
+        """One update on a batch of episodes; the target networks follow every
+        ``update_target_interval`` updates. Returns ``(loss, mean_td_error)``."""
+        self.global_step += 1
+        tensors = {key: self.to_tensor(value) for key, value in batch.items()}
+        tensors["actions"] = self.to_tensor(batch["actions"], dtype=torch.long)
+        loss, td_error = self.alg.learn(
+            tensors["state"], tensors["actions"], tensors["reward"],
+            tensors["terminated"], tensors["obs"], tensors["available_actions"],
+            tensors["filled"],
+        )  # fmt: skip
+        if self.global_step % self.update_target_interval == 0:
+            self.alg.sync_target()
+        return loss, td_error

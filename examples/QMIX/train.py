@@ -1,0 +1,270 @@
+"""QMIX on cooperative multi-agent tasks through ``parl.env.multiagent_env.MAenv``: MPE's
+simple_spread by default, or level-based foraging (whose action masks change every step).
+
+    python examples/QMIX/train.py --env simple_spread --seed 0
+    python examples/QMIX/train.py --env Foraging-8x8-2p-2f-coop-v3 --seed 0
+    python examples/QMIX/train.py --resume --save_rpm       # continue where it stopped
+    tensorboard --logdir train_log
+
+Each agent's network input is its observation, its last action (one-hot) and its id (one-hot),
+as in PARL's QMIX example; the team reward is the mean of the agents' rewards. Episodes are
+stored whole, one slot longer than the episode limit: an episode cut by the limit keeps its
+last observation there, so its last transition bootstraps from it instead of counting as a
+terminal one. A checkpoint (networks, optimizer, random states, counters, exploration, and with
+``--save_rpm`` the episode memory) is written after each evaluation and at the end;
+``--resume`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from qmix_agent import QMixAgent
+from qmix_model import QMixerModel, RNNModel
+from tqdm import tqdm
+
+from parl.algorithms import QMIX
+from parl.env.multiagent_env import MAenv
+from parl.utils import logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
+
+EVAL_EPISODES = 10
+EVAL_SEED_OFFSET = 10_000
+KEYS = ("state", "actions", "reward", "terminated", "obs", "available_actions", "filled")
+
+
+class EpisodeMemory:
+    """The last ``size`` episodes, each ``slots`` steps long (padding: ``filled = 1``)."""
+
+    def __init__(self, size: int, slots: int, n_agents: int, obs_dim: int, state_dim: int,
+                 n_actions: int) -> None:  # fmt: skip
+        shapes = {
+            "state": (state_dim,), "actions": (n_agents,), "reward": (1,), "terminated": (1,),
+            "obs": (n_agents, obs_dim), "available_actions": (n_agents, n_actions),
+            "filled": (1,),
+        }  # fmt: skip
+        self.data = {
+            key: np.zeros((size, slots, *shape), np.float32) for key, shape in shapes.items()
+        }
+        self.size, self.count, self.next = size, 0, 0
+
+    def add(self, episode: dict[str, np.ndarray]) -> None:
+        for key in KEYS:
+            self.data[key][self.next] = episode[key]
+        self.next = (self.next + 1) % self.size
+        self.count = min(self.count + 1, self.size)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` episodes drawn uniformly (numpy's global generator)."""
+        index = np.random.randint(self.count, size=batch_size)
+        return {key: value[index] for key, value in self.data.items()}
+
+    def save(self, path: str) -> None:
+        tmp = path + ".tmp.npz"
+        np.savez(tmp, count=self.count, next=self.next, **self.data)
+        os.replace(tmp, path)
+
+    def load(self, path: str) -> None:
+        with np.load(path) as saved:
+            for key in KEYS:
+                self.data[key][...] = saved[key]
+            self.count, self.next = int(saved["count"]), int(saved["next"])
+
+
+def agent_inputs(obs_n: list[np.ndarray], last_actions: np.ndarray, n_actions: int) -> np.ndarray:
+    """``(n_agents, obs_dim + n_actions + n_agents)``: observation, last action, id."""
+    n = len(obs_n)
+    last = np.zeros((n, n_actions), np.float32)
+    taken = last_actions >= 0
+    last[np.flatnonzero(taken), last_actions[taken]] = 1.0
+    return np.concatenate([np.stack(obs_n), last, np.eye(n, dtype=np.float32)], axis=1)
+
+
+def run_episode(
+    env: MAenv, agent: QMixAgent, seed: int, explore: bool
+) -> tuple[dict[str, np.ndarray], float, int]:
+    """One episode; returns it as ``slots = episode limit + 1`` steps, its team return and its
+    length."""
+    slots, n = env.max_step + 1, env.n
+    episode = {
+        "state": np.zeros((slots, env.state_shape), np.float32),
+        "actions": np.zeros((slots, n), np.float32),
+        "reward": np.zeros((slots, 1), np.float32),
+        "terminated": np.ones((slots, 1), np.float32),
+        "obs": np.zeros((slots, n, env.obs_shape_n[0] + env.n_actions + n), np.float32),
+        "available_actions": np.zeros((slots, n, env.n_actions), np.float32),
+        "filled": np.ones((slots, 1), np.float32),
+    }
+    obs_n = env.reset(seed=seed)
+    agent.reset_agent()
+    last = np.full(n, -1)
+    total, t, done = 0.0, 0, False
+    while not done:
+        inputs = agent_inputs(obs_n, last, env.n_actions)
+        avail = env.get_avail_actions().astype(np.float32)
+        actions = agent.sample(inputs, avail) if explore else agent.predict(inputs, avail)
+        state = env.state()
+        obs_n, reward_n, done_n, _ = env.step([int(a) for a in actions])
+        reward, done = float(np.mean(reward_n)), any(done_n)
+        ended = any(env.terminations)
+        for key, value in (
+            ("state", state), ("actions", actions), ("reward", reward), ("terminated", ended),
+            ("obs", inputs), ("available_actions", avail), ("filled", 0.0),
+        ):  # fmt: skip
+            episode[key][t] = value
+        total, last, t = total + reward, np.asarray(actions), t + 1
+    if not any(env.terminations):  # cut by the limit: the next step is real, not learned from
+        avail = env.get_avail_actions().astype(np.float32)
+        episode["state"][t] = env.state()
+        episode["obs"][t] = agent_inputs(obs_n, last, env.n_actions)
+        episode["available_actions"][t] = avail
+        episode["actions"][t] = avail.argmax(axis=1)
+        episode["terminated"][t] = 0.0
+        episode["filled"][t] = 0.0
+    return episode, total, t
+
+
+def evaluate(env: MAenv, agent: QMixAgent, episodes: int, seed: int) -> float:
+    returns = [run_episode(env, agent, seed + i, explore=False)[1] for i in range(episodes)]
+    return float(np.mean(returns))
+
+
+def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
+    input_dim = env.obs_shape_n[0] + env.n_actions + env.n
+    agent_model = RNNModel(input_dim, env.n_actions, args.rnn_hidden_dim)
+    mixer = QMixerModel(env.n, env.state_shape, args.mixing_embed_dim)
+    algorithm = QMIX(
+        agent_model, mixer, double_q=True, gamma=args.gamma, lr=args.lr,
+        clip_grad_norm=args.clip_grad_norm, device=args.device,
+    )  # fmt: skip
+    decay = (1.0 - args.min_exploration) / args.exploration_steps
+    return QMixAgent(algorithm, 1.0, args.min_exploration, decay, args.update_target_interval)
+
+
+def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
+    extra = {"exploration": agent.exploration, "global_step": agent.global_step}
+    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+    if args.save_rpm:
+        memory.save(os.path.join(args.logdir, "rpm.npz"))
+
+
+def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
+    rpm_path = os.path.join(args.logdir, "rpm.npz")
+    if os.path.exists(rpm_path):
+        memory.load(rpm_path)
+    else:
+        logger.warning("no episode memory in %s: resuming with an empty one", args.logdir)
+    logger.info("resumed from %s at step %d", args.logdir, counters["total_steps"])
+    return dict(counters)
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    logger.info("QMIX, env %s, seed %d", args.env, args.seed)
+    env, eval_env = MAenv(args.env), MAenv(args.env)
+    set_seed(args.seed)
+    agent = build_agent(args, env)
+    memory = EpisodeMemory(
+        args.buffer_size, env.max_step + 1, env.n, env.obs_shape_n[0] + env.n_actions + env.n,
+        env.state_shape, env.n_actions,
+    )  # fmt: skip
+    summary.set_dir(args.logdir)
+    c = {"total_steps": 0, "episodes": 0, "test_flag": 0}
+    if args.resume:
+        c = restore_checkpoint(args, agent, memory)
+    avg_return = float("nan")
+    stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
+    bar = tqdm(
+        total=args.train_total_steps, initial=int(c["total_steps"]), disable=not args.progress
+    )
+    while c["total_steps"] < stop_at:
+        # every episode has its own seed: a resumed run meets the same episodes
+        episode, episode_return, steps = run_episode(
+            env, agent, args.seed * 1_000_000 + int(c["episodes"]), explore=True
+        )
+        memory.add(episode)
+        c["total_steps"] += steps
+        c["episodes"] += 1
+        bar.update(steps)
+        summary.add_scalar("train/episode_return", episode_return, c["total_steps"])
+        if memory.count >= args.batch_size:
+            loss, td_error = agent.learn(memory.sample(args.batch_size))
+            if agent.global_step % 100 == 0:
+                summary.add_scalar("train/loss", loss, c["total_steps"])
+                summary.add_scalar("train/td_error", td_error, c["total_steps"])
+                summary.add_scalar("train/exploration", agent.exploration, c["total_steps"])
+        if c["total_steps"] // args.test_every_steps >= c["test_flag"]:
+            while c["total_steps"] // args.test_every_steps >= c["test_flag"]:
+                c["test_flag"] += 1
+            avg_return = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
+            summary.add_scalar("eval/episode_return", avg_return, c["total_steps"])
+            bar.set_postfix(train=f"{episode_return:.1f}", eval=f"{avg_return:.1f}")
+            save_checkpoint(args, agent, memory, c)
+    bar.close()
+    save_checkpoint(args, agent, memory, c)
+    agent.save(os.path.join(args.logdir, "model.ckpt"))
+    agent.save(os.path.join(args.logdir, "mixer.ckpt"), model=agent.alg.qmixer_model)
+    final = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
+    logger.info(
+        "done: %d steps; evaluation over %d episodes: %.2f",
+        c["total_steps"], args.eval_episodes, final,
+    )  # fmt: skip
+    summary.flush()
+    return final
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="simple_spread",
+        defaults={
+            "train_total_steps": 2_000_000,
+            "test_every_steps": 20_000,
+            "eval_episodes": EVAL_EPISODES,
+            "logdir": os.path.join("train_log", "QMIX"),
+        },
+        skip=["xparl_addr"],
+        aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
+        help={"env": "an MPE scenario (simple_spread, ...) or a foraging id"},
+    )
+    parser.add_argument("--batch_size", default=32, type=int, help="episodes per update")
+    parser.add_argument("--buffer_size", default=5000, type=int, help="episodes kept for replay")
+    parser.add_argument("--lr", default=5e-4, type=float, help="RMSprop's learning rate")
+    parser.add_argument("--gamma", default=0.99, type=float, help="discount factor")
+    parser.add_argument(
+        "--clip_grad_norm", default=10.0, type=float, help="clip the gradients' global norm"
+    )
+    parser.add_argument(
+        "--exploration_steps", default=100_000, type=int,
+        help="environment steps over which epsilon falls from 1 to --min_exploration",
+    )  # fmt: skip
+    parser.add_argument("--min_exploration", default=0.05, type=float, help="final epsilon")
+    parser.add_argument(
+        "--update_target_interval", default=200, type=int,
+        help="updates between two copies into the target networks",
+    )  # fmt: skip
+    parser.add_argument("--rnn_hidden_dim", default=64, type=int, help="GRU width")
+    parser.add_argument("--mixing_embed_dim", default=32, type=int, help="mixer width")
+    parser.add_argument("--save_rpm", action="store_true", help="checkpoint the episode memory too")
+    parser.add_argument(
+        "--stop_after_steps", type=int, default=0,
+        help="end this run early (at an episode's end), as if interrupted",
+    )  # fmt: skip
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

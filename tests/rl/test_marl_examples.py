@@ -1,0 +1,45 @@
+"""The QMIX and COMA examples: a stopped-and-resumed run equals a run straight through, on MPE's
+simple_spread, and both run on level-based foraging (changing action masks)."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import RunPython
+from .test_offpolicy_examples import assert_same_weights, run_example
+
+pytestmark = pytest.mark.slow  # the example scripts, run for real
+
+SHORT = ["--train_total_steps", "300", "--test_every_steps", "150", "--eval_episodes", "1"]
+OWN = {
+    "QMIX": ["--batch_size", "4", "--save_rpm", "--update_target_interval", "3"],
+    "COMA": ["--episodes_per_iteration", "2", "--target_update_cycle", "3"],
+}
+
+
+@pytest.mark.parametrize("name", list(OWN))
+def test_marl_example_resume_equals_straight_run(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    args = [*SHORT, *OWN[name]]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_example(run_python, name, *args, "--logdir", str(straight))
+    run_example(run_python, name, *args, "--logdir", str(resumed), "--stop_after_steps", "150")
+    stopped = torch.load(resumed / "model.ckpt", weights_only=True)
+    log = run_example(run_python, name, *args, "--logdir", str(resumed), "--resume")
+    assert "resumed from" in log
+    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
+    final = torch.load(resumed / "model.ckpt", weights_only=True)
+    assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
+    assert glob.glob(str(straight / "events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("name", list(OWN))
+def test_marl_example_runs_on_foraging(run_python: RunPython, tmp_path: Path, name: str) -> None:
+    args = [*SHORT, *OWN[name], "--env", "Foraging-8x8-2p-2f-coop-v3"]
+    log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
+    assert "done: " in log
