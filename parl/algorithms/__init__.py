@@ -28,6 +28,7 @@ _ALGORITHMS: dict[str, str] = {
     "PopArt": "parl.algorithms.popart",
     "QMIX": "parl.algorithms.qmix",
     "COMA": "parl.algorithms.coma",
+    "MAML": "parl.algorithms.maml",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.es import ES
     from parl.algorithms.impala import IMPALA
     from parl.algorithms.maddpg import MADDPG
+    from parl.algorithms.maml import MAML
     from parl.algorithms.mappo import MAPPO
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.popart import PopArt
@@ -68,3 +70,4 @@ __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
 __all__ += ["MADDPG", "MAPPO", "PopArt", "QMIX", "COMA"]
+__all__ += ["MAML"]
