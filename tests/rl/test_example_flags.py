@@ -19,6 +19,7 @@ SCRIPTS = {
     for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "MAPPO", "PPO", "QuickStart", "SAC", "TD3")
 }
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
+SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -34,6 +35,8 @@ EXPECTED = {
     "SAC": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
+    # regression tasks: no episodes to evaluate, one process
+    "MAML": set(COMMON_FLAGS) - {"eval_episodes", "xparl_addr"},
     "QuickStart": set(COMMON_FLAGS)
     - {"train_total_steps", "test_every_steps", "resume", "xparl_addr"},
     "remote_hello": {"xparl_addr"},
