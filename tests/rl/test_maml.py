@@ -289,4 +289,3 @@ def test_bad_input_raises_clear_errors() -> None:
         alg.train_one_iter([*one_task()[:3], torch.zeros(2, 2, 1)], 0)
     with pytest.raises(ValueError, match="current_epoch must be an int >= 0, got -1"):
         alg.train_one_iter(one_task(), -1)
-
