@@ -214,6 +214,11 @@ class MAML(Algorithm):
                 f"MAML needs a weight and a bias per layer from "
                 f"{type(self.model).__name__}.get_weights(), got {len(weights)} tensors"
             )
+        if not all(w.requires_grad for w in weights):
+            raise ValueError(
+                f"MAML: {type(self.model).__name__}.get_weights() returned tensors that do not "
+                f"require grad; return the nn.Parameters themselves, not detached copies"
+            )
         return list(weights)
 
     # -- the inner loop ------------------------------------------------------------------------

@@ -270,6 +270,10 @@ class NumpyWeights(parl.Model):
 def test_bad_input_raises_clear_errors() -> None:
     with pytest.raises(TypeError, match=r"get_weights\(\) to return its live parameters"):
         MAML(NumpyWeights(), "cpu")
+    frozen = FunctionalMLP()
+    frozen.params[0].requires_grad_(False)
+    with pytest.raises(ValueError, match="tensors that do not require grad"):
+        MAML(frozen, "cpu")
     with pytest.raises(ValueError, match="num_layers=3 needs .* 6 tensors .* num_layers=2"):
         MAML(FunctionalMLP((1, 4, 1)), "cpu", num_layers=3)
     with pytest.raises(ValueError, match="num_updates_per_iter must be an int >= 1, got 0"):
