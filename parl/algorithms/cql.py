@@ -144,6 +144,15 @@ class CQL(ActorCriticBase):
             )
 
     @property
+    def current_steps(self) -> int:
+        """Updates taken so far (``policy_eval_start`` counts them); set it when resuming."""
+        return self._current_steps
+
+    @current_steps.setter
+    def current_steps(self, value: int) -> None:
+        self._current_steps = check_int("current_steps", value, low=0, owner="CQL")
+
+    @property
     def alpha(self) -> float:
         """The current entropy temperature."""
         if self.with_automatic_entropy_tuning:
