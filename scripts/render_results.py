@@ -82,6 +82,16 @@ def wall_time(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def run_time(record: dict[str, Any]) -> str:
+    """The whole experiment's wall time, else each seed's (``4 min, 5 min``), else ``-``."""
+    if record["figures"]["wall_seconds"] is not None:
+        return wall_time(record["figures"]["wall_seconds"])
+    walls = [entry["wall_seconds"] for entry in record["figures"]["per_seed"]]
+    if any(wall is None for wall in walls) or not walls:
+        return "-"
+    return ", ".join(wall_time(wall) for wall in walls) + (" (each seed)" if len(walls) > 1 else "")
+
+
 def page_row(record: dict[str, Any]) -> str:
     """One row of an algorithm page's table: task, budget, seeds, finals, mean ± sd, bests,
     wall time, source."""
@@ -96,7 +106,7 @@ def page_row(record: dict[str, Any]) -> str:
         finals,
         mean_sd(record),
         bests if any(entry["best"] is not None for entry in per_seed) else "-",
-        wall_time(record["figures"]["wall_seconds"]),
+        run_time(record),
         record["source"],
     ]
     return "| " + " | ".join(cells) + " |"
@@ -177,7 +187,7 @@ def summary_row(record: dict[str, Any]) -> str:
             result += f" (sd {number(figures['sd'])})"
     else:
         result = " and ".join(number(entry["final"]) for entry in per_seed)
-    if any(entry["best"] is not None for entry in per_seed):
+    if any(entry["best"] is not None and entry["best"] != entry["final"] for entry in per_seed):
         result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
     if figures["baseline"]:
         result += f" ({figures['baseline']['name']}: {number(figures['baseline']['value'])})"
