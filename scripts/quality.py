@@ -74,7 +74,7 @@ class Experiment:
                 "--logdir", logdir, "--torch_threads", "1", "--no_progress"]  # fmt: skip
 
 
-MUJOCO_NOTE = "one seed: a 100k-step run takes about an hour on one CPU thread here"
+MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
     e.name: e
     for e in (

@@ -159,6 +159,12 @@ def render_page(records: list[dict[str, Any]]) -> str:
     metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
     commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
     parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
+    references = list(dict.fromkeys(
+        f"{_task(r)}: {r['figures']['baseline']['name']}, {number(r['figures']['baseline']['value'])}"
+        for r in records if r["figures"]["baseline"]
+    ))  # fmt: skip
+    if references:
+        parts.append("Beside it: " + "; ".join(references) + ".")
     # a transcribed record's note is about its provenance, which the source column says
     notes = list(
         dict.fromkeys(
