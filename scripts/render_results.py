@@ -123,7 +123,8 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
 
     When every seed was evaluated at the same few (at most 7) points, those are the columns.
     Otherwise the columns are five even marks of the budget, and each cell is the seed's
-    evaluation nearest its mark (runs of whole episodes evaluate a few steps apart)."""
+    evaluation nearest its mark (runs of whole episodes evaluate a few steps apart), or ``-``
+    when none is within 2% of the budget of it."""
     per_seed = record["figures"]["per_seed"]
     marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
     if not marks or not all(marks):
@@ -136,8 +137,10 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
             return None
         columns = [spent * k // 5 for k in range(1, 6)]
 
-    def nearest(evaluations: list[list[float]], mark: int) -> float:
-        return min(evaluations, key=lambda point: abs(point[0] - mark))[1]
+    def nearest(evaluations: list[list[float]], mark: int) -> float | None:
+        step, value = min(evaluations, key=lambda point: abs(point[0] - mark))
+        # a run evaluated far from a mark has no figure there
+        return value if abs(step - mark) <= 0.02 * (spent or 0) or step == mark else None
 
     lines = [
         f"| {record['algorithm']}, {_task(record)} | "
