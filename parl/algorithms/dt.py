@@ -109,7 +109,7 @@ class DecisionTransformer(Algorithm):
         timesteps: torch.Tensor,
         attention_mask: torch.Tensor,
     ) -> torch.Tensor:
-        """One update from a batch of windows (:func:`parl.utils.sample_trajectory_batch`).
+        """One update from a batch of windows (:class:`parl.utils.TrajectorySampler`).
 
         Args:
             states: ``(B, K, state_dim)``.
