@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.coma import COMA
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.ddqn import DDQN
-    from parl.algorithms.dt import DecisionTransformer
     from parl.algorithms.dqn import DQN
+    from parl.algorithms.dt import DecisionTransformer
     from parl.algorithms.es import ES
     from parl.algorithms.impala import IMPALA
     from parl.algorithms.maddpg import MADDPG

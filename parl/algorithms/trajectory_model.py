@@ -122,7 +122,11 @@ class TrajectoryModel(Model):
                 f"{owner}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
             )
         dropout = check_float("dropout", dropout, low=0.0, high=1.0, high_open=True, owner=owner)
-        inner = 4 * hidden_size if n_inner is None else check_int("n_inner", n_inner, low=1, owner=owner)
+        inner = (
+            4 * hidden_size
+            if n_inner is None
+            else check_int("n_inner", n_inner, low=1, owner=owner)
+        )
         self.embed_timestep = nn.Embedding(
             check_int("max_ep_len", max_ep_len, low=1, owner=owner), hidden_size
         )
@@ -240,9 +244,7 @@ class TrajectoryModel(Model):
                 left_pad(t.float()) for t in (states, actions, returns_to_go)
             )
             timesteps = left_pad(timesteps.long())
-            mask = torch.cat(
-                [timesteps.new_zeros((1, pad)), timesteps.new_ones((1, real))], dim=1
-            )
+            mask = torch.cat([timesteps.new_zeros((1, pad)), timesteps.new_ones((1, real))], dim=1)
         _, action_preds, _ = self.forward(
             states, actions, None, returns_to_go, timesteps, attention_mask=mask
         )

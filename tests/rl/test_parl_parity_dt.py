@@ -76,9 +76,7 @@ def make_pair(published: type) -> parity.Pair:
     return parity.Pair(theirs, DecisionTransformer(model, **HYPER, device="cpu"))
 
 
-def test_training_steps_and_warmup_match_published_parl(
-    published_dt: type, cpu_only: None
-) -> None:
+def test_training_steps_and_warmup_match_published_parl(published_dt: type, cpu_only: None) -> None:
     pair = make_pair(published_dt)
     sampler = TrajectorySampler(episodes(0), context=CONTEXT, max_ep_len=32, scale=10.0, seed=1)
     rates = []
