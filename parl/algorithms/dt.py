@@ -32,7 +32,8 @@ class DecisionTransformer(Algorithm):
 
     Each ``learn`` predicts the actions of a batch of trajectory windows, takes the mean squared
     error over the real (unpadded) steps, clips the gradients' global norm at ``grad_clip``,
-    steps AdamW and then the warmup schedule (:func:`warmup_factor`), as PARL does.
+    steps AdamW and then the warmup schedule
+    (:func:`~parl.algorithms.dt.warmup_factor`), as PARL does.
 
     The model defines ``forward(states, actions, rewards, returns_to_go, timesteps,
     attention_mask)`` returning ``(state_preds, action_preds, return_preds)`` and

@@ -28,14 +28,11 @@ PAD_DONE = 2
 class TrajectoryBatch(NamedTuple):
     """A batch of windows, in the order ``DecisionTransformer.learn`` takes them.
 
-    Attributes:
-        states: ``(B, K, state_dim)`` float32, normalised.
-        actions: ``(B, K, act_dim)`` float32; padding ``-10``.
-        rewards: ``(B, K, 1)`` float32; padding 0.
-        dones: ``(B, K)`` int64; padding 2.
-        rtg: ``(B, K + 1, 1)`` float32 returns-to-go divided by the scale; padding 0.
-        timesteps: ``(B, K)`` int64 time steps in the episode; padding 0.
-        attention_mask: ``(B, K)`` float32, 1 for real steps and 0 for padding.
+    ``states`` ``(B, K, state_dim)`` float32, normalised; ``actions`` ``(B, K, act_dim)``
+    float32, padding ``-10``; ``rewards`` ``(B, K, 1)`` float32, padding 0; ``dones`` ``(B,
+    K)`` int64, padding 2; ``rtg`` ``(B, K + 1, 1)`` float32 returns-to-go divided by the
+    scale, padding 0; ``timesteps`` ``(B, K)`` int64, padding 0; ``attention_mask`` ``(B, K)``
+    float32, 1 for real steps and 0 for padding.
     """
 
     states: np.ndarray
