@@ -5,10 +5,12 @@ Chen et al. 2021 (https://arxiv.org/abs/2106.01345) feed the sequence ``(R_1, s_
 s_2, a_2, ...)`` to GPT-2 and read each action off the token of its state. This module builds
 the same model without the ``transformers`` package: token embeddings plus a learned
 embedding of the episode's time step (in place of positions), a stack of
-:class:`CausalBlock`, and linear heads.
+:class:`CausalBlock` initialised as GPT-2's, and linear heads.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -43,13 +45,26 @@ class CausalBlock(nn.Module):
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
         self.proj = nn.Linear(hidden_size, hidden_size)
         self.ln_mlp = nn.LayerNorm(hidden_size)
-        self.mlp = nn.Sequential(
-            nn.Linear(hidden_size, n_inner),
-            _ACTIVATIONS[activation](),
-            nn.Linear(n_inner, hidden_size),
-            nn.Dropout(dropout),
-        )
+        self.fc_in = nn.Linear(hidden_size, n_inner)
+        self.activation = _ACTIVATIONS[activation]()
+        self.fc_out = nn.Linear(n_inner, hidden_size)
         self.resid_dropout = nn.Dropout(dropout)
+        self.mlp_dropout = nn.Dropout(dropout)
+
+    @torch.no_grad()
+    def reset_parameters(self, n_layer: int) -> None:
+        """GPT-2's initialisation: weights from ``N(0, 0.02)``, biases 0, and the two layers that
+        write into the residual stream from ``N(0, 0.02 / sqrt(2 n_layer))``, so that the
+        stream's variance does not grow with depth (GPT-2 paper, section 2.3).
+
+        Args:
+            n_layer: the number of blocks in the stack.
+        """
+        for layer in (self.qkv, self.proj, self.fc_in, self.fc_out):
+            layer.weight.normal_(0.0, 0.02)
+            layer.bias.zero_()
+        for layer in (self.proj, self.fc_out):
+            layer.weight.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """``x``: ``(B, T, hidden)``; ``allowed``: ``(B, 1, T, T)``, True where query ``t`` may
@@ -63,7 +78,7 @@ class CausalBlock(nn.Module):
             q, k, v, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0
         )
         x = x + self.resid_dropout(self.proj(attended.transpose(1, 2).reshape(x.shape)))
-        return x + self.mlp(self.ln_mlp(x))
+        return x + self.mlp_dropout(self.fc_out(self.activation(self.fc_in(self.ln_mlp(x)))))
 
 
 class TrajectoryModel(Model):
@@ -135,10 +150,13 @@ class TrajectoryModel(Model):
         self.embed_action = nn.Linear(act_dim, hidden_size)
         self.embed_ln = nn.LayerNorm(hidden_size)
         self.embed_dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
+        blocks = [
             CausalBlock(hidden_size, n_head, inner, dropout, activation)
             for _ in range(check_int("n_layer", n_layer, low=1, owner=owner))
-        )
+        ]
+        for block in blocks:
+            block.reset_parameters(len(blocks))
+        self.blocks = nn.ModuleList(blocks)
         self.ln_final = nn.LayerNorm(hidden_size)
         self.predict_state = nn.Linear(hidden_size, state_dim)
         self.predict_action = nn.Sequential(
