@@ -18,6 +18,7 @@ SCRIPTS = {
     name: EXAMPLES / name / "train.py"
     for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "MAPPO", "PPO", "QuickStart", "SAC", "TD3")
 }
+SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
@@ -35,6 +36,7 @@ EXPECTED = {
     "SAC": OFF_POLICY,
     "CQL": OFF_POLICY,
     "IQL": OFF_POLICY,
+    "OAC": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
     "QuickStart": set(COMMON_FLAGS)
@@ -44,7 +46,7 @@ EXPECTED = {
 # old spelling -> the same command line in the shared spelling
 OLD_SPELLINGS: dict[str, list[tuple[list[str], list[str]]]] = {
     name: [(["--no_tqdm"], ["--no_progress"]), (["--no-progress"], ["--no_progress"])]
-    for name in ("DQN", "DDPG", "TD3", "SAC")
+    for name in ("DQN", "DDPG", "TD3", "SAC", "OAC")
 }
 OLD_SPELLINGS |= {
     "QuickStart": [
