@@ -4,6 +4,7 @@ the errors a malformed or missing dataset gives. Every dataset is made here, in 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +23,11 @@ from parl.utils.offline_data import (
     qlearning_from_steps,
     save_d4rl_hdf5,
 )
+
+from . import test_parl_parity as parity
+
+# PARL's published wheel, downloaded once per run (skips without network, except under CI=true)
+parl_wheel = parity.parl_wheel
 
 OBS_DIM, ACT_DIM = 3, 2
 
@@ -266,3 +272,33 @@ def test_minari_errors(tmp_path: Path, monkeypatch: Any) -> None:
     write_minari(tmp_path, "toy/nan-v0", noisy, monkeypatch)
     with pytest.raises(ValueError, match="'rewards' has 1 NaN"):
         load_minari("toy/nan-v0")
+
+
+# -- PARL's own load_from_d4rl ------------------------------------------------------------------
+def test_load_from_d4rl_samples_what_published_parl_samples(
+    parl_wheel: Path, tmp_path: Path
+) -> None:
+    """PARL 2.2.1's ``parl/utils/replay_memory.py``, loaded from its published wheel against this
+    package, and ours load the same dataset and, from the same numpy seed, draw the same
+    batches. (PARL's memory then holds the dataset's own arrays, of whatever size; ours copies
+    them into its preallocated storage, checked.)"""
+    import zipfile
+
+    with zipfile.ZipFile(parl_wheel) as archive:
+        path = Path(archive.extract("parl/utils/replay_memory.py", tmp_path))
+    spec = importlib.util.spec_from_file_location("published_parl_replay_memory", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = qlearning(40)
+    theirs = module.ReplayMemory(max_size=64, obs_dim=OBS_DIM, act_dim=ACT_DIM)
+    theirs.load_from_d4rl({key: value.copy() for key, value in data.items()})
+    ours = ReplayMemory(max_size=64, obs_dim=OBS_DIM, act_dim=ACT_DIM)
+    ours.load_from_d4rl(data)
+    assert theirs.size() == ours.size() == 40
+    for seed in range(3):
+        np.random.seed(seed)
+        expected = theirs.sample_batch(16)
+        np.random.seed(seed)
+        for theirs_array, ours_array in zip(expected, ours.sample_batch(16), strict=True):
+            np.testing.assert_array_equal(ours_array, theirs_array)
