@@ -119,7 +119,8 @@ EXPERIMENTS = {
         ),
         Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
-            "mean return of the evaluation episodes", "the example's CartPole preset, 2 actors",
+            "mean return of 3 greedy evaluation episodes (the preset's)",
+            "the example's CartPole preset, 2 actors",
             tag="eval/episode_reward",
         ),
     )

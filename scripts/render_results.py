@@ -122,9 +122,9 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
     """The evaluations along the run, a row per seed; ``None`` when the record has none.
 
     When every seed was evaluated at the same few (at most 7) points, those are the columns.
-    Otherwise the columns are five even marks of the budget, and each cell is the seed's
-    evaluation nearest its mark (runs of whole episodes evaluate a few steps apart), or ``-``
-    when none is within 2% of the budget of it."""
+    Otherwise the columns are five even marks of the budget, and each cell is the seed's last
+    evaluation at its mark (runs of whole episodes evaluate a few steps late: up to 2% of the
+    budget after the mark counts), or ``-`` before its first evaluation."""
     per_seed = record["figures"]["per_seed"]
     marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
     if not marks or not all(marks):
@@ -138,9 +138,9 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
         columns = [spent * k // 5 for k in range(1, 6)]
 
     def nearest(evaluations: list[list[float]], mark: int) -> float | None:
-        step, value = min(evaluations, key=lambda point: abs(point[0] - mark))
-        # a run evaluated far from a mark has no figure there
-        return value if abs(step - mark) <= 0.02 * (spent or 0) or step == mark else None
+        # the curve read at the mark: the last evaluation before it, or a few steps after it
+        before = [value for step, value in evaluations if step <= mark + 0.02 * (spent or 0)]
+        return before[-1] if before else None
 
     lines = [
         f"| {record['algorithm']}, {_task(record)} | "

@@ -114,8 +114,14 @@ def test_evaluations_at_different_steps_render_at_five_marks_nearest_first(recor
     ]
     lines = render_results.evaluation_table(record).splitlines()
     assert lines[0].count("steps") == 5 and "| 200k steps |" in lines[0]
-    # 400k, 600k and 800k: no evaluation within 2% of the budget
-    assert lines[-1] == "| seed 1 | 3 | - | - | - | 1,000 | 1,100 |"
+    # each mark reads the last evaluation at or just after it
+    assert lines[-1] == "| seed 1 | 3 | 3 | 700 | 700 | 1,000 | 1,100 |"
+    record["figures"]["per_seed"][1]["evaluations"] = [[450_000, 700], [1_000_003, 1000]]
+    assert (
+        render_results.evaluation_table(record)
+        .splitlines()[-1]
+        .startswith("| seed 1 | - | - | 700 |")
+    )
 
 
 def test_a_page_shows_its_reference_its_measured_notes_and_its_curve(record) -> None:
