@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-PARL_CURVES = "PARL's published curve (HalfCheetah-v4, 3 seeds), read at the same step count"
+PARL_CURVES = "PARL's published curve at the same step (HalfCheetah-v4, 3 seeds)"
 
 
 @dataclass(frozen=True)
