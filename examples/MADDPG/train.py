@@ -17,7 +17,11 @@ memories) is written after each evaluation and at the end; ``--resume`` continue
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -111,21 +115,44 @@ def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed
     return float(np.mean(totals))
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
+    never part new, part old (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C comes now
+
+
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
-    for i, agent in enumerate(agents):
-        own = {**counters, "global_train_step": agent.global_train_step}
-        agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
-        if args.save_rpm:
-            agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
+    with ctrl_c_deferred():
+        for i, agent in enumerate(agents):
+            own = {**counters, "global_train_step": agent.global_train_step}
+            agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
+            if args.save_rpm:
+                agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
 
 
 def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[str, Any]:
     counters: dict[str, Any] = {}
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
-        own, _ = agent.restore_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"))
-        counters = dict(own)
-        agent.global_train_step = int(counters.pop("global_train_step"))
+        path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
+        own, _ = agent.restore_checkpoint(path)
+        agent.global_train_step = int(own["global_train_step"])
+        own = {k: v for k, v in own.items() if k != "global_train_step"}
+        if i > 0 and own != counters:  # a run killed while it wrote them (SIGKILL, power loss)
+            raise RuntimeError(
+                f"the checkpoint files in {args.logdir} are from different points of the run "
+                f"(agent 0 at {counters}, agent {i} at {own}): it was stopped while writing "
+                "them; start again without --resume"
+            )
+        counters = own
         rpm_path = os.path.join(args.logdir, f"rpm_agent{i}.npz")
         if os.path.exists(rpm_path):
             agent.rpm.load(rpm_path)

@@ -17,8 +17,12 @@ from it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -159,6 +163,20 @@ def _checkpoint_paths(logdir: str, n: int) -> list[str]:
     return [os.path.join(logdir, f"checkpoint_agent{i}.pt") for i in range(n)]
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
+    never part new, part old (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C comes now
+
+
 def train(config: Config) -> TrainResult:
     """Run MAPPO as configured."""
     set_seed(config.seed)
@@ -177,8 +195,16 @@ def train(config: Config) -> TrainResult:
     result = TrainResult(checkpoint=paths[0])
     start_update = 0
     if config.resume and all(os.path.exists(p) for p in paths):
-        for agent, path in zip(team.agents, paths, strict=True):
-            state = agent.restore_checkpoint(path)
+        states = [
+            agent.restore_checkpoint(path) for agent, path in zip(team.agents, paths, strict=True)
+        ]
+        state = states[-1]  # every file holds the same random states: the last one wins
+        if any(s.counters != state.counters for s in states):  # killed while writing them
+            raise RuntimeError(
+                f"the checkpoint files in {logdir} are from different points of the run "
+                f"({[dict(s.counters) for s in states]}): it was stopped while writing them; "
+                "start again without --resume"
+            )
         start_update = int(state.counters["update"]) + 1
         result.eval_history = [tuple(x) for x in state.extra["eval_history"]]
         logger.info("resumed from %s at update %d", logdir, start_update)
@@ -212,12 +238,13 @@ def train(config: Config) -> TrainResult:
             if total_steps >= next_eval or update == num_updates - 1:
                 next_eval += config.test_every_steps
                 _evaluate(team, eval_env, config, result, total_steps)
-                for agent, path in zip(team.agents, paths, strict=True):
-                    agent.save_checkpoint(
-                        path,
-                        counters={"total_steps": total_steps, "update": update},
-                        extra={"eval_history": result.eval_history},
-                    )
+                with ctrl_c_deferred():
+                    for agent, path in zip(team.agents, paths, strict=True):
+                        agent.save_checkpoint(
+                            path,
+                            counters={"total_steps": total_steps, "update": update},
+                            extra={"eval_history": result.eval_history},
+                        )
     finally:
         bar.close()
         envs.close()
