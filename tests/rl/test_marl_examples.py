@@ -43,3 +43,15 @@ def test_marl_example_runs_on_foraging(run_python: RunPython, tmp_path: Path, na
     args = [*SHORT, *OWN[name], "--env", "Foraging-8x8-2p-2f-coop-v3"]
     log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
     assert "done: " in log
+
+
+@pytest.mark.parametrize("name", list(OWN))
+def test_marl_example_runs_where_agents_see_different_amounts(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    """In simple_world_comm the agents' observations differ in length and its leader has more
+    actions than the rest: shorter observations are zero-padded to the longest."""
+    short = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
+    args = [*short, *OWN[name], "--env", "simple_world_comm"]
+    log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
+    assert "done: " in log
