@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -141,6 +142,20 @@ class Team:
         return out
 
 
+def available_or_first(actions: np.ndarray, avail: np.ndarray) -> np.ndarray:
+    """``actions`` (any shape of indices), each one not available now replaced by the first
+    available one: MAPPO's policies do not mask, and foraging forbids a move into a wall or a
+    load with no food beside; its first action (none) does what lbforaging itself does with
+    a forbidden one. MPE allows every action, so nothing changes there.
+
+    Args:
+        actions: ``(..., )`` action indices.
+        avail: ``(..., n_actions)`` the available actions (bool), as the env gives them.
+    """
+    ok = np.take_along_axis(avail, actions[..., None].astype(np.intp), axis=-1)[..., 0]
+    return np.where(ok, actions, avail.argmax(axis=-1))
+
+
 def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> float:
     """Mean over ``episodes`` greedy episodes of the agents' mean return."""
     returns = []
@@ -148,10 +163,14 @@ def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> f
         obs_n = env.reset(seed=seed + k)
         total, done = np.zeros(team.n), False
         while not done:
-            actions = []
+            actions: list[Any] = []
             for i, agent in enumerate(team.agents):
                 action = agent.predict(obs_n[i][None].astype(np.float32))[0]
-                actions.append(np.clip(action, -1.0, 1.0) if team.continuous else int(action[0]))
+                if team.continuous:
+                    actions.append(np.clip(action, -1.0, 1.0))
+                else:
+                    avail = env.get_avail_agent_actions(i)
+                    actions.append(int(available_or_first(np.asarray(action[0]), avail)))
             obs_n, reward_n, done_n, _ = env.step(actions)
             total += reward_n
             done = all(done_n)
@@ -267,9 +286,10 @@ def _rollout(team: Team, envs: MultiAgentVectorEnv, config: Config, seed: int) -
             agent.sample(buffer.share_obs[step], buffer.obs[step])
             for agent, buffer in zip(team.agents, team.buffers, strict=True)
         ]
-        obs, rewards, terminations, truncations, info = envs.step(
-            team.env_actions([actions for _, actions, _ in samples])
-        )
+        env_actions = team.env_actions([actions for _, actions, _ in samples])
+        if not team.continuous:
+            env_actions = available_or_first(env_actions, envs.get_avail_actions())
+        obs, rewards, terminations, truncations, info = envs.step(env_actions)
         # an env that ended was reset in this step: its state is the new episode's
         state = envs.state()
         masks = 1.0 - (terminations | truncations).astype(np.float32)

@@ -162,3 +162,18 @@ except RuntimeError as exc:
     proc = run_python(code, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "REFUSED the checkpoint files in" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
+    """Foraging forbids some actions (a move into a wall, a load with no food beside) and
+    MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging itself,
+    instead of stopping the run."""
+    (result,) = _run_mains(
+        run_python,
+        [
+            [*SMALL, "--env", "Foraging-5x5-2p-1f-coop-v3", "--train_total_steps", "400"]
+            + ["--test_every_steps", "400", "--eval_episodes", "2"]
+            + ["--logdir", str(tmp_path / "run")]
+        ],
+    )
+    assert result["total_steps"] == 400 and len(result["eval_history"]) == 1
