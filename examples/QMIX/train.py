@@ -18,7 +18,11 @@ terminal one. A checkpoint (networks, optimizer, random states, counters, explor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -158,11 +162,26 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
     return QMixAgent(algorithm, 1.0, args.min_exploration, decay, args.update_target_interval)
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: the checkpoint and the episode memory
+    are then never from different points of the run (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C comes now
+
+
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
     extra = {"exploration": agent.exploration, "global_step": agent.global_step}
-    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
-    if args.save_rpm:
-        memory.save(os.path.join(args.logdir, "rpm.npz"))
+    with ctrl_c_deferred():
+        agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+        if args.save_rpm:
+            memory.save(os.path.join(args.logdir, "rpm.npz"))
 
 
 def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
