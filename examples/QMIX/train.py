@@ -167,13 +167,20 @@ def ctrl_c_deferred() -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) back until the block ends: the checkpoint and the episode memory
     are then never from different points of the run (each file alone is written atomically)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield  # only the main thread handles signals
         return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list[int] = []
+    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C comes now
+        signal.signal(signal.SIGINT, previous)
+    if held:  # the held Ctrl-C comes now
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]

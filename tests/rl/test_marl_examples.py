@@ -63,7 +63,9 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     code = (
         "import os, signal, sys\n"
         f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'QMIX')!r})\n"
-        "import train\n"
+        "import threading, train\n"
+        "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
         "try:\n"
         "    with train.ctrl_c_deferred():\n"
