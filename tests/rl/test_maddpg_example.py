@@ -73,7 +73,9 @@ def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     code = (
         "import os, signal, sys\n"
         f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'MADDPG')!r})\n"
-        "import train\n"
+        "import threading, train\n"
+        "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
         "try:\n"
         "    with train.ctrl_c_deferred():\n"
@@ -85,3 +87,14 @@ def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted after: ['all files written']" in proc.stdout
+
+
+def test_maddpg_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
+    """Foraging forbids some actions and MADDPG's policies do not mask: a forbidden argmax does
+    nothing, as in lbforaging itself, instead of stopping the run."""
+    small = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    args = [*small, "--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
+    log = run_example(
+        run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(tmp_path)
+    )
+    assert "done: 2 episodes, 100 steps" in log
