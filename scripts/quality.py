@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-PARL_CURVES = "PARL's published curve (HalfCheetah-v4, 3 seeds), read at the same step count"
+PARL_CURVES = "PARL's published curve at the same step (HalfCheetah-v4, 3 seeds)"
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Experiment:
                 "--logdir", logdir, "--torch_threads", "1", "--no_progress"]  # fmt: skip
 
 
-MUJOCO_NOTE = "one seed: a 100k-step run takes about an hour on one CPU thread here"
+MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
     e.name: e
     for e in (
@@ -119,7 +119,8 @@ EXPERIMENTS = {
         ),
         Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
-            "mean return of the evaluation episodes", "the example's CartPole preset, 2 actors",
+            "mean return of 3 greedy evaluation episodes (the preset's)",
+            "the example's CartPole preset, 2 actors",
             tag="eval/episode_reward",
         ),
     )
@@ -227,7 +228,12 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
     if wall is None:
         notes.append("recorded with --report: each seed's wall time is read from its "
                      "TensorBoard events, the whole experiment's is not known")  # fmt: skip
-    argv = [a for a in sys.argv[1:] if a != "--report"]
+    # the command that repeats the run: where its logs, records and curves go does not matter
+    argv = [experiment.name]
+    if args.seeds != list(experiment.seeds):
+        argv += ["--seeds", *map(str, args.seeds)]
+    if args.steps != experiment.steps:
+        argv += ["--steps", str(args.steps)]
     write_record(
         os.path.join(args.record_dir or args.logroot, f"{experiment.name}.json"),
         algorithm=experiment.algorithm,

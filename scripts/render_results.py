@@ -82,6 +82,16 @@ def wall_time(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def run_time(record: dict[str, Any]) -> str:
+    """The whole experiment's wall time, else each seed's (``4 min, 5 min``), else ``-``."""
+    if record["figures"]["wall_seconds"] is not None:
+        return wall_time(record["figures"]["wall_seconds"])
+    walls = [entry["wall_seconds"] for entry in record["figures"]["per_seed"]]
+    if any(wall is None for wall in walls) or not walls:
+        return "-"
+    return ", ".join(wall_time(wall) for wall in walls) + (" (each seed)" if len(walls) > 1 else "")
+
+
 def page_row(record: dict[str, Any]) -> str:
     """One row of an algorithm page's table: task, budget, seeds, finals, mean ± sd, bests,
     wall time, source."""
@@ -96,7 +106,7 @@ def page_row(record: dict[str, Any]) -> str:
         finals,
         mean_sd(record),
         bests if any(entry["best"] is not None for entry in per_seed) else "-",
-        wall_time(record["figures"]["wall_seconds"]),
+        run_time(record),
         record["source"],
     ]
     return "| " + " | ".join(cells) + " |"
@@ -112,8 +122,9 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
     """The evaluations along the run, a row per seed; ``None`` when the record has none.
 
     When every seed was evaluated at the same few (at most 7) points, those are the columns.
-    Otherwise the columns are five even marks of the budget, and each cell is the seed's
-    evaluation nearest its mark (runs of whole episodes evaluate a few steps apart)."""
+    Otherwise the columns are five even marks of the budget, and each cell is the seed's last
+    evaluation at its mark (runs of whole episodes evaluate a few steps late: up to 2% of the
+    budget after the mark counts), or ``-`` before its first evaluation."""
     per_seed = record["figures"]["per_seed"]
     marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
     if not marks or not all(marks):
@@ -126,8 +137,10 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
             return None
         columns = [spent * k // 5 for k in range(1, 6)]
 
-    def nearest(evaluations: list[list[float]], mark: int) -> float:
-        return min(evaluations, key=lambda point: abs(point[0] - mark))[1]
+    def nearest(evaluations: list[list[float]], mark: int) -> float | None:
+        # the curve read at the mark: the last evaluation before it, or a few steps after it
+        before = [value for step, value in evaluations if step <= mark + 0.02 * (spent or 0)]
+        return before[-1] if before else None
 
     lines = [
         f"| {record['algorithm']}, {_task(record)} | "
@@ -149,6 +162,12 @@ def render_page(records: list[dict[str, Any]]) -> str:
     metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
     commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
     parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
+    references = list(dict.fromkeys(
+        f"{_task(r)}: {r['figures']['baseline']['name']}, {number(r['figures']['baseline']['value'])}"
+        for r in records if r["figures"]["baseline"]
+    ))  # fmt: skip
+    if references:
+        parts.append("Beside it: " + "; ".join(references) + ".")
     # a transcribed record's note is about its provenance, which the source column says
     notes = list(
         dict.fromkeys(
@@ -177,7 +196,7 @@ def summary_row(record: dict[str, Any]) -> str:
             result += f" (sd {number(figures['sd'])})"
     else:
         result = " and ".join(number(entry["final"]) for entry in per_seed)
-    if any(entry["best"] is not None for entry in per_seed):
+    if any(entry["best"] is not None and entry["best"] != entry["final"] for entry in per_seed):
         result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
     if figures["baseline"]:
         result += f" ({figures['baseline']['name']}: {number(figures['baseline']['value'])})"

@@ -158,6 +158,25 @@ RUNS: tuple[ScriptRun, ...] = (
         },
         edits=(NUMPY_SHAPE, NUMPY_INT),
     ),
+    # MAenv's episodes are 25 steps, as in PARL: the first evaluation comes after 4 of them
+    ScriptRun(
+        "maddpg",
+        "maddpg",
+        ("--env", "simple_speaker_listener", "--max_episodes", "8", "--test_every_episodes", "4"),
+    ),
+    ScriptRun(
+        "maddpg (continuous)",
+        "maddpg",
+        (
+            "--env",
+            "simple_spread",
+            "--continuous_actions",
+            "--max_episodes",
+            "8",
+            "--test_every_episodes",
+            "4",
+        ),
+    ),
 )
 
 

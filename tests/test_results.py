@@ -84,8 +84,60 @@ def test_a_record_renders_to_a_row_with_mean_sd_seeds_budget_and_wall_time(recor
 
 def test_unknown_figures_render_as_a_dash(record) -> None:
     record["figures"].update(mean=None, sd=None, wall_seconds=None)
+    record["figures"]["per_seed"][1]["wall_seconds"] = None
     row = render_results.page_row(record).split(" | ")
     assert row[4] == "-" and row[6] == "-"
+
+
+def test_without_the_whole_runs_wall_time_each_seeds_is_shown(record) -> None:
+    record["figures"]["wall_seconds"] = None
+    assert render_results.page_row(record).split(" | ")[6] == "60 s, 62 s (each seed)"
+
+
+def test_a_budget_in_episodes_renders_as_episodes(record) -> None:
+    record["budget"] = {"env_steps": None, "episodes": 1000}
+    assert render_results.page_row(record).split(" | ")[1] == "1,000 episodes"
+    assert "1,000 episodes, 2 seeds" in render_results.summary_row(record)
+
+
+def test_evaluations_at_different_steps_render_at_five_marks_nearest_first(record) -> None:
+    # runs of whole episodes evaluate a few steps apart: 500,012 and 499,990 are the 500k mark
+    record["figures"]["per_seed"][0]["evaluations"] = [
+        [200_100, 5],
+        [500_012, 900],
+        [1_000_000, 1200],
+    ]
+    record["figures"]["per_seed"][1]["evaluations"] = [
+        [199_950, 3],
+        [499_990, 700],
+        [1_000_003, 1000],
+    ]
+    lines = render_results.evaluation_table(record).splitlines()
+    assert lines[0].count("steps") == 5 and "| 200k steps |" in lines[0]
+    # each mark reads the last evaluation at or just after it
+    assert lines[-1] == "| seed 1 | 3 | 3 | 700 | 700 | 1,000 | 1,100 |"
+    record["figures"]["per_seed"][1]["evaluations"] = [[450_000, 700], [1_000_003, 1000]]
+    assert (
+        render_results.evaluation_table(record)
+        .splitlines()[-1]
+        .startswith("| seed 1 | - | - | 700 |")
+    )
+
+
+def test_a_page_shows_its_reference_its_measured_notes_and_its_curve(record) -> None:
+    record["figures"]["baseline"] = {"name": "PARL's published curve", "value": 3300}
+    record.update(note="one seed", curve="docs/curves/ppo_Hopper-v5.svg")
+    transcribed = copy.deepcopy(record)
+    transcribed.update(source="transcribed", note="copied from the old page", env="Walker2d-v5")
+    page = render_results.render_page([record, transcribed])
+    assert (
+        "Beside it: Hopper-v5, PARL's MuJoCo configuration: PARL's published curve, 3,300" in page
+    )
+    assert "one seed" in page and "copied from the old page" not in page
+    assert (
+        page.count("![PPO on Hopper-v5, PARL's MuJoCo configuration](../curves/ppo_Hopper-v5.svg)")
+        == 1
+    )
 
 
 def test_the_evaluations_along_the_run_render_a_row_per_seed(record) -> None:

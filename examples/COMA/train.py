@@ -35,6 +35,15 @@ EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
 
 
+def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
+    """``(n_agents, width)``: the agents' observations, a shorter one zero-padded (in
+    ``simple_tag``, ``simple_crypto`` or ``simple_world_comm`` agents see different amounts)."""
+    out = np.zeros((len(obs_n), width), np.float32)
+    for i, obs in enumerate(obs_n):
+        out[i, : np.size(obs)] = np.ravel(obs)
+    return out
+
+
 def run_episode(
     env: MAenv, agent: ComaAgent, seed: int, epsilon: float, greedy: bool
 ) -> tuple[dict[str, np.ndarray], float, int]:
@@ -42,7 +51,7 @@ def run_episode(
     returns it, its team return and its length."""
     slots, n = env.max_step, env.n
     episode = {
-        "o": np.zeros((slots, n, env.obs_shape_n[0]), np.float32),
+        "o": np.zeros((slots, n, env.get_env_info()["obs_shape"]), np.float32),
         "s": np.zeros((slots, env.state_shape), np.float32),
         "u": np.zeros((slots, n, 1), np.int64),
         "r": np.zeros((slots, 1), np.float32),
@@ -55,7 +64,8 @@ def run_episode(
     last = np.full(n, -1)
     total, t, done = 0.0, 0, False
     while not done:
-        obs, avail = np.stack(obs_n), env.get_avail_actions().astype(np.float32)
+        obs = stack_obs(obs_n, env.get_env_info()["obs_shape"])
+        avail = env.get_avail_actions().astype(np.float32)
         actions = agent.sample(obs, last, avail, epsilon, greedy=greedy)
         state = env.state()
         obs_n, reward_n, done_n, _ = env.step([int(a) for a in actions])
@@ -75,7 +85,7 @@ def evaluate(env: MAenv, agent: ComaAgent, episodes: int, seed: int) -> float:
 
 
 def build_agent(args: argparse.Namespace, env: MAenv) -> ComaAgent:
-    model = ComaModel(env.obs_shape_n[0], env.state_shape, env.n, env.n_actions)
+    model = ComaModel(env.get_env_info()["obs_shape"], env.state_shape, env.n, env.n_actions)
     algorithm = COMA(
         model, env.n_actions, env.n, grad_norm_clip=args.grad_norm_clip, actor_lr=args.actor_lr,
         critic_lr=args.critic_lr, gamma=args.gamma, td_lambda=args.td_lambda, device=args.device,

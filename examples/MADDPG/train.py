@@ -17,7 +17,11 @@ memories) is written after each evaluation and at the end; ``--resume`` continue
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -69,6 +73,20 @@ def build_agents(args: argparse.Namespace, env: MAenv) -> list[MAAgent]:
     return agents
 
 
+def env_actions(env: MAenv, action_n: list[np.ndarray]) -> list[Any]:
+    """The actions ``env.step`` gets: the agents' own, except a discrete one whose argmax is not
+    available now (foraging forbids a move into a wall or a load with no food beside), which
+    becomes the first available action (none): what lbforaging itself does with a forbidden
+    one. MPE allows every action, so nothing changes there."""
+    if env.continuous_actions:
+        return list(action_n)
+    out: list[Any] = []
+    for i, action in enumerate(action_n):
+        avail = env.get_avail_agent_actions(i)
+        out.append(action if avail[int(np.argmax(action))] else int(np.argmax(avail)))
+    return out
+
+
 def run_episode(env: MAenv, agents: list[MAAgent], seed: int) -> tuple[float, list[float], int]:
     """One exploring episode; every agent stores its transitions and learns at every step."""
     obs_n = env.reset(seed=seed)
@@ -77,7 +95,7 @@ def run_episode(env: MAenv, agents: list[MAAgent], seed: int) -> tuple[float, li
     while not done:
         steps += 1
         action_n = [agent.sample(obs) for agent, obs in zip(agents, obs_n, strict=True)]
-        next_obs_n, reward_n, done_n, _ = env.step(action_n)
+        next_obs_n, reward_n, done_n, _ = env.step(env_actions(env, action_n))
         done = all(done_n)
         # an episode cut at its length is not a terminal state: the critic bootstraps there
         for i, agent in enumerate(agents):
@@ -104,28 +122,58 @@ def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed
         obs_n, done, total = env.reset(seed=seed + k), False, 0.0
         while not done:
             action_n = [agent.predict(obs) for agent, obs in zip(agents, obs_n, strict=True)]
-            obs_n, reward_n, done_n, _ = env.step(action_n)
+            obs_n, reward_n, done_n, _ = env.step(env_actions(env, action_n))
             done = all(done_n)
             total += sum(reward_n)
         totals.append(total)
     return float(np.mean(totals))
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
+    never part new, part old (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    held: list[int] = []
+    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:  # the held Ctrl-C comes now
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
-    for i, agent in enumerate(agents):
-        own = {**counters, "global_train_step": agent.global_train_step}
-        agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
-        if args.save_rpm:
-            agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
+    with ctrl_c_deferred():
+        for i, agent in enumerate(agents):
+            own = {**counters, "global_train_step": agent.global_train_step}
+            agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
+            if args.save_rpm:
+                agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
 
 
 def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[str, Any]:
     counters: dict[str, Any] = {}
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
-        own, _ = agent.restore_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"))
-        counters = dict(own)
-        agent.global_train_step = int(counters.pop("global_train_step"))
+        path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
+        own, _ = agent.restore_checkpoint(path)
+        agent.global_train_step = int(own["global_train_step"])
+        own = {k: v for k, v in own.items() if k != "global_train_step"}
+        if i > 0 and own != counters:  # a run killed while it wrote them (SIGKILL, power loss)
+            raise RuntimeError(
+                f"the checkpoint files in {args.logdir} are from different points of the run "
+                f"(agent 0 at {counters}, agent {i} at {own}): it was stopped while writing "
+                "them; start again without --resume"
+            )
+        counters = own
         rpm_path = os.path.join(args.logdir, f"rpm_agent{i}.npz")
         if os.path.exists(rpm_path):
             agent.rpm.load(rpm_path)
@@ -203,7 +251,7 @@ def make_parser() -> argparse.ArgumentParser:
         env="simple_speaker_listener",
         defaults={"eval_episodes": EVAL_EPISODES, "logdir": os.path.join("train_log", "MADDPG")},
         skip=["train_total_steps", "test_every_steps", "xparl_addr"],
-        help={"env": "MPE scenario of parl.env.multiagent_env.MAenv (PARL's names)"},
+        help={"env": "MPE scenario of parl.env.multiagent_env.MAenv (PARL's names) or foraging id"},
     )
     parser.add_argument(
         "--continuous_actions",

@@ -17,9 +17,14 @@ from it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -137,6 +142,20 @@ class Team:
         return out
 
 
+def available_or_first(actions: np.ndarray, avail: np.ndarray) -> np.ndarray:
+    """``actions`` (any shape of indices), each one not available now replaced by the first
+    available one: MAPPO's policies do not mask, and foraging forbids a move into a wall or a
+    load with no food beside; its first action (none) does what lbforaging itself does with
+    a forbidden one. MPE allows every action, so nothing changes there.
+
+    Args:
+        actions: ``(..., )`` action indices.
+        avail: ``(..., n_actions)`` the available actions (bool), as the env gives them.
+    """
+    ok = np.take_along_axis(avail, actions[..., None].astype(np.intp), axis=-1)[..., 0]
+    return np.where(ok, actions, avail.argmax(axis=-1))
+
+
 def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> float:
     """Mean over ``episodes`` greedy episodes of the agents' mean return."""
     returns = []
@@ -144,10 +163,14 @@ def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> f
         obs_n = env.reset(seed=seed + k)
         total, done = np.zeros(team.n), False
         while not done:
-            actions = []
+            actions: list[Any] = []
             for i, agent in enumerate(team.agents):
                 action = agent.predict(obs_n[i][None].astype(np.float32))[0]
-                actions.append(np.clip(action, -1.0, 1.0) if team.continuous else int(action[0]))
+                if team.continuous:
+                    actions.append(np.clip(action, -1.0, 1.0))
+                else:
+                    avail = env.get_avail_agent_actions(i)
+                    actions.append(int(available_or_first(np.asarray(action[0]), avail)))
             obs_n, reward_n, done_n, _ = env.step(actions)
             total += reward_n
             done = all(done_n)
@@ -157,6 +180,27 @@ def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> f
 
 def _checkpoint_paths(logdir: str, n: int) -> list[str]:
     return [os.path.join(logdir, f"checkpoint_agent{i}.pt") for i in range(n)]
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
+    never part new, part old (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    held: list[int] = []
+    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:  # the held Ctrl-C comes now
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
 
 
 def train(config: Config) -> TrainResult:
@@ -177,8 +221,16 @@ def train(config: Config) -> TrainResult:
     result = TrainResult(checkpoint=paths[0])
     start_update = 0
     if config.resume and all(os.path.exists(p) for p in paths):
-        for agent, path in zip(team.agents, paths, strict=True):
-            state = agent.restore_checkpoint(path)
+        states = [
+            agent.restore_checkpoint(path) for agent, path in zip(team.agents, paths, strict=True)
+        ]
+        state = states[-1]  # every file holds the same random states: the last one wins
+        if any(s.counters != state.counters for s in states):  # killed while writing them
+            raise RuntimeError(
+                f"the checkpoint files in {logdir} are from different points of the run "
+                f"({[dict(s.counters) for s in states]}): it was stopped while writing them; "
+                "start again without --resume"
+            )
         start_update = int(state.counters["update"]) + 1
         result.eval_history = [tuple(x) for x in state.extra["eval_history"]]
         logger.info("resumed from %s at update %d", logdir, start_update)
@@ -212,12 +264,13 @@ def train(config: Config) -> TrainResult:
             if total_steps >= next_eval or update == num_updates - 1:
                 next_eval += config.test_every_steps
                 _evaluate(team, eval_env, config, result, total_steps)
-                for agent, path in zip(team.agents, paths, strict=True):
-                    agent.save_checkpoint(
-                        path,
-                        counters={"total_steps": total_steps, "update": update},
-                        extra={"eval_history": result.eval_history},
-                    )
+                with ctrl_c_deferred():
+                    for agent, path in zip(team.agents, paths, strict=True):
+                        agent.save_checkpoint(
+                            path,
+                            counters={"total_steps": total_steps, "update": update},
+                            extra={"eval_history": result.eval_history},
+                        )
     finally:
         bar.close()
         envs.close()
@@ -240,9 +293,10 @@ def _rollout(team: Team, envs: MultiAgentVectorEnv, config: Config, seed: int) -
             agent.sample(buffer.share_obs[step], buffer.obs[step])
             for agent, buffer in zip(team.agents, team.buffers, strict=True)
         ]
-        obs, rewards, terminations, truncations, info = envs.step(
-            team.env_actions([actions for _, actions, _ in samples])
-        )
+        env_actions = team.env_actions([actions for _, actions, _ in samples])
+        if not team.continuous:
+            env_actions = available_or_first(env_actions, envs.get_avail_actions())
+        obs, rewards, terminations, truncations, info = envs.step(env_actions)
         # an env that ended was reset in this step: its state is the new episode's
         state = envs.state()
         masks = 1.0 - (terminations | truncations).astype(np.float32)

@@ -18,7 +18,11 @@ terminal one. A checkpoint (networks, optimizer, random states, counters, explor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -75,13 +79,24 @@ class EpisodeMemory:
             self.count, self.next = int(saved["count"]), int(saved["next"])
 
 
-def agent_inputs(obs_n: list[np.ndarray], last_actions: np.ndarray, n_actions: int) -> np.ndarray:
-    """``(n_agents, obs_dim + n_actions + n_agents)``: observation, last action, id."""
-    n = len(obs_n)
+def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
+    """``(n_agents, width)``: the agents' observations, a shorter one zero-padded (in
+    ``simple_tag``, ``simple_crypto`` or ``simple_world_comm`` agents see different amounts)."""
+    out = np.zeros((len(obs_n), width), np.float32)
+    for i, obs in enumerate(obs_n):
+        out[i, : np.size(obs)] = np.ravel(obs)
+    return out
+
+
+def agent_inputs(env: MAenv, obs_n: list[np.ndarray], last_actions: np.ndarray) -> np.ndarray:
+    """``(n_agents, obs_dim + n_actions + n_agents)``: observation (padded to the longest), last
+    action, id."""
+    n, n_actions = len(obs_n), env.n_actions
     last = np.zeros((n, n_actions), np.float32)
     taken = last_actions >= 0
     last[np.flatnonzero(taken), last_actions[taken]] = 1.0
-    return np.concatenate([np.stack(obs_n), last, np.eye(n, dtype=np.float32)], axis=1)
+    obs = stack_obs(obs_n, env.get_env_info()["obs_shape"])
+    return np.concatenate([obs, last, np.eye(n, dtype=np.float32)], axis=1)
 
 
 def run_episode(
@@ -95,7 +110,9 @@ def run_episode(
         "actions": np.zeros((slots, n), np.float32),
         "reward": np.zeros((slots, 1), np.float32),
         "terminated": np.ones((slots, 1), np.float32),
-        "obs": np.zeros((slots, n, env.obs_shape_n[0] + env.n_actions + n), np.float32),
+        "obs": np.zeros(
+            (slots, n, env.get_env_info()["obs_shape"] + env.n_actions + n), np.float32
+        ),
         "available_actions": np.zeros((slots, n, env.n_actions), np.float32),
         "filled": np.ones((slots, 1), np.float32),
     }
@@ -104,7 +121,7 @@ def run_episode(
     last = np.full(n, -1)
     total, t, done = 0.0, 0, False
     while not done:
-        inputs = agent_inputs(obs_n, last, env.n_actions)
+        inputs = agent_inputs(env, obs_n, last)
         avail = env.get_avail_actions().astype(np.float32)
         actions = agent.sample(inputs, avail) if explore else agent.predict(inputs, avail)
         state = env.state()
@@ -120,7 +137,7 @@ def run_episode(
     if not any(env.terminations):  # cut by the limit: the next step is real, not learned from
         avail = env.get_avail_actions().astype(np.float32)
         episode["state"][t] = env.state()
-        episode["obs"][t] = agent_inputs(obs_n, last, env.n_actions)
+        episode["obs"][t] = agent_inputs(env, obs_n, last)
         episode["available_actions"][t] = avail
         episode["actions"][t] = avail.argmax(axis=1)
         episode["terminated"][t] = 0.0
@@ -134,7 +151,7 @@ def evaluate(env: MAenv, agent: QMixAgent, episodes: int, seed: int) -> float:
 
 
 def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
-    input_dim = env.obs_shape_n[0] + env.n_actions + env.n
+    input_dim = env.get_env_info()["obs_shape"] + env.n_actions + env.n
     agent_model = RNNModel(input_dim, env.n_actions, args.rnn_hidden_dim)
     mixer = QMixerModel(env.n, env.state_shape, args.mixing_embed_dim)
     algorithm = QMIX(
@@ -145,11 +162,33 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
     return QMixAgent(algorithm, 1.0, args.min_exploration, decay, args.update_target_interval)
 
 
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block ends: the checkpoint and the episode memory
+    are then never from different points of the run (each file alone is written atomically)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    held: list[int] = []
+    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:  # the held Ctrl-C comes now
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
     extra = {"exploration": agent.exploration, "global_step": agent.global_step}
-    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
-    if args.save_rpm:
-        memory.save(os.path.join(args.logdir, "rpm.npz"))
+    with ctrl_c_deferred():
+        agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+        if args.save_rpm:
+            memory.save(os.path.join(args.logdir, "rpm.npz"))
 
 
 def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -172,7 +211,7 @@ def main(argv: list[str] | None = None) -> float:
     set_seed(args.seed)
     agent = build_agent(args, env)
     memory = EpisodeMemory(
-        args.buffer_size, env.max_step + 1, env.n, env.obs_shape_n[0] + env.n_actions + env.n,
+        args.buffer_size, env.max_step + 1, env.n, env.get_env_info()["obs_shape"] + env.n_actions + env.n,
         env.state_shape, env.n_actions,
     )  # fmt: skip
     summary.set_dir(args.logdir)

@@ -29,19 +29,27 @@ _ALGORITHMS: dict[str, str] = {
     "QMIX": "parl.algorithms.qmix",
     "COMA": "parl.algorithms.coma",
     "MAML": "parl.algorithms.maml",
+    "CQL": "parl.algorithms.cql",
+    "IQL": "parl.algorithms.iql",
+    "OAC": "parl.algorithms.oac",
+    "DecisionTransformer": "parl.algorithms.dt",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.a2c import A2C
     from parl.algorithms.coma import COMA
+    from parl.algorithms.cql import CQL
     from parl.algorithms.ddpg import DDPG
     from parl.algorithms.ddqn import DDQN
     from parl.algorithms.dqn import DQN
+    from parl.algorithms.dt import DecisionTransformer
     from parl.algorithms.es import ES
     from parl.algorithms.impala import IMPALA
+    from parl.algorithms.iql import IQL
     from parl.algorithms.maddpg import MADDPG
     from parl.algorithms.maml import MAML
     from parl.algorithms.mappo import MAPPO
+    from parl.algorithms.oac import OAC
     from parl.algorithms.policy_gradient import PolicyGradient
     from parl.algorithms.popart import PopArt
     from parl.algorithms.ppo import PPO
@@ -71,3 +79,5 @@ __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
 __all__ += ["MADDPG", "MAPPO", "PopArt", "QMIX", "COMA"]
 __all__ += ["MAML"]
+__all__ += ["CQL", "IQL"]
+__all__ += ["OAC", "DecisionTransformer"]

@@ -8,8 +8,8 @@ PARL's MADDPG script uses it as it is::
     obs_n = env.reset()                     # one observation per agent
     obs_n, reward_n, done_n, info_n = env.step(action_n)
 
-A discrete action is an index, or (as PARL's MADDPG gives it) a vector of ``n`` scores whose
-argmax is taken; a continuous action lies in ``[-1, 1]`` and is mapped onto the action space's
+A discrete action is an index (an int, or an int array of one element), or (as PARL's MADDPG
+gives it) a vector of ``n`` scores whose argmax is taken; a continuous action lies in ``[-1, 1]`` and is mapped onto the action space's
 ``[low, high]``. ``done_n[i]`` is true when agent ``i``'s episode ended, by termination or at the
 episode length (``max_step``, 25 for MPE as in PARL); ``terminations``/``truncations`` tell
 which. For centralised critics and value mixers the env also gives a global ``state()``, the
@@ -151,8 +151,9 @@ class MAenv:
         """Step every agent; returns lists of observations, rewards, dones and infos.
 
         Args:
-            actions: one action per agent, in ``agents_name`` order: an index or a vector of
-                ``n`` scores (its argmax) for a discrete space, a vector in ``[-1, 1]`` for a
+            actions: one action per agent, in ``agents_name`` order: an index (an int or an
+                int array of one element) or a vector of ``n`` scores (its argmax) for a
+                discrete space, a vector in ``[-1, 1]`` for a
                 continuous one.
         """
         if self._no_step:
@@ -206,6 +207,10 @@ class MAenv:
             return np.clip(mapped, low, high).astype(space.dtype, copy=False)
         assert isinstance(space, spaces.Discrete)
         n = int(space.n)
+        if act.shape == (1,) and act.dtype.kind in "iu":
+            # an index in a batch of one (a Categorical over (1, n) probabilities samples
+            # shape (1,), as PARL's COMA agent gives it); SMAC and old gym took it too
+            act = act.reshape(())
         if act.ndim == 0:
             if act.dtype.kind not in "iu":
                 raise TypeError(f"{who}: a discrete action is an int in [0, {n}), got {action!r}")

@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode
 import parl
 from parl.env.env_batch import Infos, check_same_spaces
 from parl.env.env_worker import Builder
-from parl.env.multiagent_env import MAenv
+from parl.env.multiagent_env import _SLACK, MAenv
 from parl.env.multiagent_scenarios import check_env_id
 from parl.env.remote_vector_env import RemoteVectorEnv, _check_common, _split
 
@@ -293,6 +293,58 @@ class MultiAgentVectorEnv(RemoteVectorEnv):
         bufs["state"] = zeros((n, self.state_shape), np.float32)
         bufs["avail_actions"] = zeros((n, agents, self.n_actions), np.bool_)
         return bufs
+
+    def step_async(self, actions: Any) -> None:
+        """Start a step with ``actions`` (batched), checked here first: an action an env would
+        refuse (out of range, not available now) fails the whole step before any env moves,
+        where an actor's error would come after the envs before it had stepped."""
+        if not self._pending:  # a pending step is refused by the base class
+            self._check_actions(actions)
+        super().step_async(actions)
+
+    def _check_actions(self, actions: Any) -> None:
+        """Refuse, naming the env and the agent, an action ``MAenv.step`` would refuse (shape
+        and dtype are checked when the actions are written)."""
+        act = np.asarray(actions)
+        if act.shape != self.action_space.shape or act.dtype.kind not in "fiu":
+            return
+        space = self.single_action_space
+        if isinstance(space, gymnasium.spaces.MultiDiscrete):
+            if act.dtype.kind == "f":
+                return
+            sizes = space.nvec[None, :]
+            outside = (act < 0) | (act >= sizes)
+            if outside.any():
+                k, i = np.argwhere(outside)[0]
+                raise ValueError(
+                    f"env {k}, agent {i} ({self.agents_name[i]}): action {act[k, i]} is outside "
+                    f"[0, {sizes[0, i]}); no env was stepped"
+                )
+            masks = self._bufs["avail_actions"]
+            taken = np.take_along_axis(masks, act[..., None].astype(np.intp), axis=2)[..., 0]
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                # an env whose episode just ended ignores its actions: it is reset instead
+                ended = (self._bufs["terminations"] | self._bufs["truncations"]).any(axis=1)
+                taken[ended] = True
+            if not taken.all():
+                k, i = np.argwhere(~taken)[0]
+                raise ValueError(
+                    f"env {k}, agent {i} ({self.agents_name[i]}): action {act[k, i]} is not "
+                    f"available now (available: {np.flatnonzero(masks[k, i]).tolist()}); pick "
+                    "among get_avail_actions(); no env was stepped"
+                )
+            return
+        # continuous: each agent's own columns (the rest is padding, dropped in the actor)
+        width = act.shape[-1]
+        real = np.arange(width)[None, :] < np.asarray(self.act_shape_n)[:, None]
+        bad = real[None] & ~(np.isfinite(act) & (np.abs(act) <= 1.0 + _SLACK))
+        if bad.any():
+            k, i, j = np.argwhere(bad)[0]
+            raise ValueError(
+                f"env {k}, agent {i} ({self.agents_name[i]}): continuous actions lie in "
+                f"[-1, 1], got {act[k, i, j]} at index {j}; squash them (e.g. tanh) or clip "
+                "them; no env was stepped"
+            )
 
     def state(self) -> np.ndarray:
         """The envs' global states after the last reset or step, ``(num_envs, state_shape)``."""

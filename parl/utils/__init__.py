@@ -43,6 +43,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "TimeBreakdown": ("parl.utils.time_breakdown", "TimeBreakdown"),
     "SharedWeights": ("parl.utils.weight_sync", "SharedWeights"),
     "ObsNormalizer": ("parl.utils.obs_norm", "ObsNormalizer"),
+    "TrajectoryBatch": ("parl.utils.trajectory_batch", "TrajectoryBatch"),
+    "TrajectorySampler": ("parl.utils.trajectory_batch", "TrajectorySampler"),
+    "trajectory_window": ("parl.utils.trajectory_batch", "trajectory_window"),
     "global_config": ("parl.utils.globvars", "global_config"),
     "GlobalConfig": ("parl.utils.globvars", "GlobalConfig"),
     "check_model_method": ("parl.utils.utils", "check_model_method"),
@@ -73,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.seeding import seed_env, set_seed, worker_seed
     from parl.utils.stats import TimeStat, WindowStat
     from parl.utils.time_breakdown import TimeBreakdown
+    from parl.utils.trajectory_batch import TrajectoryBatch, TrajectorySampler, trajectory_window
     from parl.utils.utils import MAX_INT32, check_model_method, has_func, to_byte, to_str
     from parl.utils.weight_sync import SharedWeights
 
@@ -111,3 +115,4 @@ __all__ = [
 ]
 __all__ += ["PrioritizedReplayMemory"]
 __all__ += ["ObsNormalizer", "SharedWeights", "TimeBreakdown"]
+__all__ += ["TrajectoryBatch", "TrajectorySampler", "trajectory_window"]

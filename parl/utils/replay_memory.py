@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from parl.utils import logger
 from parl.utils.validation import check_int
 
 __all__ = ["ReplayMemory", "Transitions"]
@@ -142,6 +144,55 @@ class ReplayMemory:
         self._curr_pos = (self._curr_pos + n) % self.max_size
         self._curr_size = min(self._curr_size + n, self.max_size)
         return slots
+
+    def load_from_d4rl(self, dataset: Mapping[str, Any]) -> None:
+        """Replace the contents with an offline dataset (PARL's method), ready to sample.
+
+        Args:
+            dataset: D4RL's ``qlearning_dataset`` dict: ``observations`` and
+                ``next_observations`` ``(N, *obs_dim)``, ``actions`` ``(N, *act_dim)``,
+                ``rewards`` and ``terminals`` ``(N,)``; what ``parl.utils.offline_data``'s
+                readers return.
+
+        Raises:
+            ValueError: a key is missing, the arrays are malformed or hold NaN (see
+                ``check_qlearning_dataset``), their shapes are not this memory's, or ``N``
+                exceeds ``max_size``.
+        """
+        from parl.utils.offline_data import check_qlearning_dataset
+
+        data = check_qlearning_dataset(dataset, "load_from_d4rl")
+        rows = data["rewards"].shape[0]
+        logger.info("Dataset Info:")
+        for key, array in data.items():
+            logger.info(f"key: {key},\tshape: {array.shape},\tdtype: {array.dtype}")
+        if rows > self.max_size:
+            raise ValueError(
+                f"load_from_d4rl: the dataset has {rows} transitions but max_size is "
+                f"{self.max_size}; build the ReplayMemory with max_size >= {rows}"
+            )
+        actions = data["actions"]
+        if not self.act_shape and actions.shape[1:] == (1,):
+            actions = actions.reshape(rows)  # discrete actions, one per step
+        for name, array, shape in (
+            ("observations", data["observations"], self.obs_shape),
+            ("next_observations", data["next_observations"], self.obs_shape),
+            ("actions", actions, self.act_shape),
+        ):
+            if array.shape[1:] != shape:
+                raise ValueError(
+                    f"load_from_d4rl: {name} are {array.shape[1:]} per step but this ReplayMemory "
+                    f"holds {shape} (obs_dim={self.obs_shape}, act_dim={self.act_shape}); build it "
+                    "with the dataset's sizes"
+                )
+        self.obs[:rows] = data["observations"]
+        self.action[:rows] = actions
+        self.reward[:rows] = data["rewards"]
+        self.next_obs[:rows] = data["next_observations"]
+        self.terminal[:rows] = data["terminals"]
+        self._curr_size = rows
+        self._curr_pos = rows % self.max_size
+        logger.info(f"Number of terminals on: {int(data['terminals'].sum())}")
 
     def make_index(self, batch_size: int) -> np.ndarray:
         """``batch_size`` random indices of stored transitions (with replacement)."""

@@ -18,8 +18,10 @@ SCRIPTS = {
     name: EXAMPLES / name / "train.py"
     for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "MAPPO", "PPO", "QuickStart", "SAC", "TD3")
 }
+SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
+SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -33,6 +35,9 @@ EXPECTED = {
     "DDPG": OFF_POLICY,
     "TD3": OFF_POLICY,
     "SAC": OFF_POLICY,
+    "CQL": OFF_POLICY,
+    "IQL": OFF_POLICY,
+    "OAC": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
     # regression tasks: no episodes to evaluate, one process
@@ -44,7 +49,7 @@ EXPECTED = {
 # old spelling -> the same command line in the shared spelling
 OLD_SPELLINGS: dict[str, list[tuple[list[str], list[str]]]] = {
     name: [(["--no_tqdm"], ["--no_progress"]), (["--no-progress"], ["--no_progress"])]
-    for name in ("DQN", "DDPG", "TD3", "SAC")
+    for name in ("DQN", "DDPG", "TD3", "SAC", "OAC")
 }
 OLD_SPELLINGS |= {
     "QuickStart": [

@@ -46,3 +46,55 @@ def test_maddpg_resume_equals_straight_run(
     final = torch.load(resumed / "agent_0.ckpt", weights_only=True)
     assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
     assert glob.glob(str(straight / "events.out.tfevents.*"))
+
+
+def test_maddpg_resume_refuses_checkpoint_files_from_different_points(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A run killed between two agents' checkpoint files leaves them at different episodes:
+    ``--resume`` says so instead of going on with a team mixed from two points of the run."""
+    small = ["--max_episodes", "4", "--test_every_episodes", "2", "--warmup_size", "1000"]
+    run_example(run_python, *small, "--logdir", str(tmp_path), "--stop_after_episodes", "2")
+    path = tmp_path / "checkpoint_agent1.pt"
+    payload = torch.load(path, weights_only=False)
+    payload["counters"]["episodes"] = 0  # as if the run had died before rewriting this one
+    torch.save(payload, path)
+    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
+    argv = [str(script), "--no_progress", *small, "--logdir", str(tmp_path), "--resume"]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert "checkpoint files in" in proc.stderr and "are from different points" in proc.stderr
+
+
+def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
+    run_python: RunPython,
+) -> None:
+    """The example holds Ctrl-C back while it writes its checkpoint files, then raises it."""
+    code = (
+        "import os, signal, sys\n"
+        f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'MADDPG')!r})\n"
+        "import threading, train\n"
+        "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "done = []\n"
+        "try:\n"
+        "    with train.ctrl_c_deferred():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        done.append('all files written')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after:', done)\n"
+    )
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "interrupted after: ['all files written']" in proc.stdout
+
+
+def test_maddpg_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
+    """Foraging forbids some actions and MADDPG's policies do not mask: a forbidden argmax does
+    nothing, as in lbforaging itself, instead of stopping the run."""
+    small = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    args = [*small, "--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
+    log = run_example(
+        run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(tmp_path)
+    )
+    assert "done: 2 episodes, 100 steps" in log

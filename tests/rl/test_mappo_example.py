@@ -136,3 +136,44 @@ def test_mappo_example_runs_continuous_actions_and_without_the_papers_switches(
     )
     for result in (continuous, plain):
         assert result["total_steps"] == 100 and len(result["eval_history"]) == 1
+
+
+def test_mappo_example_resume_refuses_checkpoint_files_from_different_points(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Checkpoint files of two updates (a run killed while it wrote them) make ``--resume``
+    stop with a clear error, not train on from a team mixed from two points of the run."""
+    logdir = str(tmp_path / "run")
+    args = [*SMALL, "--test_every_steps", "100", "--eval_episodes", "0", "--logdir", logdir]
+    _run_mains(run_python, [[*args, "--train_total_steps", "100"]])
+    code = f"""
+import sys, torch
+sys.path.insert(0, {str(MAPPO_DIR)!r})
+import train
+path = {logdir!r} + "/checkpoint_agent1.pt"
+payload = torch.load(path, weights_only=False)
+payload["counters"]["update"] = 7  # as if this file were from another point of the run
+torch.save(payload, path)
+try:
+    train.main({[*args, "--train_total_steps", "200", "--resume"]!r})
+except RuntimeError as exc:
+    print("REFUSED", exc)
+"""
+    proc = run_python(code, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED the checkpoint files in" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
+    """Foraging forbids some actions (a move into a wall, a load with no food beside) and
+    MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging itself,
+    instead of stopping the run."""
+    (result,) = _run_mains(
+        run_python,
+        [
+            [*SMALL, "--env", "Foraging-5x5-2p-1f-coop-v3", "--train_total_steps", "400"]
+            + ["--test_every_steps", "400", "--eval_episodes", "2"]
+            + ["--logdir", str(tmp_path / "run")]
+        ],
+    )
+    assert result["total_steps"] == 400 and len(result["eval_history"]) == 1

@@ -131,6 +131,26 @@ def test_a_discrete_action_is_an_index_or_the_argmax_of_scores(spread: MAenv) ->
     assert seen[0] == {"agent_0": 2, "agent_1": 4, "agent_2": 1}
 
 
+def test_a_one_element_int_array_is_an_index_as_parls_coma_agent_samples_it(
+    spread: MAenv,
+) -> None:
+    """PARL's COMA agent samples a Categorical over ``(1, n_actions)`` probabilities, which gives
+    an index of shape ``(1,)`` (a tensor); SMAC took it, and so does MAenv. A float one is
+    still refused, and so is an index out of range."""
+    torch = pytest.importorskip("torch")
+    seen = _record_env_actions(spread)
+    spread.reset(seed=0)
+    probs = torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0]])
+    sampled = torch.distributions.Categorical(probs).sample()
+    assert tuple(sampled.shape) == (1,)
+    spread.step([sampled, np.array([2]), torch.argmax(probs)])
+    assert seen[0] == {"agent_0": 3, "agent_1": 2, "agent_2": 3}
+    with pytest.raises(ValueError, match="got shape"):
+        spread.step([np.array([2.0]), 0, 0])
+    with pytest.raises(ValueError, match=r"action 7 is outside \[0, 5\)"):
+        spread.step([np.array([7]), 0, 0])
+
+
 def test_the_same_seed_gives_the_same_episode() -> None:
     def episode(seed: int, use_seed_method: bool) -> list[np.ndarray]:
         rng = np.random.default_rng(0)

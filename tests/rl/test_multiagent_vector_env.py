@@ -139,6 +139,34 @@ def test_bad_input_gets_clear_errors() -> None:
         venv.step(np.zeros((2, 2), np.int64))
 
 
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_refused_step_moves_no_env(continuous: bool) -> None:
+    """An action one env would refuse fails the step before any env of the batch moves, so the
+    next steps are still those of the envs stepped one after another here."""
+    make = functools.partial(MAenv, "simple_spread", continuous)
+    with MultiAgentVectorEnv([make] * 3, num_workers=1) as venv:
+        serial = SerialLoop([make() for _ in range(3)], same_step=True)
+        obs, _ = venv.reset(seed=3)
+        np.testing.assert_array_equal(obs, serial.reset(3))
+        if continuous:
+            good = np.full((3, 3, 5), 0.5, np.float32)
+            bad = good.copy()
+            bad[2, 1, 4] = 1.5
+            match = r"env 2, agent 1 \(agent_1\): continuous actions lie in \[-1, 1\]"
+        else:
+            good = np.ones((3, 3), np.int64)
+            bad = good.copy()
+            bad[2, 1] = 5
+            match = r"env 2, agent 1 \(agent_1\): action 5 is outside \[0, 5\)"
+        with pytest.raises(ValueError, match=match):
+            venv.step(bad)
+        for _ in range(2):
+            got = venv.step(good)
+            want = serial.step(good)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_the_benchmark_script_prints_the_ratio(run_python: RunPython) -> None:
     script = str(REPO_ROOT / "scripts" / "bench_multiagent_env.py")
     done = run_python(args=[script, "--envs", "8", "--seconds", "0.2", "--repeat", "1"])

@@ -60,7 +60,7 @@ def test_dqn_resume_equals_straight_run(run_python: RunPython, tmp_path: Path) -
     resume_case(run_python, tmp_path, "DQN", args, half=1300)
 
 
-@pytest.mark.parametrize("name", ["SAC", "TD3"])
+@pytest.mark.parametrize("name", ["SAC", "TD3", "OAC"])
 def test_actor_critic_resume_equals_straight_run(
     name: str, run_python: RunPython, tmp_path: Path
 ) -> None:

@@ -117,3 +117,73 @@ def test_the_migration_page_holds_the_block_the_table_goes_into(harness: ModuleT
     assert text.count(harness.BEGIN) == 1 and text.count(harness.END) == 1
     block = text[text.index(harness.BEGIN) : text.index(harness.END)]
     assert "| script | command | result | time |" in block
+
+
+# A stand-in for PARL's MADDPG benchmark with its flags and the calls it makes of this package:
+# ``MAenv`` by name with ``from gym import spaces``, one ``MADDPG`` per agent over the whole
+# team's action spaces, a relaxed one-hot (or a squashed vector) per agent into ``env.step``.
+MADDPG_STAND_IN = """
+import argparse
+import numpy as np
+import torch
+from gym import spaces
+from parl.algorithms import MADDPG
+from parl.env.multiagent_env import MAenv
+import parl
+
+class Team(parl.Model):
+    def __init__(self, obs_dim, act_dim, critic_in_dim, continuous):
+        super().__init__()
+        self.continuous = continuous
+        self.actor = torch.nn.Linear(obs_dim, act_dim * (2 if continuous else 1))
+        self.critic = torch.nn.Linear(critic_in_dim, 1)
+    def policy(self, obs):
+        out = self.actor(obs)
+        return out.chunk(2, dim=-1) if self.continuous else out
+    def value(self, obs_n, act_n):
+        return self.critic(torch.cat(obs_n + act_n, dim=1)).squeeze(1)
+    def get_actor_params(self):
+        return self.actor.parameters()
+    def get_critic_params(self):
+        return self.critic.parameters()
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--env', type=str, default='simple_speaker_listener')
+parser.add_argument('--continuous_actions', action='store_true', default=False)
+parser.add_argument('--max_episodes', type=int, default=25000)
+parser.add_argument('--test_every_episodes', type=int, default=1000)
+args = parser.parse_args()
+env = MAenv(args.env, args.continuous_actions)
+assert isinstance(env.action_space[0], spaces.Box) == args.continuous_actions
+critic_in_dim = sum(env.obs_shape_n) + sum(env.act_shape_n)
+algs = [
+    MADDPG(Team(env.obs_shape_n[i], env.act_shape_n[i], critic_in_dim, args.continuous_actions),
+           agent_index=i, act_space=env.action_space, gamma=0.95, tau=0.01,
+           critic_lr=0.01, actor_lr=0.01)
+    for i in range(env.n)
+]
+for episode in range(1, args.max_episodes + 1):
+    obs_n, done, total = env.reset(), False, 0.0
+    while not done:
+        action_n = [alg.sample(torch.FloatTensor(o.reshape(1, -1))).detach().numpy().flatten()
+                    for alg, o in zip(algs, obs_n)]
+        obs_n, reward_n, done_n, _ = env.step(action_n)
+        done, total = all(done_n), total + sum(reward_n)
+    if episode % args.test_every_episodes == 0:
+        print('Evaluation over: 1 episodes, Reward: {}'.format(total), flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", ["maddpg", "maddpg (continuous)"])
+def test_the_maddpg_entries_reach_an_evaluation_of_a_script_with_parls_flags(
+    harness: ModuleType, tmp_path: Path, name: str
+) -> None:
+    """The harness's MADDPG runs give flags that PARL's script takes, on scenarios MAenv
+    opens, and a budget that reaches the script's ``Evaluation over`` line."""
+    pytest.importorskip("mpe2")
+    (run,) = [r for r in harness.RUNS if r.name == name]
+    _script(tmp_path, run.folder, {"train.py": MADDPG_STAND_IN})
+    quick = harness.ScriptRun(run.name, run.folder, run.argv, run.evaluation, timeout_s=60.0)
+    outcome = harness.run_one(tmp_path, quick, tmp_path / "work")
+    assert outcome.ok, outcome.detail
+    assert outcome.detail.startswith("Evaluation over: 1 episodes, Reward: -")

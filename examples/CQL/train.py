@@ -1,0 +1,188 @@
+"""CQL on an offline MuJoCo dataset (a D4RL HDF5 file or a Minari dataset on local disk),
+PARL 2.x's benchmark script made resumable and independent of D4RL's package.
+
+    python examples/CQL/train.py --env HalfCheetah-v5 --dataset ~/.d4rl/datasets/halfcheetah_medium_expert-v2.hdf5
+    python examples/CQL/train.py --env Hopper-v5 --dataset mujoco/hopper/medium-v0 --with_lagrange
+    tensorboard --logdir train_log
+
+``--dataset`` is read from disk, never downloaded: a path ending in ``.hdf5`` is a D4RL file,
+anything else a Minari dataset id or folder (see the offline data guide). Training samples
+batches from the dataset only; ``--env`` is used to evaluate the policy, and the D4RL
+normalized score is logged for HalfCheetah, Hopper and Walker2d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from mujoco_agent import MujocoAgent
+from mujoco_model import MujocoModel
+from tqdm import tqdm
+
+from parl.algorithms import CQL
+from parl.env import ActionMappingWrapper, CompatWrapper
+from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.offline_data import (
+    D4RL_REF_SCORES,
+    d4rl_normalized_score,
+    load_d4rl_hdf5,
+    load_minari,
+)
+from parl.utils.train_flags import add_common_flags, example_parser
+
+EVAL_EPISODES = 5
+BATCH_SIZE = 256
+GAMMA = 0.99
+TAU = 0.005
+ACTOR_LR = 1e-4
+CRITIC_LR = 3e-4
+
+
+def make_env(env_id: str) -> Any:
+    return ActionMappingWrapper(CompatWrapper(gym.make(env_id)))
+
+
+def load_dataset(path: str) -> dict[str, np.ndarray]:
+    """A D4RL ``.hdf5`` file, else a Minari dataset id or folder."""
+    if path.endswith((".hdf5", ".h5")):
+        return load_d4rl_hdf5(path)
+    return load_minari(path)
+
+
+def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  # type: ignore[no-untyped-def]
+    total = 0.0
+    for i in range(eval_episodes):
+        obs, done = env.reset(seed=seed + i), False
+        while not done:
+            obs, reward, done, _ = env.step(agent.predict(obs))
+            total += float(reward)
+    return total / eval_episodes
+
+
+def evaluate(agent, env, args, step: int) -> float:  # type: ignore[no-untyped-def]
+    avg_reward = run_evaluate_episodes(agent, env, args.eval_episodes, args.seed + 10_000)
+    summary.add_scalar("eval/episode_reward", avg_reward, step)
+    message = f"Evaluation: total_steps {step}, Reward: {avg_reward:.1f}"
+    if args.env.lower().split("-")[0] in D4RL_REF_SCORES:
+        score = float(d4rl_normalized_score(args.env, avg_reward))
+        summary.add_scalar("eval/episode_normalized_reward", score, step)
+        message += f", normalized score: {score:.1f}"
+    logger.info(message)
+    return avg_reward
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    logger.info("CQL, env %s, dataset %s, seed %d", args.env, args.dataset, args.seed)
+    dataset = load_dataset(args.dataset)
+    env = make_env(args.env)
+    set_seed(args.seed)
+    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    model = MujocoModel(obs_dim, action_dim, args.hidden)
+    algorithm = CQL(
+        model,
+        gamma=GAMMA,
+        tau=TAU,
+        actor_lr=ACTOR_LR,
+        critic_lr=CRITIC_LR,
+        policy_eval_start=args.policy_eval_start,
+        with_automatic_entropy_tuning=args.with_automatic_entropy_tuning,
+        with_lagrange=args.with_lagrange,
+        lagrange_thresh=args.lagrange_thresh,
+        min_q_weight=args.min_q_weight,
+        device=args.device,
+    )
+    agent = MujocoAgent(algorithm)
+    rpm = ReplayMemory(max_size=len(dataset["rewards"]), obs_dim=obs_dim, act_dim=action_dim)
+    rpm.load_from_d4rl(dataset)
+    summary.set_dir(args.logdir)
+    checkpoint = os.path.join(args.logdir, "checkpoint.pt")
+    start = 0
+    if args.resume:
+        counters, extra = agent.restore_checkpoint(checkpoint)
+        start = int(counters["total_steps"])
+        algorithm.current_steps = int(extra["cql_updates"])
+        logger.info("resumed from %s at step %d", args.logdir, start)
+    avg_reward = float("nan")
+    for step in tqdm(
+        range(start, args.train_total_steps), initial=start, total=args.train_total_steps,
+        disable=not args.progress,
+    ):  # fmt: skip
+        critic_loss, actor_loss = agent.learn(*rpm.sample_batch(args.batch_size))
+        if step % 1000 == 0:
+            summary.add_scalar("train/critic_loss", critic_loss, step)
+            summary.add_scalar("train/actor_loss", actor_loss, step)
+        if step % args.test_every_steps == 0:
+            avg_reward = evaluate(agent, env, args, step)
+            agent.save_checkpoint(
+                checkpoint, {"total_steps": step + 1}, {"cql_updates": algorithm.current_steps}
+            )
+    agent.save_checkpoint(
+        checkpoint,
+        {"total_steps": args.train_total_steps},
+        {"cql_updates": algorithm.current_steps},
+    )
+    agent.save(os.path.join(args.logdir, "model.ckpt"))
+    summary.flush()
+    return avg_reward
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="HalfCheetah-v5",
+        defaults={
+            "train_total_steps": 1_000_000,
+            "test_every_steps": 10_000,
+            "eval_episodes": EVAL_EPISODES,
+            "logdir": os.path.join("train_log", "CQL"),
+        },
+        skip=["xparl_addr"],
+        help={
+            "env": "MuJoCo gymnasium env id the policy is evaluated on",
+            "train_total_steps": "gradient updates to train for",
+            "test_every_steps": "evaluate and write a checkpoint every this many updates",
+        },
+    )
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help="offline dataset on local disk: a D4RL .hdf5 file, or a Minari dataset id or folder "
+        "(required, no default)",
+    )
+    parser.add_argument(
+        "--with_automatic_entropy_tuning",
+        action="store_true",
+        help="learn the entropy temperature (PARL's benchmark reports its results with it)",
+    )
+    parser.add_argument(
+        "--with_lagrange", action="store_true", help="learn the weight of the conservative term"
+    )
+    parser.add_argument(
+        "--lagrange_thresh", type=float, default=10.0, help="the Lagrange version's target gap"
+    )
+    parser.add_argument(
+        "--min_q_weight", type=float, default=5.0, help="weight of the conservative term"
+    )
+    parser.add_argument(
+        "--policy_eval_start", type=int, default=40000, help="updates of behaviour cloning first"
+    )
+    parser.add_argument("--batch_size", default=BATCH_SIZE, type=int, help="transitions per update")
+    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

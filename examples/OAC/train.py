@@ -1,0 +1,221 @@
+"""OAC on MuJoCo (HalfCheetah-v5 by default), PARL 2.x's example made resumable.
+
+    python examples/OAC/train.py --env HalfCheetah-v5 --seed 0 --beta 4.66 --delta 23.53
+    python examples/OAC/train.py --centre mean            # shift the policy's mean (the paper)
+    python examples/OAC/train.py --resume --save_rpm      # continue where it stopped
+    tensorboard --logdir train_log
+
+``gym.make`` is wrapped in ``parl.env.CompatWrapper`` (old 4-value step) and
+``ActionMappingWrapper`` (actions in [-1, 1]), as in PARL's script. Training runs whole episodes;
+a checkpoint (models, optimizers, random states, counters, and with ``--save_rpm`` the replay
+memory) is written after each evaluation and at the end; ``--resume`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from mujoco_agent import MujocoAgent
+from mujoco_model import MujocoModel
+from tqdm import tqdm
+
+from parl.algorithms import OAC
+from parl.env import ActionMappingWrapper, CompatWrapper
+from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.train_flags import add_common_flags, example_parser
+
+EVAL_EPISODES = 5
+MEMORY_SIZE = int(1e6)
+GAMMA = 0.99
+TAU = 0.005
+ACTOR_LR = 3e-4
+CRITIC_LR = 3e-4
+
+
+def make_env(env_id: str) -> Any:
+    return ActionMappingWrapper(CompatWrapper(gym.make(env_id)))
+
+
+def build_agent(args: argparse.Namespace, obs_dim: int, action_dim: int) -> MujocoAgent:
+    model = MujocoModel(obs_dim, action_dim, args.hidden)
+    algorithm = OAC(
+        model,
+        gamma=GAMMA,
+        tau=TAU,
+        alpha=args.alpha,
+        beta=args.beta,
+        delta=args.delta,
+        actor_lr=ACTOR_LR,
+        critic_lr=CRITIC_LR,
+        centre=args.centre,
+        device=args.device,
+    )
+    return MujocoAgent(algorithm)
+
+
+def run_train_episode(agent, env, rpm, args, counters) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    action_dim = env.action_space.shape[0]
+    obs, done = env.reset(), False
+    episode_reward, episode_steps = 0.0, 0
+    while not done:
+        episode_steps += 1
+        if rpm.size() < args.warmup_steps:
+            action = np.random.uniform(-1, 1, size=action_dim)
+        else:
+            action = agent.sample(obs)
+        next_obs, reward, done, info = env.step(action)
+        terminal = float(done and not info.get("TimeLimit.truncated", False))
+        rpm.append(obs, action, reward, next_obs, terminal)
+        obs = next_obs
+        episode_reward += float(reward)
+        if rpm.size() >= args.warmup_steps:
+            losses = agent.learn(*rpm.sample_batch(args.batch_size))
+            counters["updates"] += 1
+            if counters["updates"] % 1000 == 0:
+                summary.add_scalar("train/critic_loss", losses[0], counters["updates"])
+                summary.add_scalar("train/actor_loss", losses[1], counters["updates"])
+    return episode_reward, episode_steps
+
+
+def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  # type: ignore[no-untyped-def]
+    total = 0.0
+    for i in range(eval_episodes):
+        obs, done = env.reset(seed=seed + i), False
+        while not done:
+            obs, reward, done, _ = env.step(agent.predict(obs))
+            total += float(reward)
+    return total / eval_episodes
+
+
+def save_checkpoint(args, agent, rpm, env, counters) -> None:  # type: ignore[no-untyped-def]
+    extra = {
+        "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
+        "algorithm": {k: getattr(agent.alg, k) for k in ("total_it",) if hasattr(agent.alg, k)},
+    }
+    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+    if args.save_rpm:
+        rpm.save(os.path.join(args.logdir, "rpm.npz"))
+
+
+def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
+    for key, value in extra["algorithm"].items():
+        setattr(agent.alg, key, value)
+    rpm_path = os.path.join(args.logdir, "rpm.npz")
+    if os.path.exists(rpm_path):
+        rpm.load(rpm_path)
+    else:
+        logger.warning("no replay memory in %s: resuming with an empty one", args.logdir)
+    logger.info("resumed from %s at step %d", args.logdir, counters["total_steps"])
+    return dict(counters)
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    logger.info("OAC, env %s, seed %d", args.env, args.seed)
+    env, eval_env = make_env(args.env), make_env(args.env)
+    set_seed(args.seed)
+    env.reset(seed=args.seed)
+    obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    agent = build_agent(args, obs_dim, action_dim)
+    rpm = ReplayMemory(
+        max_size=min(MEMORY_SIZE, args.train_total_steps), obs_dim=obs_dim, act_dim=action_dim
+    )
+    summary.set_dir(args.logdir)
+    c = {"total_steps": 0, "test_flag": 0, "updates": 0}
+    if args.resume:
+        c = restore_checkpoint(args, agent, rpm, env)
+    avg_reward = float("nan")
+    stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
+    bar = tqdm(
+        total=args.train_total_steps, initial=int(c["total_steps"]), disable=not args.progress
+    )
+    while c["total_steps"] < stop_at:
+        episode_reward, episode_steps = run_train_episode(agent, env, rpm, args, c)
+        c["total_steps"] += episode_steps
+        bar.update(episode_steps)
+        summary.add_scalar("train/episode_reward", episode_reward, c["total_steps"])
+        if (c["total_steps"] + 1) // args.test_every_steps >= c["test_flag"]:
+            while (c["total_steps"] + 1) // args.test_every_steps >= c["test_flag"]:
+                c["test_flag"] += 1
+            avg_reward = run_evaluate_episodes(
+                agent, eval_env, args.eval_episodes, args.seed + 10_000
+            )
+            summary.add_scalar("eval/episode_reward", avg_reward, c["total_steps"])
+            bar.set_postfix(train=f"{episode_reward:.0f}", eval=f"{avg_reward:.0f}")
+            save_checkpoint(args, agent, rpm, env, c)
+    bar.close()
+    save_checkpoint(args, agent, rpm, env, c)
+    agent.save(os.path.join(args.logdir, "model.ckpt"))
+    final = run_evaluate_episodes(agent, eval_env, args.eval_episodes, args.seed + 10_000)
+    logger.info(
+        "done: %d steps; evaluation over %d episodes: %.1f",
+        c["total_steps"],
+        args.eval_episodes,
+        final,
+    )
+    summary.flush()
+    return final
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The example's command line (the docs build reads it too)."""
+    parser = example_parser(__doc__)
+    add_common_flags(
+        parser,
+        env="HalfCheetah-v5",
+        defaults={
+            "train_total_steps": 1_000_000,
+            "test_every_steps": 5_000,
+            "eval_episodes": EVAL_EPISODES,
+            "logdir": os.path.join("train_log", "OAC"),
+        },
+        skip=["xparl_addr"],
+        aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
+        help={"env": "MuJoCo gymnasium env id"},
+    )
+    parser.add_argument("--alpha", default=0.2, type=float, help="entropy temperature")
+    parser.add_argument(
+        "--beta", default=4.66, type=float, help="weight of the critics' spread in the upper bound"
+    )
+    parser.add_argument(
+        "--delta",
+        default=23.53,
+        type=float,
+        help="KL divergence allowed between the policy and the exploration Gaussian",
+    )
+    parser.add_argument(
+        "--centre",
+        default="sample",
+        choices=["sample", "mean"],
+        help="where the optimistic shift starts: a sample of the policy (PARL) or its mean",
+    )
+    parser.add_argument(
+        "--warmup_steps", default=int(1e4), type=int, help="random-action steps before learning"
+    )
+    parser.add_argument("--batch_size", default=256, type=int, help="transitions per gradient step")
+    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory too")
+    parser.add_argument(
+        "--stop_after_steps",
+        type=int,
+        default=0,
+        help="end this run early (at an episode's end), as if interrupted",
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+"""Offline RL datasets from local disk, as D4RL's ``qlearning_dataset`` dict.
+
+Every reader returns the same five arrays, checked: ``observations`` and ``next_observations``
+``(N, *obs_shape)`` float32, ``actions`` ``(N, act_dim)`` float32, ``rewards`` ``(N,)`` float32
+and ``terminals`` ``(N,)`` bool; ``ReplayMemory.load_from_d4rl`` takes that dict. Nothing here
+downloads: a dataset that is not on disk is an error that says how to make or place one.
+
+- ``load_d4rl_hdf5(path)``: a file in D4RL's HDF5 layout (``observations``, ``actions``,
+  ``rewards``, ``terminals`` and ``timeouts``, one row per step), turned into transitions the
+  way D4RL's ``qlearning_dataset`` does. ``save_d4rl_hdf5`` writes one.
+- ``load_minari(dataset)``: a Minari dataset by id (under ``MINARI_DATASETS_PATH``, by default
+  ``~/.minari/datasets``) or by folder.
+- ``check_qlearning_dataset(dataset)``: the checks, for a dict made any other way.
+- ``d4rl_normalized_score(env, score)``: D4RL's 0-100 score of a return.
+
+``h5py`` and ``minari`` come with the ``offline`` extra (``pip install 'parl-torch[offline]'``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "D4RL_REF_SCORES",
+    "QLEARNING_KEYS",
+    "check_qlearning_dataset",
+    "d4rl_normalized_score",
+    "load_d4rl_hdf5",
+    "load_minari",
+    "qlearning_from_steps",
+    "save_d4rl_hdf5",
+]
+
+#: The keys of D4RL's ``qlearning_dataset`` dict, which every reader here returns.
+QLEARNING_KEYS = ("observations", "actions", "rewards", "next_observations", "terminals")
+
+#: D4RL's reference returns ``(random policy, expert policy)`` of the MuJoCo locomotion tasks:
+#: a normalized score is ``100 * (return - random) / (expert - random)``.
+D4RL_REF_SCORES: dict[str, tuple[float, float]] = {
+    "halfcheetah": (-280.178953, 12135.0),
+    "hopper": (-20.272305, 3234.3),
+    "walker2d": (1.629008, 4592.3),
+}
+
+_EXTRA_HINT = "install the offline extra: pip install 'parl-torch[offline]'"
+
+
+def _rows(name: str, array: np.ndarray, source: str) -> int:
+    if array.ndim == 0:
+        raise ValueError(f"{source}: {name!r} must have one row per step, got a scalar")
+    return int(array.shape[0])
+
+
+def _finite(name: str, array: np.ndarray, source: str) -> None:
+    bad = ~np.isfinite(array)
+    if bad.any():
+        where = np.argwhere(bad)[0].tolist()
+        raise ValueError(
+            f"{source}: {name!r} has {int(bad.sum())} NaN or infinite values (the first at "
+            f"index {where}); remove or repair those steps before training"
+        )
+
+
+def _column(name: str, array: np.ndarray, rows: int, source: str) -> np.ndarray:
+    """``(N,)`` or ``(N, 1)`` -> ``(N,)``; anything else is an error."""
+    if array.shape not in ((rows,), (rows, 1)):
+        raise ValueError(
+            f"{source}: {name!r} must have shape ({rows},) (one value per step), got {array.shape}"
+        )
+    return array.reshape(rows)
+
+
+def check_qlearning_dataset(
+    dataset: Mapping[str, Any], source: str = "dataset"
+) -> dict[str, np.ndarray]:
+    """Check a D4RL ``qlearning_dataset`` dict and return it with PARL's dtypes.
+
+    Args:
+        dataset: ``observations``, ``next_observations`` ``(N, *obs_shape)``, ``actions``
+            ``(N,)`` or ``(N, act_dim)``, ``rewards`` and ``terminals`` ``(N,)`` or ``(N, 1)``;
+            other keys (``timeouts``, ``infos``...) are ignored.
+        source: what the dataset is called in error messages (a path, a dataset id).
+
+    Returns:
+        The five arrays: float32 except ``terminals`` (bool); ``actions`` at least 2-D.
+
+    Raises:
+        ValueError: a key is missing, the arrays disagree on the number of steps or on the
+            observation shape, the dataset is empty, or a value is NaN or infinite.
+    """
+    if not isinstance(dataset, Mapping):
+        raise TypeError(
+            f"{source}: expected a dict of arrays with keys {list(QLEARNING_KEYS)}, got "
+            f"{type(dataset).__name__}"
+        )
+    missing = [key for key in QLEARNING_KEYS if key not in dataset]
+    if missing:
+        raise ValueError(
+            f"{source}: missing {missing}; a D4RL qlearning dataset has {list(QLEARNING_KEYS)}, "
+            f"this one has {sorted(dataset)}"
+        )
+    arrays = {key: np.asarray(dataset[key]) for key in QLEARNING_KEYS}
+    rows = _rows("observations", arrays["observations"], source)
+    if rows == 0:
+        raise ValueError(f"{source}: the dataset has no steps")
+    for key, array in arrays.items():
+        if _rows(key, array, source) != rows:
+            counts = {name: a.shape[0] if a.ndim else None for name, a in arrays.items()}
+            raise ValueError(f"{source}: every array must have one row per step; rows: {counts}")
+    obs, next_obs = arrays["observations"], arrays["next_observations"]
+    if obs.ndim < 2 or obs.shape != next_obs.shape:
+        raise ValueError(
+            f"{source}: observations and next_observations must both be (N, *obs_shape), got "
+            f"{obs.shape} and {next_obs.shape}"
+        )
+    actions = arrays["actions"]
+    if actions.ndim == 1:
+        actions = actions.reshape(rows, 1)
+    if actions.ndim != 2:
+        raise ValueError(f"{source}: actions must be (N, act_dim), got {actions.shape}")
+    rewards = _column("rewards", arrays["rewards"], rows, source).astype(np.float32)
+    terminals = _column("terminals", arrays["terminals"], rows, source).astype(np.bool_)
+    checked = {
+        "observations": obs.astype(np.float32, copy=False),
+        "actions": actions.astype(np.float32, copy=False),
+        "rewards": rewards,
+        "next_observations": next_obs.astype(np.float32, copy=False),
+        "terminals": terminals,
+    }
+    for key in ("rewards", "observations", "next_observations", "actions"):
+        _finite(key, checked[key], source)
+    return checked
+
+
+def qlearning_from_steps(
+    observations: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    terminals: np.ndarray,
+    timeouts: np.ndarray | None = None,
+    source: str = "dataset",
+) -> dict[str, np.ndarray]:
+    """Transitions from a log of consecutive steps, as D4RL's ``qlearning_dataset`` makes them.
+
+    Step ``i``'s next observation is row ``i + 1``. A step that ends its episode by a time
+    limit (``timeouts[i]``) has no next observation in the log and is dropped, and so is the
+    last row; a terminal step keeps row ``i + 1`` (the next episode's start, never bootstrapped
+    from).
+
+    Args:
+        observations: ``(N, *obs_shape)``.
+        actions: ``(N, act_dim)``.
+        rewards: ``(N,)``.
+        terminals: ``(N,)``: the episode ended in a terminal state.
+        timeouts: ``(N,)``: the episode was cut by a time limit; ``None``: none was.
+        source: what the data is called in error messages.
+
+    Raises:
+        ValueError: no step ends an episode (no terminal and no timeout anywhere: the
+            episodes cannot be told apart), or the arrays disagree in length.
+    """
+    observations = np.asarray(observations)
+    rows = _rows("observations", observations, source)
+    terminals = _column("terminals", np.asarray(terminals), rows, source).astype(np.bool_)
+    if timeouts is None:
+        timeouts = np.zeros(rows, dtype=np.bool_)
+    timeouts = _column("timeouts", np.asarray(timeouts), rows, source).astype(np.bool_)
+    if not (terminals | timeouts).any():
+        raise ValueError(
+            f"{source}: no step ends an episode ({rows} steps, every terminal and timeout is "
+            "False), so the episodes cannot be told apart; mark each episode's last step in "
+            "'terminals' (the task ended) or 'timeouts' (a time limit cut it)"
+        )
+    keep = np.flatnonzero(~timeouts[:-1])
+    return check_qlearning_dataset(
+        {
+            "observations": observations[keep],
+            "actions": np.asarray(actions)[keep],
+            "rewards": np.asarray(rewards).reshape(rows, -1)[keep],
+            "next_observations": observations[keep + 1],
+            "terminals": terminals[keep],
+        },
+        source,
+    )
+
+
+def _existing(path: str | os.PathLike[str], what: str, how: str) -> Path:
+    resolved = Path(path).expanduser()
+    if not resolved.exists():
+        raise FileNotFoundError(
+            f"{what} {os.fspath(path)!r} does not exist (nothing is downloaded); {how}"
+        )
+    return resolved
+
+
+def load_d4rl_hdf5(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read a D4RL-format HDF5 file and return its ``qlearning_dataset`` dict.
+
+    Args:
+        path: the ``.hdf5`` file: top-level datasets ``observations``, ``actions``,
+            ``rewards``, ``terminals`` and optionally ``timeouts``, one row per step (the
+            files D4RL downloads to ``~/.d4rl/datasets``, or ``save_d4rl_hdf5``'s output).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a dataset is missing or malformed (see ``qlearning_from_steps`` and
+            ``check_qlearning_dataset``).
+    """
+    file = _existing(
+        path,
+        "D4RL dataset file",
+        "copy the .hdf5 file there (D4RL keeps its downloads in ~/.d4rl/datasets) or write one "
+        "with parl.utils.offline_data.save_d4rl_hdf5",
+    )
+    try:
+        import h5py
+    except ImportError as exc:  # pragma: no cover - the offline extra is installed in CI
+        raise ImportError(f"reading {file} needs h5py: {_EXTRA_HINT}") from exc
+    source = os.fspath(file)
+    with h5py.File(file, "r") as handle:
+        needed = ("observations", "actions", "rewards", "terminals")
+        missing = [key for key in needed if key not in handle]
+        if missing:
+            raise ValueError(
+                f"{source}: missing {missing}; a D4RL file has {list(needed)} and optionally "
+                f"'timeouts', this one has {sorted(handle.keys())}"
+            )
+        steps = {key: np.asarray(handle[key][()]) for key in needed}
+        timeouts = np.asarray(handle["timeouts"][()]) if "timeouts" in handle else None
+    return qlearning_from_steps(**steps, timeouts=timeouts, source=source)
+
+
+def save_d4rl_hdf5(
+    path: str | os.PathLike[str],
+    observations: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    terminals: np.ndarray,
+    timeouts: np.ndarray,
+) -> None:
+    """Write steps in D4RL's HDF5 layout (``load_d4rl_hdf5`` reads them back).
+
+    Args:
+        path: the file to write (its folder is created).
+        observations: ``(N, *obs_shape)``, the observation each action was taken in.
+        actions: ``(N, act_dim)``.
+        rewards: ``(N,)``.
+        terminals: ``(N,)``: the step ended the episode in a terminal state.
+        timeouts: ``(N,)``: a time limit cut the episode after this step.
+    """
+    try:
+        import h5py
+    except ImportError as exc:  # pragma: no cover - the offline extra is installed in CI
+        raise ImportError(f"writing {os.fspath(path)} needs h5py: {_EXTRA_HINT}") from exc
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(file, "w") as handle:
+        handle["observations"] = np.asarray(observations, dtype=np.float32)
+        handle["actions"] = np.asarray(actions, dtype=np.float32)
+        handle["rewards"] = np.asarray(rewards, dtype=np.float32)
+        handle["terminals"] = np.asarray(terminals, dtype=np.bool_)
+        handle["timeouts"] = np.asarray(timeouts, dtype=np.bool_)
+
+
+def load_minari(dataset: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read a Minari dataset from local disk as a ``qlearning_dataset`` dict.
+
+    Each episode of ``T`` steps gives ``T`` transitions: observation ``t`` and ``t + 1``,
+    action, reward and ``terminations[t]``. Truncated episodes keep their last transition
+    (its next observation is in the episode), with ``terminal=False``.
+
+    Args:
+        dataset: a dataset id such as ``"mujoco/hopper/medium-v0"``, looked up under
+            ``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``), or the path of a
+            dataset's folder (the one holding ``data/``) or of its ``data`` folder.
+
+    Raises:
+        FileNotFoundError: the dataset is not on disk (nothing is downloaded).
+        ValueError: an episode's arrays disagree in length, an episode ends with neither a
+            termination nor a truncation, or a value is NaN.
+    """
+    try:
+        import minari
+        from minari.storage import get_dataset_path
+    except ImportError as exc:
+        raise ImportError(f"reading Minari datasets needs minari: {_EXTRA_HINT}") from exc
+    name = os.fspath(dataset)
+    candidates = [Path(name).expanduser(), get_dataset_path(name)]
+    folder = next((c for c in candidates if (c / "data").is_dir() or c.name == "data"), None)
+    if folder is None or not folder.exists():
+        raise FileNotFoundError(
+            f"Minari dataset {name!r} is not on disk: looked for {candidates[0]} and "
+            f"{candidates[1]} (nothing is downloaded). Download it once with `minari download "
+            f"{name}`, copy its folder under MINARI_DATASETS_PATH, or make one with "
+            "minari.create_dataset_from_buffers"
+        )
+    data = folder if folder.name == "data" else folder / "data"
+    loaded = minari.MinariDataset(data)
+    parts: dict[str, list[np.ndarray]] = {key: [] for key in QLEARNING_KEYS}
+    for episode in loaded.iterate_episodes():
+        where = f"{name} episode {episode.id}"
+        obs = np.asarray(episode.observations)
+        steps = len(episode.rewards)
+        lengths = {
+            "observations": obs.shape[0] - 1,
+            "actions": len(episode.actions),
+            "terminations": len(episode.terminations),
+            "truncations": len(episode.truncations),
+        }
+        if any(length != steps for length in lengths.values()):
+            raise ValueError(
+                f"{where}: {steps} rewards but {lengths} (observations hold one more row, "
+                "the last next observation)"
+            )
+        if steps and not (episode.terminations[-1] or episode.truncations[-1]):
+            raise ValueError(
+                f"{where}: the last step is neither terminated nor truncated, so the episode "
+                "has no end; record episodes until terminated or truncated"
+            )
+        parts["observations"].append(obs[:-1])
+        parts["next_observations"].append(obs[1:])
+        parts["actions"].append(np.asarray(episode.actions).reshape(steps, -1))
+        parts["rewards"].append(np.asarray(episode.rewards).reshape(steps))
+        parts["terminals"].append(np.asarray(episode.terminations).reshape(steps))
+    if not parts["rewards"]:
+        raise ValueError(f"Minari dataset {name!r} has no episodes")
+    return check_qlearning_dataset(
+        {key: np.concatenate(arrays) for key, arrays in parts.items()}, name
+    )
+
+
+def d4rl_normalized_score(env: str, score: float | np.ndarray) -> float | np.ndarray:
+    """D4RL's normalized score, ``100 * (score - random) / (expert - random)``.
+
+    Args:
+        env: a name that starts with the task, any case: ``"hopper-medium-v2"``,
+            ``"Hopper-v5"``, ``"walker2d"``.
+        score: an episode return, or an array of them.
+
+    Raises:
+        ValueError: no reference returns for ``env`` (they are in ``D4RL_REF_SCORES``).
+    """
+    key = env.lower().split("-")[0].split("/")[-1]
+    if key not in D4RL_REF_SCORES:
+        raise ValueError(
+            f"no D4RL reference returns for {env!r}; known tasks: {sorted(D4RL_REF_SCORES)}"
+        )
+    random_score, expert_score = D4RL_REF_SCORES[key]
+    normalized = 100.0 * (np.asarray(score, dtype=np.float64) - random_score)
+    normalized = normalized / (expert_score - random_score)
+    return float(normalized) if normalized.ndim == 0 else normalized

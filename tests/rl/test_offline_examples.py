@@ -1,0 +1,142 @@
+"""The offline examples run on small datasets made here (a D4RL HDF5 file and a Minari
+dataset of random Pendulum steps), and a resumed run equals a run straight through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from parl.utils.offline_data import save_d4rl_hdf5
+
+from .conftest import REPO_ROOT, RunPython
+from .test_offline_data import _needed
+
+pytestmark = pytest.mark.slow  # the example scripts, run for real
+
+EXAMPLES = REPO_ROOT / "examples"
+SMALL = ["--env", "Pendulum-v1", "--eval_episodes", "1", "--hidden", "16", "--batch_size", "16"]
+
+
+def random_steps(episodes: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    """Pendulum episodes of random actions in [-1, 1] (the examples scale them to the env's
+    range), each cut by the 200-step time limit."""
+    env = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(seed)
+    log: dict[str, list] = {k: [] for k in ("observations", "actions", "rewards", "timeouts")}
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            action = rng.uniform(-1.0, 1.0, size=1).astype(np.float32)
+            next_obs, reward, terminated, truncated, _ = env.step(2.0 * action)
+            log["observations"].append(obs)
+            log["actions"].append(action)
+            log["rewards"].append(reward)
+            log["timeouts"].append(truncated)
+            obs, done = next_obs, terminated or truncated
+    steps = {key: np.asarray(value) for key, value in log.items()}
+    steps["terminals"] = np.zeros(len(steps["rewards"]), dtype=bool)
+    return steps
+
+
+def run_example(run_python: RunPython, name: str, *args: str) -> str:
+    script = str(EXAMPLES / name / "train.py")
+    proc = run_python(args=[script, "--no_progress", *SMALL, *args], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    _needed("h5py")
+    dataset = tmp_path / "pendulum-random-v0.hdf5"
+    save_d4rl_hdf5(dataset, **random_steps())
+    common = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    log = run_example(
+        run_python, "CQL", *common, "--train_total_steps", "30", "--logdir", str(straight)
+    )
+    assert "Evaluation: total_steps 20" in log
+    run_example(run_python, "CQL", *common, "--train_total_steps", "20", "--logdir", str(resumed))
+    log = run_example(
+        run_python,
+        "CQL",
+        *common,
+        "--train_total_steps",
+        "30",
+        "--logdir",
+        str(resumed),
+        "--resume",
+    )
+    assert "resumed from" in log
+    first = torch.load(straight / "model.ckpt", weights_only=True)
+    second = torch.load(resumed / "model.ckpt", weights_only=True)
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_iql_example_on_a_minari_dataset(
+    run_python: RunPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minari = _needed("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    steps = random_steps()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    buffers = []
+    for index, start in enumerate((0, 200)):
+        part = slice(start, start + 200)
+        final_obs = steps["observations"][start + 199] + 0.0  # a stand-in last observation
+        buffers.append(
+            EpisodeBuffer(
+                id=index,
+                observations=np.concatenate([steps["observations"][part], final_obs[None]]),
+                actions=steps["actions"][part],
+                rewards=steps["rewards"][part],
+                terminations=steps["terminals"][part],
+                truncations=steps["timeouts"][part],
+                infos={},
+            )
+        )
+    env = gym.make("Pendulum-v1")
+    minari.create_dataset_from_buffers(
+        "pendulum/random-v0",
+        buffers,
+        observation_space=env.observation_space,
+        action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+        algorithm_name="random",
+    )
+    log = run_example(
+        run_python, "IQL", "--dataset", "pendulum/random-v0", "--train_total_steps", "20",
+        "--test_every_steps", "10", "--logdir", str(tmp_path / "log"),
+    )  # fmt: skip
+    assert "Evaluation: total_steps 10" in log
+    assert (tmp_path / "log" / "model.ckpt").is_file()
+
+
+def test_iql_example_scales_rewards_by_the_spread_of_episode_returns() -> None:
+    import sys
+
+    sys.path.insert(0, str(EXAMPLES / "IQL"))
+    try:
+        import train
+    finally:
+        sys.path.remove(str(EXAMPLES / "IQL"))
+    obs = np.arange(6, dtype=np.float32)[:, None]
+    dataset = {
+        "observations": obs,
+        "next_observations": obs + 1,
+        "rewards": np.array([1, 1, 1, 2, 2, 5], dtype=np.float32),
+        "terminals": np.array([0, 0, 1, 0, 0, 0], dtype=bool),
+    }
+    dataset["next_observations"][3] = 99.0  # the episode 3..3 is cut: step 4 starts elsewhere
+    np.testing.assert_allclose(train.episode_returns(dataset), [3.0, 2.0, 7.0])
+    train.scale_rewards(dataset)
+    np.testing.assert_allclose(dataset["rewards"], np.array([1, 1, 1, 2, 2, 5]) * 200.0)
