@@ -28,6 +28,7 @@ _ALGORITHMS: dict[str, str] = {
     "PopArt": "parl.algorithms.popart",
     "QMIX": "parl.algorithms.qmix",
     "COMA": "parl.algorithms.coma",
+    "MAML": "parl.algorithms.maml",
     "CQL": "parl.algorithms.cql",
     "IQL": "parl.algorithms.iql",
     "OAC": "parl.algorithms.oac",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.impala import IMPALA
     from parl.algorithms.iql import IQL
     from parl.algorithms.maddpg import MADDPG
+    from parl.algorithms.maml import MAML
     from parl.algorithms.mappo import MAPPO
     from parl.algorithms.oac import OAC
     from parl.algorithms.policy_gradient import PolicyGradient
@@ -76,5 +78,6 @@ __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
 __all__ += ["MADDPG", "MAPPO", "PopArt", "QMIX", "COMA"]
+__all__ += ["MAML"]
 __all__ += ["CQL", "IQL"]
 __all__ += ["OAC", "DecisionTransformer"]

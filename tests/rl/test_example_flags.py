@@ -20,6 +20,7 @@ SCRIPTS = {
 }
 SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
+SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
 SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
@@ -39,6 +40,8 @@ EXPECTED = {
     "OAC": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
+    # regression tasks: no episodes to evaluate, one process
+    "MAML": set(COMMON_FLAGS) - {"eval_episodes", "xparl_addr"},
     "QuickStart": set(COMMON_FLAGS)
     - {"train_total_steps", "test_every_steps", "resume", "xparl_addr"},
     "remote_hello": {"xparl_addr"},
