@@ -9,8 +9,10 @@ parl yet. Nothing here touches the network, so it is tested without SSH.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -113,8 +115,24 @@ def shell_word(word: str) -> str:
     return quote([word])
 
 
+_SOURCE_LOCK = threading.Lock()
+
+
+@functools.cache
+def _probe_script() -> str:
+    return f"import os\n{cachedir.source()}\n{codecheck.source()}\n{PROBE}"
+
+
+def probe_script() -> str:
+    """The probe's Python source, made once. The launcher prepares hosts in threads, and
+    CPython 3.11's ``ast.parse`` (behind ``inspect.getsource``) is not safe to run in two
+    threads at once: it can fail with "AST constructor recursion depth mismatch"."""
+    with _SOURCE_LOCK:
+        return _probe_script()
+
+
 def probe_command(python: str, base: str, digests: list[str]) -> str:
-    script = f"import os\n{cachedir.source()}\n{codecheck.source()}\n{PROBE}"
+    script = probe_script()
     args = [script, base, ",".join(digests), *sorted(set(REQUIRED + MATCHED))]
     return f"{shell_word(python)} -c {quote(args)}"
 

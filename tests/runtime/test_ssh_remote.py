@@ -145,3 +145,37 @@ def test_the_probe_judges_the_folders_above_the_cache_as_the_host_agent_does(tmp
     from parl.cluster import cachedir
 
     assert cachedir.unsafe_folder(str(base)) in str(raised.value)  # the agent's words
+
+
+def test_hosts_prepared_in_threads_read_the_probe_source_once(monkeypatch) -> None:
+    # The launcher prepares hosts in threads; CPython 3.11's ast.parse (behind
+    # inspect.getsource) can fail when two threads run it at once, so the source is read once.
+    import inspect
+    import threading
+
+    remote._probe_script.cache_clear()
+    calls = []
+    real = inspect.getsource
+
+    def counting(obj):
+        calls.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counting)
+    scripts, start = [], threading.Barrier(8)
+
+    def prepare() -> None:
+        start.wait()
+        scripts.append(remote.probe_command("python3", "~/.cache/parl", ["abc"]))
+
+    threads = [threading.Thread(target=prepare) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(scripts) == 8 and len(set(scripts)) == 1
+    first_round = len(calls)
+    assert first_round > 0
+    remote.probe_command("python3", "~/.cache/parl", ["abc"])
+    assert len(calls) == first_round  # made once, by one thread
+    remote._probe_script.cache_clear()
