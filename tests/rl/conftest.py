@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -79,12 +79,21 @@ def run_python(tmp_path: Path) -> RunPython:
 
 @pytest.fixture(scope="session")
 def quickstart() -> Iterator[ModuleType]:
-    """``examples/QuickStart/train.py`` imported as a module."""
+    """``examples/QuickStart/train.py`` imported as a module of its own name: every example has
+    a ``train.py``, and another test may already hold ``sys.modules["train"]``."""
     sys.path.insert(0, str(QUICKSTART_DIR))
     try:
-        yield importlib.import_module("train")
+        spec = importlib.util.spec_from_file_location(
+            "quickstart_train", QUICKSTART_DIR / "train.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while it runs
+        spec.loader.exec_module(module)
+        yield module
     finally:
         sys.path.remove(str(QUICKSTART_DIR))
+        sys.modules.pop("quickstart_train", None)
 
 
 @pytest.fixture
