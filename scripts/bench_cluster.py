@@ -38,6 +38,7 @@ from multiprocessing.connection import Client, Listener
 
 import numpy as np
 import psutil
+from benchrecord import Report, add_record_flag
 
 import parl
 
@@ -259,14 +260,15 @@ def other_namespace() -> Iterator[tuple[list[str], str, str]]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def veth_row(rounds: int) -> list[str]:
-    """The lines of the other namespace's row: 128 MiB to a host agent there against a plain
-    socket, or why the row is skipped."""
-    title = f"{'128 MiB to another network namespace (veth)':42s} {'GB/s':>8s} {'ratio':>8s}"
+def veth_rows(report: Report, rounds: int) -> None:
+    """The other namespace's table: 128 MiB to a host agent there against a plain socket, or a
+    note saying why it is skipped."""
     if os.geteuid() != 0:
-        return [title, "  skipped: a network namespace needs root (run this script as root)"]
+        report.note("128 MiB to another network namespace: skipped (a namespace needs root).")
+        return
     if shutil.which("ip") is None:
-        return [title, "  skipped: no `ip` command (iproute2) to make a network namespace"]
+        report.note("128 MiB to another network namespace: skipped (no `ip` command, iproute2).")
+        return
     home = tempfile.mkdtemp(prefix="parl-bench-veth-")
     secret = os.environ["PARL_CLUSTER_SECRET"]
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
@@ -309,10 +311,13 @@ def veth_row(rounds: int) -> list[str]:
             sink.kill()
             sink.wait()
             shutil.rmtree(home, ignore_errors=True)
-    lines = [title]
+    table = report.table(
+        f"128 MiB to another network namespace (veth pair), medians of {rounds}",
+        ["", "GB/s", "/ plain socket"],
+        [42, 8, 14],
+    )
     for name, label in (("raw", "plain socket, sendall"), ("far", "cluster actor, one call")):
-        lines.append(f"{label:42s} {BIG / got[name] / 1e9:8.2f} {got['raw'] / got[name]:8.2f}")
-    return lines
+        table.row(label, f"{BIG / got[name] / 1e9:.2f}", f"{got['raw'] / got[name]:.2f}x")
 
 
 def _idle_cluster(home: str) -> tuple[int, int]:
@@ -333,14 +338,17 @@ def main() -> None:
     parser.add_argument(
         "--veth_only", action="store_true", help="only 128 MiB to another network namespace"
     )
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_cluster")
     home = tempfile.mkdtemp(prefix="parl-bench-home-")
     secret = secrets.token_hex(32)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
     os.environ["PARL_CLUSTER_SECRET"] = secret
     if args.veth_only:
         shutil.rmtree(home, ignore_errors=True)
-        print("\n".join(veth_row(args.rounds)))
+        veth_rows(report, args.rounds)
+        report.write(args.record)
         return
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -393,38 +401,39 @@ def main() -> None:
         _xparl(env, "stop", "--port", str(port))
         shutil.rmtree(home, ignore_errors=True)
     baseline, local_s, tcp_s = got["mp"], got["local"], got["tcp"]
-    print(f"xparl start returned in {started:.2f} s")
-    print(
-        f"idle cluster (master + host agent, 2 slots): {idle[0]} process(es), "
-        f"{idle[1] / 2**20:.0f} MiB resident in total"
+    cluster = report.table("The cluster itself", ["", "figure"], [42, 40])
+    cluster.row("`xparl start` returns", f"{started:.2f} s")
+    cluster.row(
+        "idle cluster (master + host agent, 2 slots)",
+        f"{idle[0]} processes, {idle[1] / 2**20:.0f} MiB resident",
     )
-    print(f"{'round trip of a small call':42s} {'us':>8s} {'ratio':>8s}")
-    print(f"{'multiprocessing.connection over TCP':42s} {baseline * 1e6:8.1f} {1.0:8.2f}")
-    print(f"{'parl local carrier':42s} {local_s * 1e6:8.1f} {local_s / baseline:8.2f}")
-    print(
-        f"{'parl cluster carrier (TCP, loopback)':42s} {tcp_s * 1e6:8.1f} {tcp_s / baseline:8.2f}"
+    calls = report.table(
+        f"Round trip of a small call, medians of {args.rounds}",
+        ["", "µs", "/ multiprocessing.connection"],
+        [42, 8, 28],
     )
-    print(f"{'cluster / local':42s} {'':8s} {tcp_s / local_s:8.2f}")
-    tcp_ping, unix_ping = got["tcp_ping"], got["unix_ping"]
-    print(
-        f"{'plain socket ping-pong, Unix socket':42s} {unix_ping * 1e6:8.1f} {unix_ping / baseline:8.2f}"
+    for label, seconds in (
+        ("`multiprocessing.connection` over loopback TCP", baseline),
+        ("parl local carrier (Unix socket)", local_s),
+        ("parl cluster carrier (TCP, loopback)", tcp_s),
+        ("plain socket ping-pong, Unix socket", got["unix_ping"]),
+        ("plain socket ping-pong, loopback TCP", got["tcp_ping"]),
+    ):
+        calls.row(label, f"{seconds * 1e6:.1f}", f"{seconds / baseline:.2f}x")
+    calls.row("cluster / local carrier", "", f"{tcp_s / local_s:.2f}x")
+    calls.row(
+        "TCP minus Unix socket: plain sockets / parl",
+        f"{(got['tcp_ping'] - got['unix_ping']) * 1e6:.1f} / {(tcp_s - local_s) * 1e6:.1f}",
     )
-    print(
-        f"{'plain socket ping-pong, loopback TCP':42s} {tcp_ping * 1e6:8.1f} {tcp_ping / baseline:8.2f}"
-    )
-    print(
-        f"{'TCP minus Unix: plain sockets / parl':42s} {(tcp_ping - unix_ping) * 1e6:8.1f} "
-        f"{(tcp_s - local_s) * 1e6:8.1f}"
-    )
-    print(f"{'calls per second':42s} {'calls/s':>8s} {'ratio':>8s}")
-    print(f"{'multiprocessing.connection, sequential':42s} {1 / baseline:8.0f} {1.0:8.2f}")
     rate = args.calls / batch
-    print(f"{'cluster, futures on 2 actors':42s} {rate:8.0f} {rate * baseline:8.2f}")
-    print(f"{'128 MiB to a process and back':42s} {'GB/s':>8s} {'ratio':>8s}")
+    futures_table = report.table("Calls per second", ["", "calls/s", "ratio"], [42, 8, 8])
+    futures_table.row("`multiprocessing.connection`, sequential", f"{1 / baseline:,.0f}", "1.00x")
+    futures_table.row("cluster, futures on 2 actors", f"{rate:,.0f}", f"{rate * baseline:.2f}x")
+    arrays = report.table("128 MiB to a process and back", ["", "GB/s", "ratio"], [42, 8, 8])
     for name, label in (("raw", "plain socket, sendall/recv_into"), ("tcp", "cluster actor")):
-        rate = 2 * BIG / big[name] / 1e9
-        print(f"{label:42s} {rate:8.2f} {big['raw'] / big[name]:8.2f}")
-    print("\n".join(veth_row(args.rounds)))
+        arrays.row(label, f"{2 * BIG / big[name] / 1e9:.2f}", f"{big['raw'] / big[name]:.2f}x")
+    veth_rows(report, args.rounds)
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import timeit
 from pathlib import Path
 from typing import Any
 
+from benchrecord import Report, Table, add_record_flag
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
@@ -131,7 +133,13 @@ def calibration() -> float:
 
 
 def scaling(
-    name: str, folder: str, body: str, repeats: int, baseline: bool = False, **fields: Any
+    table: Table,
+    name: str,
+    folder: str,
+    body: str,
+    repeats: int,
+    baseline: bool = False,
+    **fields: Any,
 ) -> dict[str, float]:
     """Steps/s with 1 and 2 actors, alternated ``repeats`` times; with ``baseline``, also the
     actor class run bare (no parl) in 1 and 2 ``multiprocessing`` processes, interleaved: the
@@ -164,6 +172,19 @@ def scaling(
              f"({cpu2 / cpu1:.2f}x)")  # fmt: skip
     print(f"{line} (runs: {dict((f'{k}{n}', [round(v) for v in r]) for (k, n), r in rates.items())})",
           flush=True)  # fmt: skip
+    bare = (
+        f"{med['bare', 1]:,.0f} / {med['bare', 2]:,.0f}: {med['bare', 2] / med['bare', 1]:.2f}x"
+        if baseline
+        else ""
+    )
+    table.row(
+        name,
+        f"{med['parl', 1]:,.0f} steps/s",
+        f"{med['parl', 2]:,.0f} steps/s",
+        f"{med['parl', 2] / med['parl', 1]:.2f}x",
+        bare,
+        f"{cpu1:,.0f} / {cpu2:,.0f}",
+    )
     return {"ratio": med["parl", 2] / med["parl", 1], **extra}
 
 
@@ -249,33 +270,47 @@ def main() -> None:
     parser.add_argument("--mujoco_seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--logroot", default="/tmp/bench_distributed")
     parser.add_argument("--plot_dir", default=None, help="write the MuJoCo curves here (SVG)")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_distributed")
     if args.mujoco:
         print(f"calibration: sum(range(1000)) {calibration():.1f} µs; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
         mujoco_learning(args.mujoco_steps, args.mujoco_seeds, args.logroot, args.plot_dir)
         return
     seconds, repeats = (5.0, 1) if args.quick else (args.seconds, args.repeats)
-    print(f"calibration: sum(range(1000)) {calibration():.1f} µs; load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    report.note(f"Calibration (`sum(range(1000))`) {calibration():.1f} µs.")
+    table = report.table(
+        f"Sampling and training throughput, medians of {repeats} x {seconds:g} s",
+        ["", "1 actor", "2 actors", "ratio", "bare processes, same run",
+         "steps per actor CPU second, 1 / 2"],
+        [40, 14, 14, 6, 24, 34],
+    )  # fmt: skip
     common = {"seconds": seconds, "learn": False}
-    shm = scaling("IMPALA Pong sampling, shared slots", "IMPALA", IMPALA_THROUGHPUT, repeats,
+    shm = scaling(table, "IMPALA Pong sampling (trajectories in shared slots)", "IMPALA", IMPALA_THROUGHPUT, repeats,
                   baseline=True, transport="shm", **common)  # fmt: skip
     print(f"  IMPALA Pong actors (shm, 2 actors): {transfer_share(shm['last_2'])}")
-    values = scaling("IMPALA Pong sampling, values", "IMPALA", IMPALA_THROUGHPUT, 1,
+    values = scaling(table, "IMPALA Pong sampling (trajectories by value)", "IMPALA", IMPALA_THROUGHPUT, 1,
                      transport="values", **common)  # fmt: skip
     print(f"  IMPALA Pong actors (values, 2 actors): {transfer_share(values['last_2'])}")
-    trained = scaling("IMPALA Pong training (learner learning)", "IMPALA", IMPALA_THROUGHPUT, 1,
+    trained = scaling(table, "IMPALA Pong training (the learner on the same cores)", "IMPALA", IMPALA_THROUGHPUT, 1,
                       transport="shm", seconds=seconds, learn=True)  # fmt: skip
     print(f"  IMPALA Pong actors (training, 2 actors): {transfer_share(trained['last_2'])}")
     print(
         f"  learner: {json.dumps({k: round(v, 2) for k, v in trained['last_2']['learner'].items()})}"
     )
     scaling(
-        "ES HalfCheetah-v5 sampling", "ES", ES_THROUGHPUT, repeats, baseline=True, seconds=seconds
+        table,
+        "ES HalfCheetah-v5 sampling",
+        "ES",
+        ES_THROUGHPUT,
+        repeats,
+        baseline=True,
+        seconds=seconds,
     )
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     if args.skip_learning:
+        report.write(args.record)
         return
     budget = ["--test_every_steps", "5000", "--target_return", "475"]
     seeds = [0] if args.quick else [0, 1]
@@ -285,6 +320,7 @@ def main() -> None:
              [*budget, "--max_sample_steps", "200000", "--no_progress"], seeds)  # fmt: skip
     learning("ES CartPole-v1 (2 actors)", "ES",
              ["--env", "CartPole-v1", "--target_return", "475", "--train_steps", "60"], seeds)  # fmt: skip
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "MADDPG"))
 
+from benchrecord import Report, add_record_flag  # noqa: E402
 from model import MAModel  # noqa: E402  (the example's model)
 
 from parl.algorithms import MADDPG  # noqa: E402
@@ -143,15 +144,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--wheel", type=Path, default=None, help="PARL 2.2.1's wheel, if at hand")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_maddpg")
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's MADDPG picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:
         wheel = args.wheel or fetch_wheel(Path(tmp))
         parl_cls = published_maddpg(wheel, Path(tmp))
-    print(f"MADDPG updates/s, batch {BATCH}, {args.threads} torch thread(s), "
-          f"{args.rounds} rounds of {args.seconds} s per side")  # fmt: skip
-    print(f"{'actions':<12}{'ours':>10}{'PARL':>10}{'ours/PARL':>12}")
+    table = report.table(
+        f"MADDPG updates/s, batch {BATCH}, {args.threads} torch thread(s), medians of "
+        f"{args.rounds} rounds of {args.seconds:g} s per side",
+        ["actions", "ours", "PARL 2.2.1's code, same run", "ours / PARL"],
+        [12, 10, 28, 12],
+    )
     for continuous in (False, True):
         ours_team, theirs_team = make_teams(parl_cls, continuous)
         batches = make_batches(4, continuous)
@@ -165,7 +171,8 @@ def main() -> None:
             theirs_rates.append(rate(theirs, args.seconds))
         mine, parls = statistics.median(ours_rates), statistics.median(theirs_rates)
         kind = "continuous" if continuous else "discrete"
-        print(f"{kind:<12}{mine:>10.1f}{parls:>10.1f}{mine / parls:>12.2f}")
+        table.row(kind, f"{mine:.1f}", f"{parls:.1f}", f"{mine / parls:.2f}x")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from benchrecord import Report, add_record_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "MAPPO"))
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--parl_wheel", default=None, help="PARL 2.2.1's wheel (default: pip)")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
+    report = Report("bench_mappo")
     torch.set_num_threads(args.threads)
     from model import MAPPOModel  # the example's
 
@@ -140,15 +143,18 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.rounds):
         for name, alg in sides.items():
             rates[name].append(updates_per_second(alg, batches, args.seconds))
-    print(
-        f"MAPPO updates per second, {args.kind} actions, {args.rows} rows per minibatch, "
-        f"{args.threads} torch thread(s), median of {args.rounds} round(s) of {args.seconds} s:"
-    )
     medians = {name: statistics.median(values) for name, values in rates.items()}
+    table = report.table(
+        f"MAPPO updates/s, {args.kind} actions, {args.rows} rows per minibatch, "
+        f"{args.threads} torch thread(s), medians of {args.rounds} round(s) of {args.seconds:g} s",
+        ["", "updates/s", "rounds", "/ PARL 2.2.1's code"],
+        [11, 10, 24, 20],
+    )
     for name, median in medians.items():
         rounds = ", ".join(f"{v:.1f}" for v in rates[name])
-        print(f"  {name:<11} {median:8.1f} updates/s  (rounds: {rounds})")
-    print(f"  ratio       {medians['parl-torch'] / medians['PARL 2.2.1']:8.2f}x")
+        ratio = median / medians["PARL 2.2.1"]
+        table.row(name, f"{median:.1f}", rounds, f"{ratio:.2f}x")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchrecord import Report, add_record_flag
+
 import parl
 
 
@@ -123,7 +125,6 @@ def render_s(n_actors: int, reps: int) -> tuple[float, float] | None:
     with none, medians of ``reps`` runs. The difference is what the actors cost the page."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        print("  (chromium not installed: apt-get install -y chromium)")
         return None
     with parl.monitor() as mon:
         empty = statistics.median(_dump(chromium, mon.url)[0] for _ in range(reps))
@@ -141,36 +142,40 @@ def render_s(n_actors: int, reps: int) -> tuple[float, float] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_monitor")
     parl.connect(forward_output=False)
     t = time.perf_counter()
     sum(range(1000))
     calibration = (time.perf_counter() - t) * 1e6
     seconds = 10 if args.quick else 30
     busy, size, idle = poll_cost(50, seconds)
-    print(f"calibration: sum(range(1000)) {calibration:.1f} us")
-    print(f"{'workload':<62}{'figure':>14}{'must reach':>14}")
-    print(
-        f"{'50 actors, no viewer (host sampler thread), CPU of one core':<62}{idle * 100:>13.2f}%"
+    report.note(f"Calibration (`sum(range(1000))`) {calibration:.1f} µs.")
+    table = report.table(
+        f"The monitor page, {seconds} s per row", ["workload", "figure", "aim"], [62, 14, 14]
     )
-    print(
-        f"{'50 actors, one viewer polling /api/status once a second':<62}"
-        f"{busy * 100:>13.2f}%{'< 2%':>14}"
-    )
-    print(f"{'  one /api/status answer with 50 actors':<62}{size / 1024:>11.1f} KiB")
+    table.row("local caller, 50 actors, no viewer (host sampler thread): CPU", f"{idle:.2%}")
+    table.row("local caller, 50 actors, one viewer polling once a second", f"{busy:.2%}", "< 2%")
+    table.row("one `/api/status` answer with 50 actors", f"{size / 1024:.1f} KiB")
     with_page, without = cluster_cost(50, seconds)
-    print(f"{'cluster master, 50 actors, no page (slot reports only)':<62}{without * 100:>13.2f}%")
-    print(
-        f"{'cluster master, 50 actors, one viewer polling once a second':<62}"
-        f"{with_page * 100:>13.2f}%{'< 2%':>14}"
+    table.row("cluster master, 50 actors, no page (slot reports only)", f"{without:.2%}")
+    table.row(
+        "cluster master, 50 actors, one viewer polling once a second", f"{with_page:.2%}", "< 2%"
     )
     timing = render_s(200, 3 if args.quick else 5)
-    if timing is not None:
+    if timing is None:
+        report.note("Headless Chromium rows skipped: chromium is not installed.")
+    else:
         full, empty = timing
-        drawn = "  the 200 actors: fetch, draw and lay out (difference)"
-        print(f"{'headless Chromium: load and draw the page, no actors':<62}{empty:>12.2f} s")
-        print(f"{'  the same with 200 actors':<62}{full:>12.2f} s")
-        print(f"{drawn:<62}{(full - empty) * 1000:>11.0f} ms{'< 1000 ms':>14}")
+        table.row("headless Chromium: load and draw the page, no actors", f"{empty:.2f} s")
+        table.row("the same with 200 actors", f"{full:.2f} s")
+        table.row(
+            "the 200 actors: fetch, draw and lay out (difference)",
+            f"{(full - empty) * 1000:.0f} ms",
+            "< 1000 ms",
+        )
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import os
 import time
 
 import numpy as np
+from benchrecord import Report, add_record_flag
 from gymnasium.vector import AutoresetMode
 
 from parl.env import MAenv, MultiAgentVectorEnv
@@ -71,7 +72,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="actors of the vector env")
     parser.add_argument("--seconds", type=float, default=10.0, help="time per measured run")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each side")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_multiagent_env")
     probe = MAenv(args.env)
     if probe.continuous_actions or args.env.startswith("Foraging"):
         parser.error("--env: use an MPE scenario (discrete actions, no masks) for this figure")
@@ -82,10 +85,22 @@ def main() -> None:
         serial.append(serial_rate(args.env, args.envs, args.seconds, batches))
         vector.append(vector_rate(args.env, args.envs, args.workers, args.seconds, batches))
     best_serial, best_vector = max(serial), max(vector)
-    print(f"{os.cpu_count()} cores, {args.env}, {args.envs} envs, best of {args.repeat} runs")
-    print(f"serial, one process:        {best_serial:10.0f} env steps/s")
-    print(f"MultiAgentVectorEnv, {args.workers} actors: {best_vector:10.0f} env steps/s")
-    print(f"ratio: {best_vector / best_serial:.2f}x")
+    table = report.table(
+        f"{args.env}, {args.envs} envs, {os.cpu_count()} cores, best of {args.repeat} runs "
+        f"of {args.seconds:g} s",
+        ["", "env steps/s", "ratio", "aim"],
+        [34, 12, 8, 8],
+    )
+    table.row("serial, one process", f"{best_serial:,.0f}", "1.00x")
+    ratio = best_vector / best_serial
+    table.row(
+        f"`MultiAgentVectorEnv`, {args.workers} actors",
+        f"{best_vector:,.0f}",
+        f"{ratio:.2f}x",
+        ">= 1.7x",
+    )
+    print(f"ratio: {ratio:.2f}x")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "OAC"))
 
+from benchrecord import Report, Table, add_record_flag  # noqa: E402
 from mujoco_model import MujocoModel  # noqa: E402  (the example's model)
 
 from parl.algorithms import OAC, DecisionTransformer  # noqa: E402
@@ -155,7 +156,9 @@ def rate(step: Callable[[], None], seconds: float) -> float:
     return count / elapsed
 
 
-def compare(name: str, ours: Callable[[], None], theirs: Callable[[], None], args: Any) -> None:
+def compare(
+    table: Table, name: str, ours: Callable[[], None], theirs: Callable[[], None], args: Any
+) -> None:
     for step in (ours, theirs):  # warm-up: allocator, caches, first-call paths
         for _ in range(3):
             step()
@@ -164,7 +167,7 @@ def compare(name: str, ours: Callable[[], None], theirs: Callable[[], None], arg
         ours_rates.append(rate(ours, args.seconds))
         theirs_rates.append(rate(theirs, args.seconds))
     mine, parls = statistics.median(ours_rates), statistics.median(theirs_rates)
-    print(f"{name:<24}{mine:>10.1f}{parls:>10.1f}{mine / parls:>12.2f}")
+    table.row(name, f"{mine:.1f}", f"{parls:.1f}", f"{mine / parls:.2f}x")
 
 
 def main() -> None:
@@ -173,18 +176,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--wheel", type=Path, default=None, help="PARL 2.2.1's wheel, if at hand")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_oac_dt")
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's OAC picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:
         wheel = args.wheel or fetch_wheel(Path(tmp))
         parl_oac = published(wheel, Path(tmp), "oac", "OAC")
         parl_dt = published(wheel, Path(tmp), "dt", "DecisionTransformer")
-    print(f"updates/s, {args.threads} torch thread(s), {args.rounds} rounds of {args.seconds} s "
-          f"per side")  # fmt: skip
-    print(f"{'':<24}{'ours':>10}{'PARL':>10}{'ours/PARL':>12}")
-    compare(f"OAC (batch {OAC_BATCH})", *oac_steps(parl_oac), args)
-    compare(f"DT (batch {DT_BATCH})", *dt_steps(parl_dt), args)
+    table = report.table(
+        f"Updates/s, {args.threads} torch thread(s), medians of {args.rounds} rounds of "
+        f"{args.seconds:g} s per side",
+        ["", "ours", "PARL 2.2.1's code, same run", "ours / PARL"],
+        [24, 10, 28, 12],
+    )
+    compare(table, f"OAC (batch {OAC_BATCH})", *oac_steps(parl_oac), args)
+    compare(table, f"DT (batch {DT_BATCH})", *dt_steps(parl_dt), args)
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchrecord import Report, Table, add_record_flag
+
 import parl
 from parl.algorithms import SAC, TD3
 from parl.algorithms.ensemble import TwinQNetwork
@@ -181,7 +183,7 @@ def rate(update: Callable[[], None], seconds: float) -> float:
     return count / elapsed
 
 
-def bench_updates(rounds: int, seconds: float) -> list[tuple[str, float, float]]:
+def bench_updates(table: Table, rounds: int, seconds: float) -> list[tuple[str, float, float]]:
     env = gym.make(ENV)
     data = random_transitions(env, 20_000, seed=0)
     rows = []
@@ -195,13 +197,10 @@ def bench_updates(rounds: int, seconds: float) -> list[tuple[str, float, float]]
         for _ in range(rounds):
             ours_rates.append(rate(ours, seconds))
             sb3_rates.append(rate(theirs, seconds))
-        name = algo if algo == "TD3" else f"SAC alpha={alpha}"
+        name = "TD3 updates/s" if algo == "TD3" else f"SAC updates/s, alpha {alpha}"
         rows.append((name, statistics.median(ours_rates), statistics.median(sb3_rates)))
-        print(
-            f"{name:18s} ours {rows[-1][1]:7.1f}/s  SB3 {rows[-1][2]:7.1f}/s  "
-            f"ratio {rows[-1][1] / rows[-1][2]:.2f}x",
-            flush=True,
-        )
+        ratio = rows[-1][1] / rows[-1][2]
+        table.row(name, f"{rows[-1][1]:.1f}", f"{rows[-1][2]:.1f}", f"{ratio:.2f}x", ">= 3x")
     return rows
 
 
@@ -212,16 +211,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one timed round")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dqn-seeds", type=int, default=3)
+    add_record_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads; ", end="")
+    report = Report("bench_offpolicy")
+    report.note(f"torch {torch.__version__}, {args.threads} torch thread(s) on both sides.")
     if args.only in (None, "updates"):
-        print(f"{ENV}, {HIDDEN}x{HIDDEN}, batch {BATCH}")
-        bench_updates(args.rounds, args.seconds)
+        table = report.table(
+            f"Updates against SB3 on {ENV} data, {HIDDEN}x{HIDDEN}, batch {BATCH}, "
+            f"medians of {args.rounds} rounds of {args.seconds:g} s",
+            ["", "ours", "SB3, same run", "ratio", "aim"],
+            [30, 8, 14, 8, 8],
+        )
+        bench_updates(table, args.rounds, args.seconds)
     if args.only in (None, "dqn"):
         from bench_offpolicy_dqn import bench_dqn  # an optional row
 
-        bench_dqn(args.dqn_seeds)
+        table = report.table(
+            f"DQN against SB3: CartPole-v1, rl-zoo settings, seeds 0-{args.dqn_seeds - 1}",
+            ["", "ours", "SB3, same run", "ratio", "aim"],
+            [30, 8, 14, 8, 8],
+        )
+        bench_dqn(args.dqn_seeds, table)
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -141,8 +142,9 @@ def sb3_time_to_target(seed: int) -> tuple[float, int]:
     return (timer.trained, timer.reached) if timer.reached else (float("inf"), ZOO["n_timesteps"])
 
 
-def bench_dqn(seeds: int) -> tuple[float, float]:
-    """Median training seconds to 475 over ``seeds`` seeds, ours and SB3's; prints each run."""
+def bench_dqn(seeds: int, table: Any = None) -> tuple[float, float]:
+    """Median training seconds to 475 over ``seeds`` seeds, ours and SB3's; prints each run, and
+    adds the medians to ``table`` (a ``benchrecord.Table``) when one is given."""
     ours, theirs = [], []
     for seed in range(seeds):
         for name, fn, out in (
@@ -160,4 +162,12 @@ def bench_dqn(seeds: int) -> tuple[float, float]:
         f"SB3 {sb3:.1f} s, ours/SB3 {mine / sb3:.2f}",
         flush=True,
     )
+    if table is not None:
+        table.row(
+            f"time to {TARGET:.0f}, median of {seeds} seeds",
+            f"{mine:.1f} s",
+            f"{sb3:.1f} s",
+            f"{mine / sb3:.2f}x",
+            "<= 0.5x",
+        )
     return mine, sb3

@@ -39,6 +39,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from benchrecord import Report, Table, add_record_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "PPO"))
@@ -259,17 +260,28 @@ def _calls_per_step(envs: Any, steps: int = 100) -> float:
     return _python_calls(lambda: envs.step(actions), steps)
 
 
-def _print_rows(
-    title: str, rows: dict[str, float], unit: str, calls: dict[str, float], cpu: dict[str, float]
+def _table_rows(
+    report: Report,
+    title: str,
+    rows: dict[str, float],
+    unit: str,
+    calls: dict[str, float],
+    cpu: dict[str, float],
 ) -> None:
-    print(f"\n{title}")
+    table = report.table(
+        title,
+        ["", "steps/s" if unit == "/s" else "µs", "first row / this", "CPU µs per env step",
+         "caller's Python calls per step"],
+        [46, 10, 16, 19, 30],
+    )  # fmt: skip
     ours = next(iter(rows.values()))
     for name, value in rows.items():
-        extra = f"   caller calls/step {calls[name]:.0f}" if name in calls else ""
-        number = f"{value:>10,.0f}  " if unit == "/s" else f"{value:>8.1f} us"
-        print(
-            f"  {name:46s} {number}   first / this = {ours / value:5.2f}x"
-            f"   CPU {cpu[name]:6.1f} us/env-step{extra}"
+        table.row(
+            name,
+            f"{value:,.0f}" if unit == "/s" else f"{value:.1f}",
+            f"{ours / value:.2f}x",
+            f"{cpu[name]:.1f}",
+            f"{calls[name]:.0f}" if name in calls else "",
         )
 
 
@@ -310,7 +322,7 @@ def _rounds(
     )
 
 
-def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> None:
+def bench_vector(report: Report, seconds: float, rounds: int = 3, throughput: bool = True) -> None:
     """Throughput rows: our fast path (make), our generic path (env_fns), gymnasium, EnvPool
     (8 envs, and as many envs as ours); then the 2-env round trip (alone when
     ``throughput`` is false)."""
@@ -342,7 +354,7 @@ def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> No
             makers["EnvPool, 8 envs, 2 threads"] = (functools.partial(_envpool, env_id, 8), 8)
             makers[f"EnvPool, {n} envs, 2 threads"] = (functools.partial(_envpool, env_id, n), n)
         rows, calls, cpu = _rounds(makers, seconds * rounds, rounds)
-        _print_rows(f"{env_id}: random-action steps per second", rows, "/s", calls, cpu)
+        _table_rows(report, f"{env_id}: random-action steps per second", rows, "/s", calls, cpu)
     fns2 = [functools.partial(gym.make, "CartPole-v1")] * 2
     makers = {
         "make(), 2 actors x 1 env": (
@@ -361,15 +373,20 @@ def bench_vector(seconds: float, rounds: int = 3, throughput: bool = True) -> No
         makers["EnvPool, 2 envs, 2 threads"] = (functools.partial(_envpool, "CartPole-v1", 2), 2)
     rates, calls, cpu = _rounds(makers, seconds * rounds, rounds)
     latency = {name: 2e6 / rate for name, rate in rates.items()}
-    _print_rows(
-        "2-env CartPole step round trip (target: make() < 0.3x Async)", latency, "us", calls, cpu
-    )
+    _table_rows(report, "2-env CartPole step round trip", latency, "us", calls, cpu)
     async_us = latency["gymnasium AsyncVectorEnv, 2 envs"]
+    ratios = report.table(
+        "2-env CartPole step round trip against the baselines",
+        ["", "/ AsyncVectorEnv", "/ EnvPool", "aim"],
+        [46, 16, 10, 24],
+    )
     for name in ("make(), 1 actor x 2 envs", "make(), 2 actors x 1 env"):
-        line = f"  {name} / AsyncVectorEnv: {latency[name] / async_us:.2f}x (target <= 0.3x)"
-        if have_envpool:
-            line += f"; / EnvPool: {latency[name] / latency['EnvPool, 2 envs, 2 threads']:.2f}x"
-        print(line)
+        envpool_ratio = (
+            f"{latency[name] / latency['EnvPool, 2 envs, 2 threads']:.2f}x" if have_envpool else "-"
+        )
+        ratios.row(name, f"{latency[name] / async_us:.2f}x", envpool_ratio, "<= 0.3x Async")
+    if not have_envpool:
+        report.note("EnvPool rows skipped: envpool is not installed.")
 
 
 def main() -> None:
@@ -382,17 +399,26 @@ def main() -> None:
     parser.add_argument("--cheetah_rounds", type=int, default=1, help="ours and SB3 in turn")
     parser.add_argument("--vector_seconds", type=float, default=1.0, help="per row and pass")
     parser.add_argument("--vector_rounds", type=int, default=3, help="passes over the rows")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_onpolicy")
     from numpy_update import set_blas_threads
 
     torch.set_num_threads(1)
     set_blas_threads(1)  # numpy's matrix products too (ours: the numpy update), as train.py does
     if args.only in (None, "vector", "roundtrip"):
-        bench_vector(args.vector_seconds, args.vector_rounds, args.only != "roundtrip")
-    if args.only in (None, "cartpole"):
-        bench_cartpole(args.seeds)
-    if args.only in (None, "halfcheetah"):
-        bench_cheetah(args.cheetah_steps, args.cheetah_rounds)
+        bench_vector(report, args.vector_seconds, args.vector_rounds, args.only != "roundtrip")
+    if args.only in (None, "cartpole", "halfcheetah"):
+        ppo = report.table(
+            "PPO against SB3 (rl-zoo hyperparameters), ours and SB3 in turn",
+            ["", "ours", "SB3, same run", "ratio wall / CPU", "aim"],
+            [46, 12, 14, 16, 8],
+        )
+        if args.only in (None, "cartpole"):
+            bench_cartpole(ppo, args.seeds)
+        if args.only in (None, "halfcheetah"):
+            bench_cheetah(ppo, args.cheetah_steps, args.cheetah_rounds)
+    report.write(args.record)
 
 
 def _top_level_op(event: Any) -> bool:
@@ -481,7 +507,7 @@ def _python_calls(call: Any, repeat: int = 20) -> float:
     return count / repeat
 
 
-def bench_cartpole(seeds: list[int]) -> None:
+def bench_cartpole(table: Table, seeds: list[int]) -> None:
     """Ours and SB3 in turn for each seed; medians of the wall and CPU times to 475."""
     print(
         "\nCartPole-v1 PPO, time to a 10-episode deterministic mean of 475 (rl-zoo hyperparameters)"
@@ -517,9 +543,22 @@ def bench_cartpole(seeds: list[int]) -> None:
         f"  per training step, over the seeds that reached 475: ours {per_step[0] * 1e3:.3f} ms,"
         f" SB3 {per_step[1] * 1e3:.3f} ms; ours / SB3 = {per_step[0] / per_step[1]:.2f}x"
     )
+    table.row(
+        f"CartPole-v1: time to a return of 475, median of seeds {', '.join(map(str, seeds))}",
+        f"{mo:.2f} s",
+        f"{ms:.2f} s",
+        f"{mo / ms:.2f}x / {co / cs:.2f}x",
+        "<= 0.5x",
+    )
+    table.row(
+        "the same, time per training step over the seeds",
+        f"{per_step[0] * 1e3:.3f} ms",
+        f"{per_step[1] * 1e3:.3f} ms",
+        f"{per_step[0] / per_step[1]:.2f}x",
+    )
 
 
-def bench_cheetah(steps: int, rounds: int) -> None:
+def bench_cheetah(table: Table, steps: int, rounds: int) -> None:
     """Ours and SB3 in turn, ``rounds`` times; the medians of their rates."""
     rates: dict[str, list[tuple[float, float]]] = {"ours": [], "SB3": []}
     for _ in range(rounds):
@@ -535,6 +574,13 @@ def bench_cheetah(steps: int, rounds: int) -> None:
         f"{wall['SB3']:,.0f} steps/s ({cpu['SB3']:,.0f} per CPU second); ours / SB3 = "
         f"{wall['ours'] / wall['SB3']:.2f}x wall, {cpu['ours'] / cpu['SB3']:.2f}x CPU "
         "(target >= 2x)"
+    )
+    table.row(
+        f"HalfCheetah-v5: training steps/s ({steps:,} steps, median of {rounds})",
+        f"{wall['ours']:,.0f}",
+        f"{wall['SB3']:,.0f}",
+        f"{wall['ours'] / wall['SB3']:.2f}x / {cpu['ours'] / cpu['SB3']:.2f}x",
+        ">= 2x",
     )
 
 

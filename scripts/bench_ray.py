@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import ray
 from bench_cluster import _xparl, timings
+from benchrecord import Report, add_record_flag
 
 import parl
 
@@ -67,7 +68,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=500, help="small calls per round")
     parser.add_argument("--rounds", type=int, default=7)
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_ray")
     home = tempfile.mkdtemp(prefix="parl-bench-home-")
     secret = secrets.token_hex(32)
     env = dict(os.environ, HOME=home, PARL_CLUSTER_SECRET=secret)
@@ -101,15 +104,22 @@ def main() -> None:
         "local": "parl local carrier",
         "tcp": "parl cluster carrier (TCP, loopback)",
         "ray": "parl Ray carrier",
-        "plain ray": "plain @ray.remote actor",
+        "plain ray": "plain `@ray.remote` actor",
     }
-    print(f"{'small call round trip':40s} {'us':>9s} {'/ plain Ray':>12s}")
+    small_table = report.table(
+        f"Small call round trip, medians of {args.rounds}", ["", "µs", "/ plain Ray"], [40, 9, 12]
+    )
     for name, label in labels.items():
-        print(f"{label:40s} {got[name] * 1e6:9.1f} {got[name] / got['plain ray']:12.2f}")
-    print(f"{'128 MiB to an actor and back':40s} {'GB/s':>9s} {'/ plain Ray':>12s}")
+        small_table.row(label, f"{got[name] * 1e6:.1f}", f"{got[name] / got['plain ray']:.2f}")
+    large_table = report.table(
+        f"128 MiB to an actor and back, medians of {args.rounds}",
+        ["", "GB/s", "/ plain Ray"],
+        [40, 9, 12],
+    )
     for name, label in labels.items():
         rate = 2 * BIG / big[name] / 1e9
-        print(f"{label:40s} {rate:9.2f} {big['plain ray'] / big[name]:12.2f}")
+        large_table.row(label, f"{rate:.2f}", f"{big['plain ray'] / big[name]:.2f}")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python scripts/bench_remote.py            # full run, about a minute on 2 cores
     python scripts/bench_remote.py --quick    # fewer repetitions
+    python scripts/bench_remote.py --record docs/results/bench/bench_remote.json
 
 Baselines: a ``multiprocessing.Pipe`` round trip to a child process (the floor for any call
 between two processes) and ``np.copyto`` of 128 MiB (the floor for moving an array by copy).
@@ -21,6 +22,7 @@ import time
 
 import numpy as np
 import psutil
+from benchrecord import Report, Table, add_record_flag
 
 import parl
 import parl.shm
@@ -161,14 +163,6 @@ def children() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return out
-
-
-class Table:
-    def __init__(self) -> None:
-        print(f"{'workload':<58} {'figure':>14} {'vs baseline':>24} {'must reach':>12}")
-
-    def row(self, name: str, value: str, ratio: str = "", target: str = "") -> None:
-        print(f"{name:<58} {value:>14} {ratio:>24} {target:>12}", flush=True)
 
 
 def _caller_cost(call, n: int) -> tuple[float, float]:
@@ -490,11 +484,15 @@ def bench_creation(table: Table) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    add_record_flag(parser)
     args = parser.parse_args()
     n_calls = 2000 if args.quick else 10000
     reps = 3 if args.quick else 7
 
-    table = Table()
+    report = Report("bench_remote")
+    table = report.table(
+        "Local actors", ["workload", "figure", "vs baseline (same run)", "aim"], [58, 14, 24, 12]
+    )
     calibration = min(_timed(lambda: sum(range(1000))) for _ in range(2000))
     table.row(
         "calibration: sum(range(1000)) (how fast this CPU runs Python)",
@@ -521,6 +519,7 @@ def main() -> None:
         f"{time.monotonic() - start:.1f} s after the last actor",
         "0",
     )
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
+from benchrecord import Report, add_record_flag  # noqa: E402
 
 import parl  # noqa: E402
 from parl.remote import context  # noqa: E402
@@ -141,7 +142,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--tunnel-mib", type=int, default=32, help="array size through the tunnel")
+    add_record_flag(parser)
     args = parser.parse_args()
+    report = Report("bench_ssh")
     import paramiko  # noqa: F401 - imported before the clock starts
 
     folder = tempfile.mkdtemp(prefix="parl-bench-ssh-")
@@ -189,23 +192,32 @@ def main() -> None:
     finally:
         sshd.stop(lab)
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{'launch of 3 hosts over SSH':44s} {'median s':>9s} {'min':>7s} {'max':>7s}")
+    launches = report.table(
+        f"Launch of 3 hosts over SSH, {args.launches} launches",
+        ["", "median s", "min", "max"],
+        [44, 9, 7, 7],
+    )
     for label, times in (
         ("cold (empty cache: uploads)", cold),
         ("warm (cache hit: no upload)", warm),
     ):
-        print(f"{label:44s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f}")
-    print(f"{'round trip of a small call':44s} {'us':>9s} {'ratio':>7s}")
-    print(f"{'actor on an `xparl connect` host':44s} {got['xparl'] * 1e6:9.1f} {1.0:7.2f}")
+        launches.row(
+            label, f"{statistics.median(times):.2f}", f"{min(times):.2f}", f"{max(times):.2f}"
+        )
+    calls = report.table("Round trip of a small call", ["", "µs", "ratio"], [44, 9, 7])
+    calls.row("actor on an `xparl connect` host", f"{got['xparl'] * 1e6:.1f}", "1.00x")
     ratio = got["ssh"] / got["xparl"]
-    print(f"{'actor on an SSH-launched host':44s} {got['ssh'] * 1e6:9.1f} {ratio:7.2f}")
-    print(f"{f'{args.tunnel_mib} MiB there and back through SSH':44s} {'MB/s':>9s} {'ratio':>7s}")
+    calls.row("actor on an SSH-launched host", f"{got['ssh'] * 1e6:.1f}", f"{ratio:.2f}x")
+    tunnel = report.table(
+        f"{args.tunnel_mib} MiB there and back through SSH", ["", "MB/s", "ratio"], [44, 9, 7]
+    )
     for name, label in (
         ("raw", "raw paramiko channel (direct-tcpip)"),
-        ("tunnel", "actor, tunnel=yes"),
+        ("tunnel", "actor, `tunnel=yes`"),
     ):
         rate = 2 * size / big[name] / 1e6
-        print(f"{label:44s} {rate:9.1f} {big['raw'] / big[name]:7.2f}")
+        tunnel.row(label, f"{rate:.1f}", f"{big['raw'] / big[name]:.2f}x")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import argparse
 import os
 import time
 
+from benchrecord import Report, add_record_flag
+
 import parl
 
 
@@ -69,16 +71,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=3)
+    add_record_flag(parser)
     args = parser.parse_args()
     parl.connect(preload=["torch"])
-    print(f"{os.cpu_count()} cores, {args.actors} actors x {args.steps} steps")
+    report = Report("bench_threads")
+    table = report.table(
+        f"{args.actors} actors x {args.steps} training steps of a {args.width}-wide MLP "
+        f"(batch {args.batch}) on {os.cpu_count()} cores, {args.repeat} repeats",
+        ["torch threads per actor", "best", "worst"],
+        [24, 8, 8],
+    )
     for num_threads in args.threads:
         times = [
             measure(num_threads, args.actors, args.steps, args.width, args.batch)
             for _ in range(args.repeat)
         ]
         best, worst = min(times), max(times)
-        print(f"num_threads={num_threads}: best {best:.2f} s, worst {worst:.2f} s")
+        table.row(f"num_threads={num_threads}", f"{best:.2f} s", f"{worst:.2f} s")
+    report.write(args.record)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 Each algorithm page holds its table between ``<!-- results:<page> start -->`` and
 ``<!-- results:<page> end -->`` (``<page>`` is the record's ``page``, e.g. ``ppo``), the README
 its summary between ``<!-- results:summary start -->`` and ``<!-- results:summary end -->``.
+A benchmark's figures (``scripts/benchrecord.py``, records in ``docs/results/bench/``) go between
+``<!-- bench:<record> start -->`` and ``<!-- bench:<record> end -->`` in any page of ``docs/``.
 Only the text between the markers is rendered; the rest of a file is left as written.
 """
 
@@ -18,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchrecord import load_bench_records, render_bench
 from results import ROOT, load_records
 
-PAGES = ROOT / "docs" / "algorithms"
 README = ROOT / "README.md"
 ORDER = ["pg", "dqn", "ddpg", "td3", "sac", "ppo", "a2c", "impala", "es"]
 BLOCK = re.compile(r"(<!-- results:(\w+) start -->\n)(.*?)(<!-- results:\2 end -->)", re.S)
+BENCH_BLOCK = re.compile(r"(<!-- bench:(\w+) start -->\n)(.*?)(<!-- bench:\2 end -->)", re.S)
 
 
 def number(value: float | None) -> str:
@@ -227,6 +230,18 @@ def render_file(path: Path, records: list[dict[str, Any]]) -> str:
     return BLOCK.sub(block, path.read_text(encoding="utf-8"))
 
 
+def render_bench_file(text: str, where: str, records: dict[str, dict[str, Any]]) -> str:
+    """``text`` with every benchmark block rendered from ``records`` (by record name)."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in records:
+            raise SystemExit(f"{where}: no benchmark record docs/results/bench/{name}.json")
+        return match.group(1) + render_bench(records[name]) + match.group(4)
+
+    return BENCH_BLOCK.sub(block, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report stale files, change none")
@@ -237,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         load_records(),
         key=lambda r: (ORDER.index(r["page"]), -(r["budget"]["env_steps"] or 0), r["env"]),
     )
+    bench = load_bench_records()
     stale = []
-    for path in [README, *sorted(PAGES.glob("*.md"))]:
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in p.parts]
+    for path in [README, *pages]:
         text = path.read_text(encoding="utf-8")
-        rendered = render_file(path, records)
+        rendered = render_bench_file(render_file(path, records), str(path.relative_to(ROOT)), bench)
         if rendered == text:
             continue
         stale.append(str(path.relative_to(ROOT)))

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import render_results  # noqa: E402
+from benchrecord import load_bench_records, render_bench, validate_bench_record  # noqa: E402
 from results import load_records, validate_record, write_record  # noqa: E402
 
 
@@ -190,3 +191,75 @@ def test_write_record_computes_mean_and_sd_and_reads_the_machine(tmp_path: Path)
     assert written["figures"]["sd"] == pytest.approx(7.0711, abs=1e-4)
     assert written["versions"]["python"] and written["machine"]["cores"]
     assert written["figures"]["per_seed"][0]["best"] is None
+
+
+# -- benchmark records ---------------------------------------------------------------------------
+
+BENCH_SCRIPTS = sorted((ROOT / "scripts").glob("bench_*.py"))
+
+
+def test_every_committed_benchmark_record_is_valid_and_rendered_somewhere() -> None:
+    records = load_bench_records()
+    assert records
+    pages = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
+    for name in records:
+        assert any(f"<!-- bench:{name} start -->" in text for text in pages), name
+
+
+@pytest.mark.parametrize("script", BENCH_SCRIPTS, ids=lambda p: p.stem)
+def test_every_benchmark_script_can_write_its_record(script: Path) -> None:
+    # the flag and the write, both: a script that takes --record but never writes is caught too
+    text = script.read_text(encoding="utf-8")
+    if script.stem == "bench_offpolicy_dqn":  # a part of bench_offpolicy.py's record
+        assert "table.row(" in text
+        return
+    assert "add_record_flag(parser)" in text and "report.write(args.record)" in text
+
+
+def test_a_benchmark_run_writes_a_record_that_renders(tmp_path: Path) -> None:
+    out = tmp_path / "threads.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_threads.py"), "--actors", "2",
+         "--steps", "1", "--repeat", "1", "--threads", "1", "--record", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = validate_bench_record(json.loads(out.read_text(encoding="utf-8")))
+    assert record["source"] == "measured" and record["script"] == "bench_threads"
+    # the command recorded is the one that reproduces the figures, without the record's path
+    assert record["command"] == (
+        "python scripts/bench_threads.py --actors 2 --steps 1 --repeat 1 --threads 1"
+    )
+    assert record["machine"]["cores"] and record["versions"]["torch"]
+    (table,) = record["tables"]
+    assert table["columns"] == ["torch threads per actor", "best", "worst"]
+    assert table["rows"][0][0] == "num_threads=1" and table["rows"][0][1].endswith(" s")
+    rendered = render_bench(record)
+    assert "| num_threads=1 | " in rendered
+    assert "`python scripts/bench_threads.py --actors 2" in rendered
+
+
+def test_a_benchmark_record_missing_a_field_or_with_a_ragged_row_is_refused() -> None:
+    record = json.loads((ROOT / "docs" / "results" / "bench" / "bench_remote.json").read_text())
+    broken = copy.deepcopy(record)
+    del broken["command"]
+    with pytest.raises(ValueError, match="missing field 'command'"):
+        validate_bench_record(broken)
+    ragged = copy.deepcopy(record)
+    ragged["tables"][0]["rows"][0].append("extra")
+    with pytest.raises(ValueError, match="a row of 5 cells for 4 columns"):
+        validate_bench_record(ragged)
+
+
+def test_a_block_naming_a_missing_benchmark_record_is_an_error() -> None:
+    text = "<!-- bench:bench_nowhere start -->\n<!-- bench:bench_nowhere end -->\n"
+    with pytest.raises(SystemExit, match=r"docs/results/bench/bench_nowhere\.json"):
+        render_results.render_bench_file(text, "docs/x.md", load_bench_records())
+
+
+def test_a_stale_benchmark_block_is_rendered_anew() -> None:
+    records = load_bench_records()
+    text = "<!-- bench:bench_threads start -->\nold figures\n<!-- bench:bench_threads end -->\n"
+    rendered = render_results.render_bench_file(text, "docs/x.md", records)
+    assert "old figures" not in rendered
+    assert rendered == render_results.render_bench_file(rendered, "docs/x.md", records)
