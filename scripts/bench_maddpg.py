@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, default=None, help="PARL 2.2.1's wheel, if at hand")
     add_record_flag(parser)
     args = parser.parse_args()
-    report = Report("bench_maddpg")
+    report = Report("bench_maddpg", local=("--wheel",))
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's MADDPG picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:

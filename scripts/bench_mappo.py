@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parl_wheel", default=None, help="PARL 2.2.1's wheel (default: pip)")
     add_record_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("bench_mappo")
+    report = Report("bench_mappo", local=("--parl_wheel",))
     torch.set_num_threads(args.threads)
     from model import MAPPOModel  # the example's
 

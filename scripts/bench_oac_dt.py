@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, default=None, help="PARL 2.2.1's wheel, if at hand")
     add_record_flag(parser)
     args = parser.parse_args()
-    report = Report("bench_oac_dt")
+    report = Report("bench_oac_dt", local=("--wheel",))
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's OAC picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:

@@ -87,17 +87,19 @@ class Table:
 class Report:
     """The tables of one benchmark run, and its record.
 
-    ``script`` is the script's name without ``.py``; the command recorded is the one that ran.
+    ``script`` is the script's name without ``.py``; the command recorded is the one that ran,
+    less ``--record`` and the flags of ``local`` (options naming files of this machine only, such
+    as a downloaded wheel, that a reader's run does without).
     """
 
-    def __init__(self, script: str) -> None:
+    def __init__(self, script: str, local: tuple[str, ...] = ()) -> None:
         self.script = script
         self.tables: list[Table] = []
         self.notes: list[str] = []
         self.load_before = _load()
         self.command = " ".join(
             ["python", f"scripts/{Path(sys.argv[0]).name}"]
-            + [shlex.quote(a) for a in _without_record(sys.argv[1:])]
+            + [shlex.quote(a) for a in _without(sys.argv[1:], ("--record", *local))]
         )
 
     def table(self, title: str, columns: list[str], widths: list[int] | None = None) -> Table:
@@ -137,14 +139,15 @@ class Report:
         return record
 
 
-def _without_record(argv: list[str]) -> list[str]:
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``argv`` less each of ``flags`` and its value (``--flag value`` or ``--flag=value``)."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--record":
+        elif arg in flags:
             skip = True
-        elif not arg.startswith("--record="):
+        elif not arg.startswith(tuple(f"{flag}=" for flag in flags)):
             out.append(arg)
     return out
 
