@@ -267,21 +267,49 @@ class ReplayMemory:
             self._rng.bit_generator.state = json.loads(str(data["rng_state"]))
 
     def load(self, pathname: str | os.PathLike[str]) -> None:
-        """Replace the contents with a file written by ``save`` from an identical memory."""
+        """Replace the contents with a file written by ``save``.
+
+        A memory of the same capacity gets every row back at its place. A memory of another
+        capacity (a resumed run given a larger or smaller budget) gets the saved transitions in
+        the order they were added, the newest ``max_size`` of them when there are more.
+
+        Raises:
+            ValueError: when the file lacks an array, or its observations or actions have
+                another shape than this memory's.
+        """
+        where = repr(os.fspath(pathname))
         with np.load(os.fspath(pathname), allow_pickle=False) as data:
             arrays = self._arrays()
             for name, array in arrays.items():
                 if name not in data:
-                    raise ValueError(f"{os.fspath(pathname)!r} has no {name!r} array")
-                if data[name].shape != array.shape:
+                    raise ValueError(f"{where} has no {name!r} array")
+                if data[name].shape[1:] != array.shape[1:]:
                     raise ValueError(
-                        f"{os.fspath(pathname)!r}: {name!r} has shape {data[name].shape} but "
-                        f"this ReplayMemory expects {array.shape} "
-                        f"(max_size={self.max_size}, obs_dim={self.obs_shape}, "
+                        f"{where}: {name!r} rows have shape {data[name].shape[1:]} but this "
+                        f"ReplayMemory's have {array.shape[1:]} (obs_dim={self.obs_shape}, "
                         f"act_dim={self.act_shape})"
                     )
-            for name, array in arrays.items():
-                array[...] = data[name]
-            self._curr_size = int(data["size"])
-            self._curr_pos = int(data["pos"])
+            saved_capacity = len(data["obs"])
+            if saved_capacity == self.max_size:
+                for name, array in arrays.items():
+                    array[...] = data[name]
+                self._curr_size = int(data["size"])
+                self._curr_pos = int(data["pos"])
+            else:
+                self._load_resized(data, saved_capacity, where)
             self._load_extra(data)
+
+    def _load_resized(self, data: Any, saved_capacity: int, where: str) -> None:
+        if type(self)._save_arrays is not ReplayMemory._save_arrays:
+            raise ValueError(
+                f"{where} was saved from a memory of max_size={saved_capacity}; a "
+                f"{type(self).__name__} loads only into the same max_size, not {self.max_size}"
+            )
+        size, pos = int(data["size"]), int(data["pos"])
+        # the saved rows, oldest first: a full memory's oldest row sits at its write position
+        order = np.arange(size) if size < saved_capacity else np.roll(np.arange(size), -pos)
+        keep = order[-self.max_size :]
+        for name, array in self._arrays().items():
+            array[: len(keep)] = data[name][keep]
+        self._curr_size = len(keep)
+        self._curr_pos = len(keep) % self.max_size

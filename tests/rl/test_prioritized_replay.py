@@ -117,3 +117,12 @@ def test_new_transitions_get_the_largest_priority_and_save_load(tmp_path: Path) 
         ReplayMemory(8, 1, 0).save(tmp_path / "plain.npz") or restored.load(tmp_path / "plain.npz")
     with pytest.raises(ValueError, match="got 2 indices but 3 priorities"):
         memory.update_priorities([0, 1], [1.0, 2.0, 3.0])
+
+
+def test_a_prioritized_memory_loads_only_into_its_own_capacity(tmp_path: Path) -> None:
+    memory = PrioritizedReplayMemory(8, 1, 0, alpha=0.5)
+    for i in range(5):
+        memory.append(np.full(1, i), 0, float(i), np.full(1, i + 1), False)
+    memory.save(tmp_path / "rpm.npz")
+    with pytest.raises(ValueError, match=r"max_size=8; a PrioritizedReplayMemory loads only"):
+        PrioritizedReplayMemory(16, 1, 0, alpha=0.5).load(tmp_path / "rpm.npz")

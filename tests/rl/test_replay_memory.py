@@ -69,9 +69,41 @@ def test_save_and_load(tmp_path: Path) -> None:
     restored.append(np.zeros(2), np.zeros(1), -1.0, np.zeros(2), True)
     assert restored.reward[3] == -1.0  # the write position was restored too
     with pytest.raises(
-        ValueError, match=r"'obs' has shape \(8, 2\) but this ReplayMemory expects \(4, 2\)"
+        ValueError, match=r"'obs' rows have shape \(2,\) but this ReplayMemory's have \(3,\)"
     ):
-        ReplayMemory(4, obs_dim=2, act_dim=1).load(path)
+        ReplayMemory(8, obs_dim=3, act_dim=1).load(path)
+
+
+@pytest.mark.parametrize("saved_size", [8, 20])
+@pytest.mark.parametrize("appended", [0, 3, 8, 11, 29])
+@pytest.mark.parametrize("new_size", [4, 8, 13, 20, 50])
+def test_a_memory_of_another_capacity_loads_the_newest_transitions_in_order(
+    tmp_path: Path, saved_size: int, appended: int, new_size: int
+) -> None:
+    # a resumed run with a larger (or smaller) budget sizes its memory anew
+    memory = ReplayMemory(saved_size, obs_dim=2, act_dim=0)
+    fill(memory, 0, appended)
+    memory.save(tmp_path / "rpm.npz")
+    restored = ReplayMemory(new_size, obs_dim=2, act_dim=0)
+    if appended:
+        restored.load(tmp_path / "rpm.npz")
+    held = list(range(max(0, appended - saved_size), appended))  # what the saved memory held
+    expected = held[-new_size:]
+    if new_size == saved_size:  # the same capacity: every row back at its place
+        np.testing.assert_array_equal(restored.reward, memory.reward)
+        assert restored.size() == memory.size()
+        assert sorted(restored.reward[: restored.size()].tolist()) == [float(i) for i in expected]
+        return
+    assert restored.size() == len(expected)
+    assert restored.reward[: len(expected)].tolist() == [float(i) for i in expected]
+    np.testing.assert_array_equal(restored.obs[: len(expected), 0], expected)
+    np.testing.assert_array_equal(restored.next_obs[: len(expected), 0], np.add(expected, 1))
+    assert restored.action[: len(expected)].tolist() == [i % 3 for i in expected]
+    # the next append lands after the newest, or overwrites the oldest once full
+    fill(restored, 1000, 1)
+    assert 1000.0 in restored.reward.tolist()
+    after = (expected + [1000])[-new_size:]
+    assert sorted(restored.reward[: restored.size()].tolist()) == sorted(map(float, after))
 
 
 def test_bad_input() -> None:
