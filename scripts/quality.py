@@ -58,10 +58,11 @@ class Experiment:
     baseline: dict[str, Any] | None = None
     note: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    variant: str = ""  # tells apart two experiments of one example on one task
 
     @property
     def name(self) -> str:
-        return f"{self.page}_{self.env}"
+        return "_".join(part for part in (self.page, self.variant, self.env) if part)
 
     def command(self, seed: int, logdir: str, steps: int) -> list[str]:
         """The example's command line for ``seed``."""
@@ -89,6 +90,13 @@ EXPERIMENTS = {
             "DQN", "dqn", "DQN", "CartPole-v1", 50_000, 2_500,
             "mean return of 10 greedy evaluation episodes", "rl-zoo's settings",
             flags=("--eval_episodes", "10"), tag="eval/episode_return",
+        ),
+        Experiment(
+            "Dueling DDQN", "dqn", "DQN", "CartPole-v1", 50_000, 2_500,
+            "mean return of 10 greedy evaluation episodes",
+            "dueling network, Double DQN, rl-zoo's settings",
+            flags=("--algo", "DDQN", "--dueling", "--eval_episodes", "10"),
+            tag="eval/episode_return", variant="dueling",
         ),
         Experiment(
             "DQN", "dqn", "DQN", "PongNoFrameskip-v4", 500_000, 50_000,
@@ -136,7 +144,8 @@ EXPERIMENTS = {
 
 
 def logdir(logroot: str, experiment: Experiment, seed: int) -> str:
-    return os.path.join(logroot, experiment.example, experiment.env, f"seed{seed}")
+    folder = "-".join(part for part in (experiment.example, experiment.variant) if part)
+    return os.path.join(logroot, folder, experiment.env, f"seed{seed}")
 
 
 def train(
