@@ -170,7 +170,20 @@ def _command_lines() -> list[tuple[str, list[str]]]:
                 else:
                     continue  # python -m pytest, python -c ...: not an example or xparl
                 found.append((f"{page.relative_to(ROOT)}:{number}", argv))
-    return found
+    return found + _quality_command_lines()
+
+
+def _quality_command_lines() -> list[tuple[str, list[str]]]:
+    """The example command line of every experiment of ``scripts/quality.py``."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import quality
+    finally:
+        sys.path.pop(0)
+    return [
+        (f"scripts/quality.py: {name}", experiment.command(0, "/tmp/logdir", experiment.steps)[1:])
+        for name, experiment in quality.EXPERIMENTS.items()
+    ]
 
 
 def test_the_example_scripts_named_in_shell_blocks_exist() -> None:
