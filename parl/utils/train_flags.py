@@ -143,7 +143,7 @@ def add_common_flags(
             where = dest.get(name, "progress")
             group.add_argument(flag, action="store_false", help=text(name), dest=where)
         elif name == "device":
-            group.add_argument(flag, default="cpu", help=text(name), dest=where)
+            group.add_argument(flag, type=_device, default="cpu", help=text(name), dest=where)
         elif name == "torch_threads":
             group.add_argument(flag, type=_positive_int, default=1, help=text(name), dest=where)
         elif name == "seed":
@@ -164,6 +164,18 @@ def add_common_flags(
 
 
 _COUNTS = ("train_total_steps", "test_every_steps", "eval_episodes")
+
+
+def _device(value: str) -> str:
+    """A device name this machine has (``cuda`` without a GPU is a usage error, not a
+    traceback once the model is built); the name itself is kept."""
+    from parl.utils.device import get_device  # torch is imported only when the flag is given
+
+    try:
+        get_device(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _whole_number(value: str) -> int:

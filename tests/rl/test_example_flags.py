@@ -175,6 +175,26 @@ def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
     assert described.description == "Title with markup.\n\n    python x.py --env Y"
 
 
+def test_a_device_this_machine_lacks_is_a_usage_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    parser = example_parser(None)
+    add_common_flags(parser, env="CartPole-v1")
+    assert parser.parse_args(["--device", "cpu"]).device == "cpu"
+    assert parser.parse_args([]).device == "cpu"
+    for device, message in (
+        ("cuda", "argument --device: device 'cuda' asks for CUDA, but no GPU is available"),
+        ("gpu0", "argument --device: device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(["--device", device])
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+
+
 def test_ppo_config_zoo_is_the_readmes_halfcheetah_configuration(run_python: RunPython) -> None:
     """The PPO HalfCheetah-v5 results of docs/algorithms/ppo.md ran rl-zoo's configuration: ``--config zoo``
     reaches it from the example's own command line; without ``--continuous_action`` it is
