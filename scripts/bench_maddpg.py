@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,40 +36,14 @@ sys.path.insert(0, str(ROOT / "examples" / "MADDPG"))
 
 from benchrecord import Report, add_record_flag  # noqa: E402
 from model import MAModel  # noqa: E402  (the example's model)
+from parl_wheel import fetch_wheel, load_module  # noqa: E402
 
 from parl.algorithms import MADDPG  # noqa: E402
-from tests.rl.test_parl_parity import PARL_VERSION, WHEEL_NAME, WHEEL_SHA256  # noqa: E402
 
 OBS_DIMS = (3, 11)
 ACT_DIMS = (3, 5)
 BATCH = 1024
 HYPER = {"gamma": 0.95, "tau": 0.01, "actor_lr": 0.01, "critic_lr": 0.01}
-
-
-def fetch_wheel(folder: Path) -> Path:
-    """PARL's wheel in ``folder``, downloaded with pip if it is not there; sha256 checked."""
-    wheel = folder / WHEEL_NAME
-    if not wheel.is_file():
-        command = [
-            sys.executable, "-m", "pip", "download", f"parl=={PARL_VERSION}", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", str(folder),
-        ]  # fmt: skip
-        subprocess.run(command, check=True, timeout=300)
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise SystemExit(f"{wheel} has sha256 {digest}, not PyPI's {WHEEL_SHA256}")
-    return wheel
-
-
-def published_maddpg(wheel: Path, folder: Path) -> type:
-    """PARL's MADDPG class, loaded from the wheel's file against this package."""
-    with zipfile.ZipFile(wheel) as archive:
-        path = Path(archive.extract("parl/algorithms/torch/maddpg.py", folder))
-    spec = importlib.util.spec_from_file_location("published_parl_maddpg", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.MADDPG  # type: ignore[no-any-return]
 
 
 def make_teams(parl_cls: type, continuous: bool) -> tuple[list[Any], list[Any]]:
@@ -150,8 +120,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's MADDPG picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:
-        wheel = args.wheel or fetch_wheel(Path(tmp))
-        parl_cls = published_maddpg(wheel, Path(tmp))
+        parl_cls = load_module(fetch_wheel(Path(tmp), args.wheel), Path(tmp), "maddpg").MADDPG
     table = report.table(
         f"MADDPG updates/s, batch {BATCH}, {args.threads} torch thread(s), medians of "
         f"{args.rounds} rounds of {args.seconds:g} s per side",

@@ -20,59 +20,24 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 from benchrecord import Report, add_record_flag
+from parl_wheel import fetch_wheel, load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "MAPPO"))
 
-PARL_VERSION = "2.2.1"
-WHEEL_NAME = f"parl-{PARL_VERSION}-py3-none-any.whl"
-WHEEL_SHA256 = "2b2ca55d5440f94b64093647a7608df021a5ab0730e9aa0c80a6f96ad16690de"
 OBS_DIM, STATE_DIM = 18, 54
 ACT_DIMS: dict[str, Any] = {"discrete": 5, "multidiscrete": [5, 3]}
 # PARL's benchmark: clip, value-loss weight, entropy, lr, Huber delta, Adam eps, grad clip
 HYPER = (0.2, 1.0, 0.01, 7e-4, 10.0, 1e-5, 10.0)
-
-
-def wheel_path(given: str | None, folder: Path) -> Path:
-    """PARL's wheel: ``given``, or downloaded into ``folder``; checked against PyPI's sha256."""
-    if given:
-        wheel = Path(given)
-    else:
-        command = [
-            sys.executable, "-m", "pip", "download", f"parl=={PARL_VERSION}", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", str(folder),
-        ]  # fmt: skip
-        subprocess.run(command, check=True, timeout=300)
-        wheel = folder / WHEEL_NAME
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise SystemExit(f"{wheel} has sha256 {digest}, not PyPI's {WHEEL_SHA256}")
-    return wheel
-
-
-def published_mappo(wheel: Path, folder: Path) -> ModuleType:
-    """PARL's ``mappo`` module from ``wheel``, loaded against this package."""
-    with zipfile.ZipFile(wheel) as archive:
-        path = Path(archive.extract("parl/algorithms/torch/mappo.py", folder))
-    spec = importlib.util.spec_from_file_location("published_parl_mappo", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_batches(kind: str, rows: int, count: int) -> list[tuple[torch.Tensor, ...]]:
@@ -129,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     # PARL's MAPPO moves its model to CUDA when there is one: both sides run on the CPU
     torch.cuda.is_available = lambda: False  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as tmp:
-        module = published_mappo(wheel_path(args.parl_wheel, Path(tmp)), Path(tmp))
+        module = load_module(fetch_wheel(Path(tmp), args.parl_wheel), Path(tmp), "mappo")
     torch.manual_seed(0)
     model = MAPPOModel(OBS_DIM, STATE_DIM, ACT_DIMS[args.kind])
     sides = {

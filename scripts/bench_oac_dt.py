@@ -24,14 +24,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,43 +41,16 @@ sys.path.insert(0, str(ROOT / "examples" / "OAC"))
 
 from benchrecord import Report, Table, add_record_flag  # noqa: E402
 from mujoco_model import MujocoModel  # noqa: E402  (the example's model)
+from parl_wheel import fetch_wheel, load_module  # noqa: E402
 
 from parl.algorithms import OAC, DecisionTransformer  # noqa: E402
 from parl.algorithms.trajectory_model import TrajectoryModel  # noqa: E402
 from parl.utils import TrajectorySampler  # noqa: E402
-from tests.rl.test_parl_parity import PARL_VERSION, WHEEL_NAME, WHEEL_SHA256  # noqa: E402
 
 OAC_OBS, OAC_ACT, OAC_BATCH = 17, 6, 256
 OAC_HYPER = {"gamma": 0.99, "tau": 0.005, "alpha": 0.2, "beta": 4.66, "delta": 23.53}
 OAC_HYPER |= {"actor_lr": 3e-4, "critic_lr": 3e-4}
 DT_STATE, DT_ACT, DT_CONTEXT, DT_BATCH = 11, 3, 20, 64
-
-
-def fetch_wheel(folder: Path) -> Path:
-    """PARL's wheel in ``folder``, downloaded with pip if it is not there; sha256 checked."""
-    wheel = folder / WHEEL_NAME
-    if not wheel.is_file():
-        command = [
-            sys.executable, "-m", "pip", "download", f"parl=={PARL_VERSION}", "--no-deps",
-            "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", str(folder),
-        ]  # fmt: skip
-        subprocess.run(command, check=True, timeout=300)
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        raise SystemExit(f"{wheel} has sha256 {digest}, not PyPI's {WHEEL_SHA256}")
-    return wheel
-
-
-def published(wheel: Path, folder: Path, module: str, name: str) -> type:
-    """PARL's class ``name`` from ``parl/algorithms/torch/<module>.py``, loaded against this
-    package."""
-    with zipfile.ZipFile(wheel) as archive:
-        path = Path(archive.extract(f"parl/algorithms/torch/{module}.py", folder))
-    spec = importlib.util.spec_from_file_location(f"published_parl_{module}", path)
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return getattr(loaded, name)  # type: ignore[no-any-return]
 
 
 def oac_steps(parl_cls: type) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -182,9 +151,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.cuda.is_available = lambda: False  # PARL's OAC picks CUDA when it sees one
     with tempfile.TemporaryDirectory() as tmp:
-        wheel = args.wheel or fetch_wheel(Path(tmp))
-        parl_oac = published(wheel, Path(tmp), "oac", "OAC")
-        parl_dt = published(wheel, Path(tmp), "dt", "DecisionTransformer")
+        wheel = fetch_wheel(Path(tmp), args.wheel)
+        parl_oac = load_module(wheel, Path(tmp), "oac").OAC
+        parl_dt = load_module(wheel, Path(tmp), "dt").DecisionTransformer
     table = report.table(
         f"Updates/s, {args.threads} torch thread(s), medians of {args.rounds} rounds of "
         f"{args.seconds:g} s per side",
