@@ -126,6 +126,14 @@ EXPERIMENTS = {
             baseline={"name": PARL_CURVES, "value": 4000}, note=MUJOCO_NOTE,
         ),
         Experiment(
+            "OAC", "oac", "OAC", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes",
+            "PARL's settings (alpha 0.2, beta 4.66, delta 23.53)",
+            flags=("--eval_episodes", "10"), seeds=(0,), note=MUJOCO_NOTE,
+            baseline={"name": "SAC, the same budget and seed (sac_HalfCheetah-v5)",
+                      "value": 4419},
+        ),
+        Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
             "mean return of 3 greedy evaluation episodes (the preset's)",
             "the example's CartPole preset, 2 actors",
