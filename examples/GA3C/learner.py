@@ -18,10 +18,10 @@ observations. The learner keeps one such call in flight per simulator. Each ``Le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,7 +69,7 @@ class Predictor:
         self.simulator_num = simulator_num
         self.in_flight: dict[int, parl.Future] = {}  # simulator -> its call, oldest call first
         self.seen: dict[int, int] = {}  # simulator -> batch count when its answer was seen
-        self.batches = self.observations = self.requests = self.max_wait = 0
+        self.batches = self.observations = self.requests = self.max_wait = self.max_requests = 0
         self.served = [0] * simulator_num
 
     def submit(self, simulator: int, future: parl.Future) -> None:
@@ -121,16 +121,19 @@ class Predictor:
             self.max_wait = max(self.max_wait, self.batches - request.seen)
         self.batches += 1
         self.requests += len(requests)
+        self.max_requests = max(self.max_requests, len(requests))
         self.observations += row
         return answers
 
     def stats(self) -> dict[str, float]:
-        """Batches run, mean observations and requests per batch, the longest wait."""
+        """Batches run, mean observations and requests per batch, the most requests in one
+        batch, the longest wait (in batches passed over)."""
         batches = max(1, self.batches)
         return {
             "batches": self.batches,
             "mean_batch_size": self.observations / batches,
             "mean_requests": self.requests / batches,
+            "max_requests": self.max_requests,
             "max_wait": self.max_wait,
         }
 
@@ -191,7 +194,6 @@ class Trainer:
         return {k: v[: self.batch_size] for k, v in joined.items()}
 
 
-
 class Learner:
     """The agent, ``actor_num`` simulators, the predictor and the trainer; ``step()`` is one
     prediction batch (and one update when a training batch is complete)."""
@@ -237,11 +239,12 @@ class Learner:
         requests = self.predictor.take(self.times)
         with self.times.section("predicting"):
             answers = self.predictor.predict(requests)
-        for request, (actions, values, truncated_values) in zip(requests, answers):
-            self._send(request.simulator, self.actors[request.simulator].step, actions)
+        for request, answer in zip(requests, answers, strict=True):
+            # the simulator steps its envs while this process records and trains
+            self._send(request.simulator, self.actors[request.simulator].step, answer[0])
         with self.times.section("batching"):
-            for request, (actions, values, truncated_values) in zip(requests, answers):
-                self._record(request, actions, values, truncated_values)
+            for request, answer in zip(requests, answers, strict=True):
+                self._record(request, *answer)
         if not self.trainer.ready():
             return None
         batch = self.trainer.batch()
@@ -264,7 +267,7 @@ class Learner:
             )
         else:
             rewards = reply["rewards"].copy()
-            for env, value in zip(reply["truncated_obs"], cut_values):
+            for env, value in zip(reply["truncated_obs"], cut_values, strict=True):
                 rewards[env] += gamma * value  # bootstrap through a time limit
             segment.outcome(rewards, reply["dones"])
             self.sample_steps += len(rewards)
