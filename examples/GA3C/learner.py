@@ -81,9 +81,15 @@ class Predictor:
         """The requests that have arrived, oldest call first, up to ``max_batch_size``
         observations; blocks (``waiting``) only while none has."""
         futures = list(self.in_flight.values())
-        if all(f.empty() for f in futures):
+        with times.section("gathering"):
+            idle = all(f.empty() for f in futures)
+        if idle:
             with times.section("waiting"):
                 parl.wait(futures, num_returns=1)
+        with times.section("gathering"):  # reading the answers that are in
+            return self._gather()
+
+    def _gather(self) -> list[Request]:
         ready = [i for i, f in self.in_flight.items() if not f.empty()]
         for i in ready:
             self.seen.setdefault(i, self.batches)
@@ -239,9 +245,10 @@ class Learner:
         requests = self.predictor.take(self.times)
         with self.times.section("predicting"):
             answers = self.predictor.predict(requests)
-        for request, answer in zip(requests, answers, strict=True):
-            # the simulator steps its envs while this process records and trains
-            self._send(request.simulator, self.actors[request.simulator].step, answer[0])
+        with self.times.section("answering"):
+            for request, answer in zip(requests, answers, strict=True):
+                # the simulator steps its envs while this process records and trains
+                self._send(request.simulator, self.actors[request.simulator].step, answer[0])
         with self.times.section("batching"):
             for request, answer in zip(requests, answers, strict=True):
                 self._record(request, *answer)

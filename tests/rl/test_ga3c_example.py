@@ -30,7 +30,7 @@ def test_ga3c_runs_end_to_end_with_two_local_simulators(
     assert (
         result["sample_steps"] // 128 - 1 <= result["train_steps"] <= result["sample_steps"] // 128
     )
-    learner_keys = {"waiting", "predicting", "training", "batching", "evaluating"}
+    learner_keys = {"waiting", "gathering", "predicting", "answering", "batching", "training"}
     assert learner_keys <= set(result["learner_times"]), result["learner_times"]
     assert result["actor_times"]["simulating"] > 0, result["actor_times"]
     assert result["actor_times"]["waiting for a prediction"] > 0, result["actor_times"]
