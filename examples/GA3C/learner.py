@@ -57,9 +57,9 @@ class Predictor:
     """Batches the simulators' requests for actions and answers them with one forward pass.
 
     ``max_batch_size`` counts observations; a request (one simulator's ``env_num``
-    observations) is never split, and a batch always takes at least one. ``wait`` tells how
-    many batches a request was passed over: 0 means it was answered by the first batch run after
-    it was seen.
+    observations) is never split, and a batch always takes at least one. ``max_wait`` is the
+    most batches a request was passed over: 0 means every request was answered by the first
+    batch run after it was seen.
     """
 
     def __init__(self, agent: GA3CAgent, simulator_num: int, max_batch_size: int) -> None:
