@@ -152,3 +152,14 @@ def test_segments_bootstrap_from_the_next_value_and_batches_keep_the_rest(
     assert "SEGMENT [3.5, 5.0] [4.5, 7.0] [1, 0] [7.0, 8.0] 0" in lines, proc.stdout
     assert lines.count("READY False") == 2 and "READY True" in lines
     assert "BATCH 0 127 128 22 False 128" in lines, proc.stdout
+
+
+def test_ga3c_trains_on_pong_with_42_pixel_frames(run_python: RunPython, tmp_path: Path) -> None:
+    """The Atari preset: DeepMind's wrappers at 42 x 42 (PARL's GA3C), uint8 frames from the
+    simulator, a whole segment of 5 steps of 2 envs trained on."""
+    args = ["--env", "PongNoFrameskip-v4", "--actor_num", "1", "--env_num", "2",
+            "--train_batch_size", "10", "--max_sample_steps", "20", "--test_every_steps",
+            "1000000", "--no_progress", "--logdir", str(tmp_path / "pong")]  # fmt: skip
+    result = _run_main(run_python, GA3C_DIR, args)
+    assert result["sample_steps"] == 20 and result["train_steps"] >= 1, result
+    assert result["predictor"]["mean_batch_size"] == 2.0, result["predictor"]
