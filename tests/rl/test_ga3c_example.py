@@ -1,7 +1,10 @@
 """The GA3C example with real simulator processes: it trains end to end on CartPole with 2
 local simulators and reports where the time went; its predictor answers several simulators in
-one batch, serves them oldest call first (none starved) and never waits for a straggler; an
-env it cannot run is named."""
+one batch, serves them oldest call first (none starved) and never waits for a straggler; a
+segment's advantages match numbers worked by hand; the Atari preset trains on Pong; an env it
+cannot run is named. A killed simulator, a resumed run, the flags and Ray are tested with the
+other distributed examples (``test_distributed_examples.py``, ``test_example_flags.py``,
+``test_examples_on_ray.py``)."""
 
 from __future__ import annotations
 
