@@ -93,8 +93,8 @@ def test_predictor_serves_the_oldest_call_first_and_starves_none(
     run_python: RunPython, tmp_path: Path
 ) -> None:
     """Room for 2 of 3 requests per batch: a request may be passed over once (the two ahead of
-    it fill the batch), never twice, since the simulators just answered go behind it; every
-    simulator is served about as often as the others."""
+    it fill the batch), never twice, since the simulators just answered go behind it. How often
+    each is served also depends on how fast its process gets the CPU: checked loosely."""
     stats = _batching(run_python, tmp_path, actors=3, max_batch=4)
     assert stats["max_requests"] == 2, stats  # the cap: 4 observations, whole requests of 2
     assert stats["max_wait"] <= 1, stats
