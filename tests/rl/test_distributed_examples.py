@@ -1,7 +1,8 @@
-"""The distributed examples (IMPALA, A2C with remote actors, ES), each run end to end in a fresh
-interpreter with 2 local actors; a SIGKILLed actor stops training with ActorDiedError, never a
-hang; zero actors, an empty ES batch or an env of no supported kind is a clear error; the A2C
-example starts on Pong; ES's checkpoint keeps the observation statistics."""
+"""The distributed examples (IMPALA, A2C with remote actors, ES, GA3C), each run end to end in
+a fresh interpreter with 2 local actors; a SIGKILLed actor stops training with ActorDiedError,
+never a hang; zero actors, an empty ES batch or an env of no supported kind is a clear error;
+the A2C example starts on Pong; ES's checkpoint keeps the observation statistics; a resumed run
+goes on from its checkpoint."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
 IMPALA_DIR = REPO_ROOT / "examples" / "IMPALA"
 A2C_DIR = REPO_ROOT / "examples" / "A2C"
 ES_DIR = REPO_ROOT / "examples" / "ES"
+GA3C_DIR = REPO_ROOT / "examples" / "GA3C"
 
 
 def _run_main(run_python: RunPython, folder: Path, args: list[str], timeout: float = 180) -> dict:
@@ -85,8 +87,9 @@ except parl.ActorDiedError as exc:
         (IMPALA_DIR, "cartpole_config", {}),
         (A2C_DIR, "cartpole_config", {}),
         (ES_DIR, "cartpole_config", {"noise_size": 1_000_000}),
+        (GA3C_DIR, "cartpole_config", {}),
     ],
-    ids=["IMPALA", "A2C", "ES"],
+    ids=["IMPALA", "A2C", "ES", "GA3C"],
 )
 def test_killing_an_actor_stops_training_with_a_clear_error(
     run_python: RunPython, tmp_path: Path, folder: Path, config: str, extra: dict
@@ -286,6 +289,7 @@ print("SAME", np.allclose(trained.obs_filter(obs, update=False),
 RESUME_RUNS = {
     "A2C": (A2C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
     "IMPALA": (IMPALA_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "GA3C": (GA3C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
     "ES": (ES_DIR, ["--env", "CartPole-v1", "--actor_num", "2", "--noise_size", "1000000",
                     "--train_steps", "4", "--test_every_train_steps", "1"], 2),
 }  # fmt: skip

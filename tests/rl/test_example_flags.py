@@ -19,6 +19,7 @@ SCRIPTS = {
     for name in ("A2C", "DDPG", "DQN", "ES", "IMPALA", "MAPPO", "PPO", "QuickStart", "SAC", "TD3")
 }
 SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
+SCRIPTS["GA3C"] = EXAMPLES / "GA3C" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
 SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
@@ -28,6 +29,7 @@ OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
 EXPECTED = {
     "A2C": set(COMMON_FLAGS),
     "IMPALA": set(COMMON_FLAGS),
+    "GA3C": set(COMMON_FLAGS),
     "ES": set(COMMON_FLAGS),
     "PPO": set(COMMON_FLAGS),
     "MAPPO": set(COMMON_FLAGS),
@@ -69,6 +71,7 @@ OLD_SPELLINGS |= {
         (["--no-progress"], ["--no_progress"]),
     ],
     "IMPALA": [(["--max_sample_steps", "500"], ["--train_total_steps", "500"])],
+    "GA3C": [(["--max_sample_steps", "500"], ["--train_total_steps", "500"])],
 }
 MARKUP = re.compile(r"``|:[a-z]+:`|`[^`\s]+`")
 

@@ -58,6 +58,8 @@ CASES = {
                "--eval_episodes", "2", "--no_tensorboard"],
     "A2C": ["--actor_num", "2", "--max_sample_steps", "1500", "--test_every_steps", "1000",
             "--no_progress"],
+    "GA3C": ["--actor_num", "2", "--max_sample_steps", "1500", "--test_every_steps", "1000",
+             "--eval_episodes", "2", "--no_progress"],
     "ES": ["--env", "CartPole-v1", "--train_steps", "2", "--noise_size", "1000000",
            "--test_every_train_steps", "1", "--eval_episodes", "1"],
     "PPO": ["--env_num", "2", "--train_total_steps", "1024", "--test_every_steps", "512",
@@ -66,6 +68,7 @@ CASES = {
 EVIDENCE = {  # a line each script logs once it trained and evaluated
     "IMPALA": r"step \d+: evaluation -?\d",
     "A2C": r"step \d+: evaluation -?\d",
+    "GA3C": r"step \d+: evaluation -?\d",
     "ES": r"update 2, step \d+: evaluation -?\d",
     "PPO": r"evaluation over 1 episodes",
 }

@@ -1,0 +1,68 @@
+"""GA3C models: ``policy``, ``value`` and ``policy_and_value`` (one pass), as ``parl.algorithms.A2C``
+expects; GA3C trains with A3C's loss, which is A2C's."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import parl
+
+
+def _mlp(inputs: int, outputs: int, hidden: int) -> nn.Sequential:
+    """Two tanh layers of ``hidden`` units, then a linear output."""
+    return nn.Sequential(
+        nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+        nn.Linear(hidden, outputs),
+    )  # fmt: skip
+
+
+class CartpoleModel(parl.Model):
+    """Separate policy and value networks: a shared trunk lets the value's large gradients
+    (returns up to 100) drown the policy's."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.policy_net = _mlp(obs_dim, act_dim, hidden)
+        self.value_net = _mlp(obs_dim, 1, hidden)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy_net(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_net(obs).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs), self.value(obs)
+
+
+class AtariModel(parl.Model):
+    """Nature-DQN convolutions on ``(B, 4, dim, dim)`` uint8 frames (PARL's GA3C uses dim 42),
+    one 512-unit layer, then a policy head and a value head."""
+
+    def __init__(self, act_dim: int, dim: int = 42) -> None:
+        super().__init__()
+        convs = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+        with torch.no_grad():  # the flattened size depends on dim: 64 for 42, 3136 for 84
+            features = convs(torch.zeros(1, 4, dim, dim)).shape[1]
+        self.trunk = nn.Sequential(convs, nn.Linear(features, 512), nn.ReLU())
+        self.policy_fc = nn.Linear(512, act_dim)
+        self.value_fc = nn.Linear(512, 1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(obs / 255.0)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy_fc(self._features(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_fc(self._features(obs)).squeeze(-1)
+
+    def policy_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self._features(obs)
+        return self.policy_fc(features), self.value_fc(features).squeeze(-1)

@@ -1,0 +1,168 @@
+"""The GA3C example with real simulator processes: it trains end to end on CartPole with 2
+local simulators and reports where the time went; its predictor answers several simulators in
+one batch, serves them oldest call first (none starved) and never waits for a straggler; a
+segment's advantages match numbers worked by hand; the Atari preset trains on Pong; an env it
+cannot run is named. A killed simulator, a resumed run, the flags and Ray are tested with the
+other distributed examples (``test_distributed_examples.py``, ``test_example_flags.py``,
+``test_examples_on_ray.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT, RunPython
+from .test_distributed_examples import _run_main
+
+pytestmark = pytest.mark.slow  # the example, on worker processes
+
+GA3C_DIR = REPO_ROOT / "examples" / "GA3C"
+
+
+def test_ga3c_runs_end_to_end_with_two_local_simulators(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    logdir = tmp_path / "ga3c"
+    args = ["--actor_num", "2", "--max_sample_steps", "2000", "--test_every_steps", "1000",
+            "--eval_episodes", "2", "--no_progress", "--logdir", str(logdir)]  # fmt: skip
+    result = _run_main(run_python, GA3C_DIR, args)
+    assert result["sample_steps"] >= 2000 and len(result["history"]) == 2
+    # whole batches of 128 steps, of the segments completed (the last ones are still open)
+    assert (
+        result["sample_steps"] // 128 - 1 <= result["train_steps"] <= result["sample_steps"] // 128
+    )
+    learner_keys = {"waiting", "gathering", "predicting", "answering", "batching", "training"}
+    assert learner_keys <= set(result["learner_times"]), result["learner_times"]
+    assert result["actor_times"]["simulating"] > 0, result["actor_times"]
+    assert result["actor_times"]["waiting for a prediction"] > 0, result["actor_times"]
+    assert "learner time (of" in result["log"] and "simulator time, 2 simulators" in result["log"]
+    predictor = result["predictor"]
+    # every step of every env was predicted for once (the first observations too)
+    predicted = round(predictor["batches"] * predictor["mean_batch_size"])
+    assert predicted >= result["sample_steps"] + 8
+    assert 4 <= predictor["mean_batch_size"] <= 16, predictor  # one or two requests of 4
+    assert "mean batch" in result["log"]
+    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard events written"
+    assert (logdir / "model.ckpt").exists() and (logdir / "checkpoint.pt").exists()
+
+
+BATCHING_SCRIPT = """
+import json, sys, torch
+sys.path.insert(0, {folder!r})
+torch.set_num_threads(1)
+import train
+config = {{**train.cartpole_config, "seed": 0, "actor_num": {actors}, "env_num": 2,
+          "max_predict_batch_size": {max_batch}, "logdir": {logdir!r}}}
+learner = train.Learner(config)
+try:
+    for _ in range(300):
+        learner.step()
+finally:
+    learner.close()
+print("STATS" + json.dumps({{**learner.predictor.stats(), "served": learner.predictor.served}}))
+"""
+
+
+def _batching(run_python: RunPython, tmp_path: Path, actors: int, max_batch: int) -> dict:
+    script = BATCHING_SCRIPT.format(
+        folder=str(GA3C_DIR), actors=actors, max_batch=max_batch, logdir=str(tmp_path / "log")
+    )
+    proc = run_python(script, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("STATS")][-1]
+    return json.loads(line[len("STATS") :])
+
+
+def test_predictor_answers_several_simulators_in_one_batch(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Room for every request (3 simulators of 2 envs, batches of up to 16 observations): the
+    simulators that have answered share one forward pass, and a request that has arrived is
+    answered by the next batch (passed over 0 times)."""
+    stats = _batching(run_python, tmp_path, actors=3, max_batch=16)
+    assert stats["max_requests"] >= 2, stats  # several simulators in one batch
+    assert stats["mean_requests"] > 1.0, stats
+    assert stats["max_wait"] == 0, stats
+    assert stats["mean_batch_size"] <= 6, stats  # whole requests of 2 observations
+    assert sum(stats["served"]) == stats["batches"] * stats["mean_requests"]
+
+
+def test_predictor_serves_the_oldest_call_first_and_starves_none(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Room for 2 of 3 requests per batch: a request may be passed over once (the two ahead of
+    it fill the batch), never twice, since the simulators just answered go behind it. How often
+    each is served also depends on how fast its process gets the CPU: checked loosely."""
+    stats = _batching(run_python, tmp_path, actors=3, max_batch=4)
+    assert stats["max_requests"] == 2, stats  # the cap: 4 observations, whole requests of 2
+    assert stats["max_wait"] <= 1, stats
+    served = stats["served"]
+    assert min(served) >= 0.25 * max(served), served
+
+
+def test_an_env_of_no_supported_kind_is_named(run_python: RunPython, tmp_path: Path) -> None:
+    proc = run_python(
+        args=[str(GA3C_DIR / "train.py"), "--env", "Pendulum-v1", "--logdir", str(tmp_path)],
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "ValueError: GA3C's example runs CartPole and Atari" in proc.stderr, proc.stderr
+    assert "Pendulum-v1 (gymnasium.envs.classic_control" in proc.stderr
+
+
+SEGMENT_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {folder!r})
+from learner import Segment, Trainer
+
+for done, next_value in ((1.0, 10.0), (0.0, 10.0)):
+    segment = Segment(2, 1, np.zeros((1, 3), np.float32))
+    segment.act(np.full((1, 3), 7.0), np.array([1]), np.array([1.0]))
+    segment.outcome(np.array([1.0]), np.array([0.0]))
+    segment.act(np.full((1, 3), 8.0), np.array([0]), np.array([2.0]))
+    segment.outcome(np.array([2.0]), np.array([done]))
+    assert segment.full()
+    part = segment.close(np.array([next_value]), gamma=0.5, lam=1.0)
+    print("SEGMENT", part["advantages"].tolist(), part["target_values"].tolist(),
+          part["actions"].tolist(), part["obs"][:, 0].tolist(), segment.t)
+
+trainer = Trainer(128)
+for start in (0, 50, 100):
+    steps = np.arange(start, start + 50)
+    trainer.add({{"obs": steps[:, None], "actions": steps, "advantages": steps * 1.0,
+                 "target_values": steps * 1.0}})
+    print("READY", trainer.ready())
+batch = trainer.batch()
+print("BATCH", batch["actions"][0], batch["actions"][-1], len(batch["obs"]), trainer.size,
+      trainer.ready(), trainer.parts[0]["actions"][0])
+"""
+
+
+def test_segments_bootstrap_from_the_next_value_and_batches_keep_the_rest(
+    run_python: RunPython,
+) -> None:
+    """Two steps, gamma 0.5, lambda 1, values 1 and 2, rewards 1 and 2, bootstrap value 10:
+    ended by the second step, A = (1 + 0.5*2 - 1 + 0.5*0, 2 - 2) = (1, 0); not ended,
+    A1 = 2 + 0.5*10 - 2 = 5 and A0 = 1 + 0.5*2 - 1 + 0.5*5 = 3.5. The trainer hands out
+    exactly 128 steps in the order they came and keeps the other 22 for the next batch."""
+    proc = run_python(SEGMENT_SCRIPT.format(folder=str(GA3C_DIR)), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "SEGMENT [1.0, 0.0] [2.0, 2.0] [1, 0] [7.0, 8.0] 0" in lines, proc.stdout
+    assert "SEGMENT [3.5, 5.0] [4.5, 7.0] [1, 0] [7.0, 8.0] 0" in lines, proc.stdout
+    assert lines.count("READY False") == 2 and "READY True" in lines
+    assert "BATCH 0 127 128 22 False 128" in lines, proc.stdout
+
+
+def test_ga3c_trains_on_pong_with_42_pixel_frames(run_python: RunPython, tmp_path: Path) -> None:
+    """The Atari preset: DeepMind's wrappers at 42 x 42 (PARL's GA3C), uint8 frames from the
+    simulator, a whole segment of 5 steps of 2 envs trained on."""
+    args = ["--env", "PongNoFrameskip-v4", "--actor_num", "1", "--env_num", "2",
+            "--train_batch_size", "10", "--max_sample_steps", "20", "--test_every_steps",
+            "1000000", "--no_progress", "--logdir", str(tmp_path / "pong")]  # fmt: skip
+    result = _run_main(run_python, GA3C_DIR, args)
+    assert result["sample_steps"] == 20 and result["train_steps"] >= 1, result
+    assert result["predictor"]["mean_batch_size"] == 2.0, result["predictor"]
