@@ -13,6 +13,8 @@ page's line. Two HTML comments, which the built pages do not show, adapt a page 
 Shell: every ``python examples/<name>/<script>.py ...`` and ``xparl ...`` line of a ``bash``
 block is parsed by the script's (or xparl's) own argument parser, without running it.
 
+Text: the exception tree of ``docs/reference/errors.md`` is checked against the classes.
+
 The README's two Python blocks are run by ``tests/test_readme.py``.
 """
 
@@ -206,3 +208,53 @@ def test_every_example_and_xparl_command_line_of_the_docs_parses() -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     failures = json.loads(done.stdout.strip().splitlines()[-1])
     assert not failures, "command lines that do not parse:\n" + "\n".join(failures)
+
+
+def _error_classes() -> dict[str, type]:
+    """parl's own exceptions by name: those of ``parl``, ``parl.errors`` and the futures."""
+    import parl
+    import parl.errors
+    import parl.remote.future
+
+    found = {}
+    for module, names in (
+        (parl, parl.__all__),  # names parl imports on first use are not in its vars() yet
+        (parl.errors, dir(parl.errors)),
+        (parl.remote.future, dir(parl.remote.future)),
+    ):
+        for name in names:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, parl.ParlError):
+                if module is parl or value.__module__ == module.__name__:
+                    found[name] = value
+    return found
+
+
+def test_the_tree_of_the_errors_page_is_the_packages_exception_tree() -> None:
+    """Each class of the tree in ``docs/reference/errors.md`` has the parent the tree gives it
+    and the built-in bases its ``(also ...)`` names, and every exception of parl is in it."""
+    page = DOCS / "reference" / "errors.md"
+    tree = re.search(
+        r"^```text\n(ParlError\n.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M
+    )
+    assert tree, "errors.md has no ```text block with the tree"
+    classes = _error_classes()
+    parents: list[str] = []  # the ancestors of the current line, by depth
+    wrong, seen = [], set()
+    for line in tree.group(1).splitlines():
+        match = re.match(r"^([│├└─ ]*)(\w+)(?: \(also ([\w, ]+)\))?$", line)
+        assert match, f"not a line of the tree: {line!r}"
+        depth, name = len(match.group(1)) // 4, match.group(2)
+        parents[depth:] = [name]
+        seen.add(name)
+        if name not in classes:
+            wrong.append(f"{name}: no such exception in parl")
+            continue
+        cls = classes[name]
+        if depth and classes.get(parents[depth - 1]) not in cls.__bases__:
+            wrong.append(f"{name}: its bases are {[b.__name__ for b in cls.__bases__]}")
+        for also in (match.group(3) or "").split(", "):
+            if also and also not in {base.__name__ for base in cls.__mro__}:
+                wrong.append(f"{name}: not also a {also}")
+    missing = sorted(set(classes) - seen)
+    assert not wrong and not missing, "\n".join(wrong + [f"not in the tree: {missing}"])

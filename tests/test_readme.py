@@ -1,5 +1,8 @@
 """The README is the project's front page: short, free of development history, its relative links
-lead to files of the repository, and its two Python examples run as written.
+lead to files of the repository, and its two Python examples run as written and are no longer
+than their headings say. Its extras table (and the install page's) lists exactly the extras of
+``setup.cfg``, and its table of figures without a record calls nothing pending that a record of
+``docs/results/`` holds.
 
 The history words are those ``tests/test_docs.py`` keeps out of the documentation site, plus
 work-log dates and rounds; ``CHANGELOG.md`` is held to the same words (it is dated by version).
@@ -7,6 +10,8 @@ work-log dates and rounds; ``CHANGELOG.md`` is held to the same words (it is dat
 
 from __future__ import annotations
 
+import configparser
+import json
 import re
 import subprocess
 import sys
@@ -111,3 +116,65 @@ def test_the_actor_example_runs_as_written(tmp_path: Path) -> None:
 def test_the_rl_example_runs_as_written(tmp_path: Path) -> None:
     out = _run(_python_blocks()[1], tmp_path)
     assert "last episode's return:" in out
+
+
+def test_each_example_heading_states_its_length_truthfully() -> None:
+    """``## Actors in 20 lines``: the block under such a heading has at most that many lines."""
+    text = README.read_text(encoding="utf-8")
+    sections = re.findall(r"^## .*? in (\d+) lines\n(.*?)(?=^## )", text, re.S | re.M)
+    assert len(sections) == 2, "expected the actor and the RL example under '... in N lines'"
+    for promised, body in sections:
+        code = re.search(r"^```python\n(.*?)^```", body, re.S | re.M)
+        assert code, body[:200]
+        lines = code.group(1).splitlines()
+        assert len(lines) <= int(promised), f"{len(lines)} lines under a heading of {promised}"
+
+
+def _table_rows(text: str, after: str) -> list[list[str]]:
+    """The cells of the first Markdown table after the line that starts with ``after``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(after))
+    rows = []
+    for line in lines[start + 1 :]:
+        if rows and not line.startswith("|"):
+            break
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows[1:]  # without the header
+
+
+def _extras() -> set[str]:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return set(config["options.extras_require"])
+
+
+@pytest.mark.parametrize(
+    ("name", "heading"), [("README.md", "## Install"), ("docs/install.md", "## Extras")]
+)
+def test_the_extras_table_lists_exactly_the_extras_of_setup_cfg(name: str, heading: str) -> None:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    listed = {row[0].strip("`") for row in _table_rows(text, heading)}
+    assert listed == _extras(), (
+        f"{name}: missing {sorted(_extras() - listed)}, not an extra {sorted(listed - _extras())}"
+    )
+
+
+def test_figures_without_a_record_do_not_contradict_the_records() -> None:
+    """A row of the table of figures not kept as records must not call pending (or absent) a
+    result that a record of ``docs/results/`` holds for the same algorithm and env."""
+    recorded = {
+        (record["algorithm"], record["env"])
+        for record in (
+            json.loads(path.read_text(encoding="utf-8"))
+            for path in (ROOT / "docs" / "results").glob("*.json")
+        )
+    }
+    text = README.read_text(encoding="utf-8")
+    stale = [
+        " | ".join(row)
+        for row in _table_rows(text, "Figures not kept as records yet")
+        if re.search(r"pending|no figures", row[3])
+        and any(row[0] == algo and row[1].startswith(env) for algo, env in recorded)
+    ]
+    assert not stale, "rows that the records of docs/results/ have overtaken:\n" + "\n".join(stale)

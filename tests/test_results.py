@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -214,6 +215,19 @@ def test_every_benchmark_script_can_write_its_record(script: Path) -> None:
         assert "table.row(" in text
         return
     assert "add_record_flag(parser)" in text and "report.write(args.record)" in text
+
+
+@pytest.mark.parametrize("page", ["benchmarks.md", "guides/performance.md"])
+def test_the_tables_of_benchmark_scripts_name_each_script_that_runs(page: str) -> None:
+    """Each page's table of ``scripts/bench_*.py`` names every script with a ``__main__`` and
+    none without (``bench_offpolicy_dqn.py`` is a part of ``bench_offpolicy.py``)."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `scripts/bench_")]
+    named = set(re.findall(r"`(?:scripts/)?(bench_\w+)\.py`", "\n".join(rows)))
+    runnable = {s.stem for s in BENCH_SCRIPTS if "__main__" in s.read_text(encoding="utf-8")}
+    assert named == runnable, (
+        f"{page}: not named {sorted(runnable - named)}, not a script {sorted(named - runnable)}"
+    )
 
 
 def test_a_benchmark_run_writes_a_record_that_renders(tmp_path: Path) -> None:

@@ -90,6 +90,11 @@ def run_evaluate_episodes(agent: DQNAgent, env: Any, eval_episodes: int, seed: i
 
 def build(args: argparse.Namespace, env: Any) -> tuple[DQNAgent, ReplayMemory, dict[str, Any]]:
     hp = dict(ATARI if is_atari(args.env) else CARTPOLE)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        raise ValueError(
+            f"--env {args.env}: DQN needs discrete actions, got {env.action_space}; for "
+            "continuous actions see examples/DDPG, examples/TD3 or examples/SAC"
+        )
     act_dim = int(env.action_space.n)
     if is_atari(args.env):
         model: torch.nn.Module = AtariModel(act_dim, dueling=args.dueling)

@@ -65,6 +65,11 @@ def build_agent(config: dict[str, Any], obs_space: gym.Space, act_space: gym.Spa
         model: Any = AtariModel(int(act_space.n))
     else:
         continuous = bool(config["continuous_action"])
+        if continuous != isinstance(act_space, gym.spaces.Box):
+            raise ValueError(
+                f"--env {config['env']}: its actions are {act_space}; add --continuous_action "
+                "for a Box action space, leave it out for a discrete one"
+            )
         act_dim = int(np.prod(act_space.shape)) if continuous else int(act_space.n)
         model = MLPModel(
             int(np.prod(obs_space.shape)),

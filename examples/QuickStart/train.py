@@ -102,7 +102,16 @@ def train(config: Config) -> TrainResult:
     set_seed(config.seed, env)
     eval_seed = config.seed + 10_000
     obs_space, act_space = env.observation_space, env.action_space
-    assert isinstance(obs_space, gym.spaces.Box) and isinstance(act_space, gym.spaces.Discrete)
+    if not (
+        isinstance(obs_space, gym.spaces.Box)
+        and len(obs_space.shape) == 1
+        and isinstance(act_space, gym.spaces.Discrete)
+    ):
+        raise ValueError(
+            f"--env {config.env}: the QuickStart needs a flat Box observation and Discrete "
+            f"actions (as CartPole-v1 has), got {obs_space} and {act_space}; for continuous "
+            "actions see examples/DDPG, examples/SAC or examples/PPO --continuous_action"
+        )
     obs_dim, act_dim = obs_space.shape[0], int(act_space.n)
 
     model = CartpoleModel(obs_dim, act_dim, hidden_size=config.hidden_size)

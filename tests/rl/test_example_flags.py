@@ -22,7 +22,7 @@ SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["GA3C"] = EXAMPLES / "GA3C" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
-SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
+SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL", "COMA", "QMIX")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -40,6 +40,9 @@ EXPECTED = {
     "CQL": OFF_POLICY,
     "IQL": OFF_POLICY,
     "OAC": OFF_POLICY,
+    # multi-agent learners in one process, as PARL's QMIX and COMA scripts
+    "COMA": OFF_POLICY,
+    "QMIX": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
     # regression tasks: no episodes to evaluate, one process
@@ -97,6 +100,13 @@ def _option_blocks(help_text: str) -> dict[str, str]:
     for name in names:
         blocks[name] = " ".join(current)
     return blocks
+
+
+def test_every_example_is_checked_here() -> None:
+    folders = {path.parent.name for path in EXAMPLES.glob("*/README.md")}
+    assert folders == set(SCRIPTS) == set(EXPECTED), (
+        f"examples not listed here: {sorted(folders - set(SCRIPTS))}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -221,3 +231,21 @@ train.parse_config(["--env", "CartPole-v1", "--config", "zoo"])
     assert zoo["train_total_steps"] == 1_000_000 and zoo["env"] == "HalfCheetah-v5"
     assert default["step_nums"] == 2048 and default["activation"] == "tanh"
     assert proc.returncode != 0 and "--config zoo is rl-zoo's MuJoCo setting" in proc.stderr
+
+
+@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
+@pytest.mark.parametrize(
+    ("name", "flags", "pattern"),
+    [
+        ("DQN", ["--env", "Pendulum-v1", "--train_total_steps", "10"], "DQN needs discrete"),
+        ("PPO", ["--env", "Pendulum-v1", "--train_total_steps", "10"], "add --continuous_action"),
+    ],
+)
+def test_an_env_of_the_wrong_action_space_is_named_with_the_fix(
+    run_python: RunPython, tmp_path, name: str, flags: list[str], pattern: str
+) -> None:
+    args = [str(SCRIPTS[name]), *flags, "--logdir", str(tmp_path / "log"), "--no_progress"]
+    proc = run_python(args=args, timeout=180)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: --env Pendulum-v1") and pattern in last, last

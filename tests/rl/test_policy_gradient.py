@@ -154,3 +154,13 @@ def test_quickstart_script(run_python: RunPython, tmp_path: Path) -> None:
     assert (tmp_path / "out" / "model.ckpt").is_file()
     assert glob.glob(str(tmp_path / "out" / "events.out.tfevents.*"))
     assert np.isfinite(final)
+
+
+def test_the_quickstart_names_an_env_it_cannot_train(
+    quickstart: ModuleType, tmp_path: Path
+) -> None:
+    config = quickstart.Config(
+        env="Pendulum-v1", max_episodes=1, logdir=str(tmp_path), progress=False, tensorboard=False
+    )
+    with pytest.raises(ValueError, match=r"--env Pendulum-v1: .* Discrete actions .* got Box"):
+        quickstart.train(config)
