@@ -21,7 +21,7 @@ SCRIPTS = {
 SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
-SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL")}
+SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL", "DT")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -37,6 +37,7 @@ EXPECTED = {
     "SAC": OFF_POLICY,
     "CQL": OFF_POLICY,
     "IQL": OFF_POLICY,
+    "DT": OFF_POLICY,
     "OAC": OFF_POLICY,
     # PARL's MADDPG counts episodes (--max_episodes, --test_every_episodes), not steps
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},

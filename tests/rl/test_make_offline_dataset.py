@@ -284,15 +284,22 @@ def test_ctrl_c_while_training_leaves_only_finished_datasets(tmp_path: Path) -> 
     assert len(episodes(tmp_path / "hopper-random-v0")) > 0
 
 
-@pytest.mark.parametrize("example", ["CQL", "IQL"])
+SMALL = {
+    "CQL": ["--hidden", "16", "--batch_size", "16"],
+    "IQL": ["--hidden", "16", "--batch_size", "16"],
+    "DT": ["--context", "4", "--embed_dim", "16", "--n_layer", "1", "--batch_size", "8"],
+}
+
+
+@pytest.mark.parametrize("example", sorted(SMALL))
 def test_offline_examples_train_on_a_dataset_the_script_made(
     made: Path, run_python: RunPython, tmp_path: Path, example: str
 ) -> None:
     script = str(REPO_ROOT / "examples" / example / "train.py")
     proc = run_python(args=[script, "--env", "Hopper-v5", "--dataset",
                             str(made / "hopper-medium-replay-v0"), "--train_total_steps", "20",
-                            "--test_every_steps", "10", "--eval_episodes", "1", "--hidden", "16",
-                            "--batch_size", "16", "--logdir", str(tmp_path / "log"),
+                            "--test_every_steps", "10", "--eval_episodes", "1",
+                            *SMALL[example], "--logdir", str(tmp_path / "log"),
                             "--no_progress"], timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Evaluation: total_steps 10" in proc.stderr and "normalized score" in proc.stderr
