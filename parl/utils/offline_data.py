@@ -10,6 +10,7 @@ downloads: a dataset that is not on disk is an error that says how to make or pl
   way D4RL's ``qlearning_dataset`` does. ``save_d4rl_hdf5`` writes one.
 - ``load_minari(dataset)``: a Minari dataset by id (under ``MINARI_DATASETS_PATH``, by default
   ``~/.minari/datasets``) or by folder.
+- ``load_episodes(dataset)``: either kind as whole episodes, for Decision Transformer.
 - ``check_qlearning_dataset(dataset)``: the checks, for a dict made any other way.
 - ``d4rl_normalized_score(env, score)``: D4RL's 0-100 score of a return.
 
@@ -19,7 +20,7 @@ downloads: a dataset that is not on disk is an error that says how to make or pl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ __all__ = [
     "check_qlearning_dataset",
     "d4rl_normalized_score",
     "load_d4rl_hdf5",
+    "load_d4rl_steps",
+    "load_episodes",
     "load_minari",
     "qlearning_from_steps",
     "save_d4rl_hdf5",
@@ -198,18 +201,16 @@ def _existing(path: str | os.PathLike[str], what: str, how: str) -> Path:
     return resolved
 
 
-def load_d4rl_hdf5(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read a D4RL-format HDF5 file and return its ``qlearning_dataset`` dict.
+_EPISODE_KEYS = ("observations", "actions", "rewards", "terminals")
 
-    Args:
-        path: the ``.hdf5`` file: top-level datasets ``observations``, ``actions``,
-            ``rewards``, ``terminals`` and optionally ``timeouts``, one row per step (the
-            files D4RL downloads to ``~/.d4rl/datasets``, or ``save_d4rl_hdf5``'s output).
+
+def load_d4rl_steps(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The rows of a D4RL-format HDF5 file as they are: ``observations``, ``actions``,
+    ``rewards``, ``terminals`` and ``timeouts`` (all ``False`` when the file has none).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: a dataset is missing or malformed (see ``qlearning_from_steps`` and
-            ``check_qlearning_dataset``).
+        ValueError: a dataset is missing.
     """
     file = _existing(
         path,
@@ -231,8 +232,28 @@ def load_d4rl_hdf5(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                 f"'timeouts', this one has {sorted(handle.keys())}"
             )
         steps = {key: np.asarray(handle[key][()]) for key in needed}
-        timeouts = np.asarray(handle["timeouts"][()]) if "timeouts" in handle else None
-    return qlearning_from_steps(**steps, timeouts=timeouts, source=source)
+        rows = _rows("observations", steps["observations"], source)
+        steps["terminals"] = _column("terminals", steps["terminals"], rows, source).astype(bool)
+        timeouts = np.asarray(handle["timeouts"][()]) if "timeouts" in handle else np.zeros(rows)
+        steps["timeouts"] = _column("timeouts", timeouts, rows, source).astype(np.bool_)
+    return steps
+
+
+def load_d4rl_hdf5(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read a D4RL-format HDF5 file and return its ``qlearning_dataset`` dict.
+
+    Args:
+        path: the ``.hdf5`` file: top-level datasets ``observations``, ``actions``,
+            ``rewards``, ``terminals`` and optionally ``timeouts``, one row per step (the
+            files D4RL downloads to ``~/.d4rl/datasets``, or ``save_d4rl_hdf5``'s output).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a dataset is missing or malformed (see ``qlearning_from_steps`` and
+            ``check_qlearning_dataset``).
+    """
+    steps = load_d4rl_steps(path)
+    return qlearning_from_steps(**steps, source=os.fspath(Path(path).expanduser()))
 
 
 def save_d4rl_hdf5(
@@ -267,23 +288,12 @@ def save_d4rl_hdf5(
         handle["timeouts"] = np.asarray(timeouts, dtype=np.bool_)
 
 
-def load_minari(dataset: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read a Minari dataset from local disk as a ``qlearning_dataset`` dict.
-
-    Each episode of ``T`` steps gives ``T`` transitions: observation ``t`` and ``t + 1``,
-    action, reward and ``terminations[t]``. Truncated episodes keep their last transition
-    (its next observation is in the episode), with ``terminal=False``.
-
-    Args:
-        dataset: a dataset id such as ``"mujoco/hopper/medium-v0"``, looked up under
-            ``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``), or the path of a
-            dataset's folder (the one holding ``data/``) or of its ``data`` folder.
-
-    Raises:
-        FileNotFoundError: the dataset is not on disk (nothing is downloaded).
-        ValueError: an episode's arrays disagree in length, an episode ends with neither a
-            termination nor a truncation, or a value is NaN.
-    """
+def _minari_episodes(
+    dataset: str | os.PathLike[str],
+) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """``(where, episode)`` for each episode of a Minari dataset on disk, checked: the episode's
+    ``observations`` (``T + 1`` rows), ``actions`` ``(T, act_dim)``, ``rewards``,
+    ``terminations`` and ``truncations`` (``T``)."""
     try:
         import minari
         from minari.storage import get_dataset_path
@@ -297,11 +307,11 @@ def load_minari(dataset: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             f"Minari dataset {name!r} is not on disk: looked for {candidates[0]} and "
             f"{candidates[1]} (nothing is downloaded). Download it once with `minari download "
             f"{name}`, copy its folder under MINARI_DATASETS_PATH, or make one with "
-            "minari.create_dataset_from_buffers"
+            "minari.create_dataset_from_buffers or scripts/make_offline_dataset.py"
         )
     data = folder if folder.name == "data" else folder / "data"
     loaded = minari.MinariDataset(data)
-    parts: dict[str, list[np.ndarray]] = {key: [] for key in QLEARNING_KEYS}
+    found = False
     for episode in loaded.iterate_episodes():
         where = f"{name} episode {episode.id}"
         obs = np.asarray(episode.observations)
@@ -322,16 +332,90 @@ def load_minari(dataset: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                 f"{where}: the last step is neither terminated nor truncated, so the episode "
                 "has no end; record episodes until terminated or truncated"
             )
-        parts["observations"].append(obs[:-1])
-        parts["next_observations"].append(obs[1:])
-        parts["actions"].append(np.asarray(episode.actions).reshape(steps, -1))
-        parts["rewards"].append(np.asarray(episode.rewards).reshape(steps))
-        parts["terminals"].append(np.asarray(episode.terminations).reshape(steps))
-    if not parts["rewards"]:
+        found = True
+        yield (
+            where,
+            {
+                "observations": obs,
+                "actions": np.asarray(episode.actions).reshape(steps, -1),
+                "rewards": np.asarray(episode.rewards).reshape(steps),
+                "terminations": np.asarray(episode.terminations).reshape(steps),
+                "truncations": np.asarray(episode.truncations).reshape(steps),
+            },
+        )
+    if not found:
         raise ValueError(f"Minari dataset {name!r} has no episodes")
+
+
+def load_minari(dataset: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Read a Minari dataset from local disk as a ``qlearning_dataset`` dict.
+
+    Each episode of ``T`` steps gives ``T`` transitions: observation ``t`` and ``t + 1``,
+    action, reward and ``terminations[t]``. Truncated episodes keep their last transition
+    (its next observation is in the episode), with ``terminal=False``.
+
+    Args:
+        dataset: a dataset id such as ``"mujoco/hopper/medium-v0"``, looked up under
+            ``MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``), or the path of a
+            dataset's folder (the one holding ``data/``) or of its ``data`` folder.
+
+    Raises:
+        FileNotFoundError: the dataset is not on disk (nothing is downloaded).
+        ValueError: an episode's arrays disagree in length, an episode ends with neither a
+            termination nor a truncation, or a value is NaN.
+    """
+    parts: dict[str, list[np.ndarray]] = {key: [] for key in QLEARNING_KEYS}
+    for _, episode in _minari_episodes(dataset):
+        parts["observations"].append(episode["observations"][:-1])
+        parts["next_observations"].append(episode["observations"][1:])
+        parts["actions"].append(episode["actions"])
+        parts["rewards"].append(episode["rewards"])
+        parts["terminals"].append(episode["terminations"])
     return check_qlearning_dataset(
-        {key: np.concatenate(arrays) for key, arrays in parts.items()}, name
+        {key: np.concatenate(arrays) for key, arrays in parts.items()}, os.fspath(dataset)
     )
+
+
+def load_episodes(dataset: str | os.PathLike[str]) -> list[dict[str, np.ndarray]]:
+    """Read an offline dataset from local disk as whole episodes (for Decision Transformer).
+
+    Each episode is a dict of ``observations`` ``(T, *obs_shape)`` (the observation each action
+    was taken in), ``actions`` ``(T, act_dim)``, ``rewards`` ``(T,)`` float32 and ``terminals``
+    ``(T,)`` bool, what :class:`parl.utils.TrajectorySampler` takes.
+
+    Args:
+        dataset: a D4RL ``.hdf5``/``.h5`` file (episodes end at a terminal or a timeout; steps
+            after the last end make one more episode), else a Minari dataset id or folder as
+            for :func:`load_minari`.
+
+    Raises:
+        FileNotFoundError: the dataset is not on disk.
+        ValueError: as :func:`load_d4rl_hdf5` and :func:`load_minari`.
+    """
+    name = os.fspath(dataset)
+    episodes: list[dict[str, np.ndarray]] = []
+    if name.endswith((".hdf5", ".h5")):
+        steps = load_d4rl_steps(name)
+        ends = np.flatnonzero(steps["terminals"] | steps["timeouts"]) + 1
+        bounds = [0, *ends.tolist()]
+        if bounds[-1] < len(steps["rewards"]):
+            bounds.append(len(steps["rewards"]))
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            episodes.append({key: steps[key][start:stop] for key in _EPISODE_KEYS})
+    else:
+        for _, episode in _minari_episodes(name):
+            episodes.append({
+                "observations": episode["observations"][:-1],
+                "actions": episode["actions"],
+                "rewards": episode["rewards"],
+                "terminals": episode["terminations"],
+            })  # fmt: skip
+    for episode in episodes:
+        checked = check_qlearning_dataset(
+            {**episode, "next_observations": episode["observations"]}, name
+        )
+        episode.update({key: checked[key] for key in _EPISODE_KEYS})
+    return episodes
 
 
 def d4rl_normalized_score(env: str, score: float | np.ndarray) -> float | np.ndarray:

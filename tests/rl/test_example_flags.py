@@ -22,7 +22,7 @@ SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["GA3C"] = EXAMPLES / "GA3C" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
-SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL", "COMA", "QMIX")}
+SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL", "DT", "COMA", "QMIX")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
 OFF_POLICY = set(COMMON_FLAGS) - {"xparl_addr"}
@@ -39,6 +39,7 @@ EXPECTED = {
     "SAC": OFF_POLICY,
     "CQL": OFF_POLICY,
     "IQL": OFF_POLICY,
+    "DT": OFF_POLICY,
     "OAC": OFF_POLICY,
     # multi-agent learners in one process, as PARL's QMIX and COMA scripts
     "COMA": OFF_POLICY,

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -19,6 +20,7 @@ from parl.utils.offline_data import (
     check_qlearning_dataset,
     d4rl_normalized_score,
     load_d4rl_hdf5,
+    load_episodes,
     load_minari,
     qlearning_from_steps,
     save_d4rl_hdf5,
@@ -302,3 +304,50 @@ def test_load_from_d4rl_samples_what_published_parl_samples(
         np.random.seed(seed)
         for theirs_array, ours_array in zip(expected, ours.sample_batch(16), strict=True):
             np.testing.assert_array_equal(ours_array, theirs_array)
+
+
+def test_load_episodes_splits_a_d4rl_file_at_terminals_and_timeouts(tmp_path: Path) -> None:
+    _needed("h5py")
+    steps = 7
+    terminals = np.array([0, 0, 1, 0, 0, 0, 0], dtype=bool)
+    timeouts = np.array([0, 0, 0, 0, 1, 0, 0], dtype=bool)
+    observations = np.arange(steps * 2, dtype=np.float32).reshape(steps, 2)
+    save_d4rl_hdf5(tmp_path / "d.hdf5", observations, np.zeros((steps, 1)), np.arange(steps),
+                   terminals, timeouts)  # fmt: skip
+    episodes = load_episodes(tmp_path / "d.hdf5")
+    assert [len(e["rewards"]) for e in episodes] == [3, 2, 2]  # the last one has no end yet
+    np.testing.assert_array_equal(episodes[1]["observations"], observations[3:5])
+    assert [e["terminals"].tolist() for e in episodes] == [[0, 0, 1], [0, 0], [0, 0]]
+    assert episodes[0]["actions"].shape == (3, 1) and episodes[0]["rewards"].dtype == np.float32
+
+
+def test_load_episodes_reads_a_minari_dataset_episode_by_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minari = _needed("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    rng = np.random.default_rng(0)
+    buffers = [
+        EpisodeBuffer(id=i, observations=rng.normal(size=(n + 1, 3)).astype(np.float32),
+                      actions=rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+                      rewards=rng.normal(size=n), terminations=np.arange(n) == n - 1 if i else
+                      np.zeros(n, dtype=bool), truncations=np.arange(n) == n - 1 if not i else
+                      np.zeros(n, dtype=bool), infos={})
+        for i, n in enumerate((4, 6))
+    ]  # fmt: skip
+    minari.create_dataset_from_buffers(
+        "toy/episodes-v0", buffers, algorithm_name="random",
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    )  # fmt: skip
+    episodes = load_episodes("toy/episodes-v0")
+    assert [len(e["rewards"]) for e in episodes] == [4, 6]
+    np.testing.assert_allclose(episodes[1]["observations"], buffers[1].observations[:-1])
+    assert episodes[0]["terminals"].tolist() == [False] * 4
+    assert episodes[1]["terminals"].tolist() == [False] * 5 + [True]
+    flat = load_minari("toy/episodes-v0")
+    np.testing.assert_array_equal(
+        flat["observations"], np.concatenate([e["observations"] for e in episodes])
+    )

@@ -140,3 +140,33 @@ def test_iql_example_scales_rewards_by_the_spread_of_episode_returns() -> None:
     np.testing.assert_allclose(train.episode_returns(dataset), [3.0, 2.0, 7.0])
     train.scale_rewards(dataset)
     np.testing.assert_allclose(dataset["rewards"], np.array([1, 1, 1, 2, 2, 5]) * 200.0)
+
+
+def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    _needed("h5py")
+    dataset = tmp_path / "pendulum-random-v0.hdf5"
+    save_d4rl_hdf5(dataset, **random_steps())
+    common = ["--dataset", str(dataset), "--test_every_steps", "10", "--target_return", "-200",
+              "--context", "4", "--embed_dim", "16", "--n_layer", "1", "--batch_size", "8",
+              "--max_ep_len", "200", "--eval_episodes", "1", "--no_progress",
+              "--env", "Pendulum-v1"]  # fmt: skip
+    script = str(EXAMPLES / "DT" / "train.py")
+
+    def run(*args: str) -> str:
+        proc = run_python(args=[script, *common, *args], timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    log = run("--train_total_steps", "30", "--logdir", str(straight))
+    assert "Evaluation: total_steps 20" in log
+    run("--train_total_steps", "20", "--logdir", str(resumed))
+    log = run("--train_total_steps", "30", "--logdir", str(resumed), "--resume")
+    assert "resumed from" in log and "Evaluation: total_steps 20" in log
+    first = torch.load(straight / "model.ckpt", weights_only=True)
+    second = torch.load(resumed / "model.ckpt", weights_only=True)
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key

@@ -1,0 +1,306 @@
+"""``scripts/make_offline_dataset.py`` end to end on a tiny budget: every kind of dataset is a
+Minari dataset with D4RL's reference scores, terminations and truncations apart and whole
+episodes, that parl's reader and the offline examples read; ``--policy`` collects from an
+``examples/SAC`` checkpoint; the expert stage continues from the medium one kept on disk; bad
+input is a clear error and an interrupted run leaves no half-written dataset."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from .conftest import REPO_ROOT, RunPython
+from .test_offline_data import _needed
+
+pytestmark = pytest.mark.slow  # the script and the examples, run for real
+
+SCRIPT = str(REPO_ROOT / "scripts" / "make_offline_dataset.py")
+SAMPLES = 200
+EPISODE = 30  # --max_episode_steps: short episodes, so that some are truncated
+TINY = ["--env", "Hopper-v5", "--samples", str(SAMPLES), "--max_episode_steps", str(EPISODE),
+        "--warmup_steps", "50", "--medium_max_steps", "150", "--expert_steps", "250",
+        "--test_every_steps", "60", "--eval_episodes", "2", "--hidden", "16",
+        "--batch_size", "16", "--no_progress"]  # fmt: skip
+KINDS = ("random", "medium", "medium-replay", "expert", "medium-expert")
+
+
+def run_script(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every kind of Hopper-v5 dataset, made in one run; returns ``--out``."""
+    _needed("minari")
+    out = tmp_path_factory.mktemp("datasets")
+    proc = run_script([*TINY, "--out", str(out)], out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def episodes(folder: Path) -> list:
+    import minari
+
+    return list(minari.MinariDataset(folder / "data").iterate_episodes())
+
+
+def generation(folder: Path) -> dict:
+    return json.loads((folder / "generation.json").read_text())
+
+
+def test_every_kind_is_written_with_reference_scores_and_how_it_was_made(made: Path) -> None:
+    import minari
+
+    for kind in KINDS:
+        folder = made / f"hopper-{kind}-v0"
+        dataset = minari.MinariDataset(folder / "data")
+        # D4RL's Hopper references: random -20.27, expert 3234.3
+        assert minari.get_normalized_score(dataset, np.array([-20.272305, 3234.3])) == (
+            pytest.approx([0.0, 1.0])
+        )
+        record = generation(folder)
+        assert record["kind"] == kind and record["env"] == "Hopper-v5" and record["seed"] == 0
+        assert "make_offline_dataset.py" in record["command"]
+        assert record["samples"] == dataset.total_steps
+        assert record["episodes"] == dataset.total_episodes
+    medium, replay = (
+        generation(made / "hopper-medium-v0"),
+        generation(made / "hopper-medium-replay-v0"),
+    )
+    expert = generation(made / "hopper-expert-v0")
+    for record in (medium, expert):
+        assert record["samples"] == SAMPLES
+        assert record["policy"]["source"] == "trained here"
+        assert np.isfinite(record["policy"]["eval_return"])
+    # medium stops at its cap (a return of 1078 is out of reach); expert trains on to 250
+    assert 150 <= medium["policy"]["steps_trained"] < 250 <= expert["policy"]["steps_trained"]
+    assert replay["samples"] == medium["policy"]["steps_trained"]
+    assert generation(made / "hopper-random-v0")["samples"] == SAMPLES
+    assert generation(made / "hopper-medium-expert-v0")["samples"] == 2 * SAMPLES
+    assert not list(made.glob(".*")), "a staging folder was left behind"
+
+
+def test_episodes_end_once_with_terminations_and_truncations_kept_apart(made: Path) -> None:
+    seen_terminated = seen_truncated = 0
+    for kind in KINDS:
+        for episode in episodes(made / f"hopper-{kind}-v0"):
+            steps = len(episode.rewards)
+            assert episode.observations.shape == (steps + 1, 11)
+            assert episode.actions.shape == (steps, 3)
+            assert np.all(np.abs(episode.actions) <= 1.0)
+            ends = episode.terminations | episode.truncations
+            assert ends[-1] and not ends[:-1].any(), f"{kind}: an episode ends mid-way"
+            if episode.truncations[-1]:  # the time limit, or the sample budget at the very end
+                assert steps <= EPISODE
+                seen_truncated += 1
+            if episode.terminations[-1]:
+                seen_terminated += 1
+            assert steps <= EPISODE
+    assert seen_terminated and seen_truncated
+
+
+def test_medium_expert_is_the_medium_episodes_then_the_expert_ones(made: Path) -> None:
+    both = episodes(made / "hopper-medium-expert-v0")
+    parts = episodes(made / "hopper-medium-v0") + episodes(made / "hopper-expert-v0")
+    assert len(both) == len(parts)
+    for a, b in zip(both, parts, strict=True):
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_medium_replay_is_every_step_the_training_took(made: Path) -> None:
+    with np.load(made / "sac-hopper-seed0" / "medium" / "steps.npz") as steps:
+        actions = steps["actions"]
+    replay = np.concatenate([e.actions for e in episodes(made / "hopper-medium-replay-v0")])
+    np.testing.assert_array_equal(replay, actions)
+
+
+def test_datasets_load_back_through_parls_reader(made: Path) -> None:
+    from parl.utils.offline_data import load_minari
+
+    for kind in KINDS:
+        folder = made / f"hopper-{kind}-v0"
+        data = load_minari(folder)
+        record = generation(folder)
+        assert data["observations"].shape == (record["samples"], 11)
+        assert data["actions"].shape == (record["samples"], 3)
+        assert int(data["terminals"].sum()) == record["terminated_episodes"]
+
+
+def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
+    made: Path, tmp_path: Path
+) -> None:
+    """``--kinds medium`` then ``--kinds expert`` gives the expert of one run of both."""
+    for kinds in (["medium"], ["expert"]):
+        proc = run_script([*TINY, "--out", str(tmp_path), "--kinds", *kinds], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "continuing the SAC run kept in" in proc.stderr
+    first = torch.load(made / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
+    second = torch.load(tmp_path / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+    for name in ("observations", "actions"):
+        a = np.concatenate([getattr(e, name) for e in episodes(made / "hopper-expert-v0")])
+        b = np.concatenate([getattr(e, name) for e in episodes(tmp_path / "hopper-expert-v0")])
+        np.testing.assert_array_equal(a, b)
+
+
+def test_policy_flag_collects_from_an_sac_example_checkpoint(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    _needed("minari")
+    logdir = tmp_path / "sac"
+    proc = run_python(args=[str(REPO_ROOT / "examples" / "SAC" / "train.py"), "--env", "Hopper-v5",
+                            "--train_total_steps", "60", "--warmup_steps", "20",
+                            "--test_every_steps", "30", "--eval_episodes", "1", "--hidden", "16",
+                            "--batch_size", "16", "--logdir", str(logdir), "--no_progress"],
+                      timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for policy in (logdir / "model.ckpt", logdir / "checkpoint.pt"):
+        out = tmp_path / policy.stem
+        args = [*TINY, "--out", str(out), "--kinds", "medium", "--policy", str(policy)]
+        proc = run_script(args, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        record = generation(out / "hopper-medium-v0")
+        assert record["policy"]["source"] == str(policy)
+        assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
+        assert record["samples"] == SAMPLES
+        assert not (out / "sac-hopper-seed0").exists(), "nothing was trained"
+
+
+ERRORS = """
+import sys
+sys.argv[0] = {script!r}
+sys.path.insert(0, {folder!r})
+import make_offline_dataset as script
+for argv in {cases!r}:
+    try:
+        script.main(argv)
+        print("NO ERROR", argv)
+    except SystemExit as exc:
+        print("EXIT", exc.code)
+    except Exception as exc:
+        print("ERROR", type(exc).__name__, exc)
+"""
+
+
+def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path: Path) -> None:
+    hopper_policy = str(made / "sac-hopper-seed0" / "medium" / "model.ckpt")
+    out = str(made)
+    cases = [
+        ["--env", "Pendulum-v1", "--out", out],
+        ["--env", "Hopper-v5", "--out", out, "--kinds", "random"],
+        ["--env", "HalfCheetah-v5", "--out", str(tmp_path / "o1"), "--kinds", "medium",
+         "--policy", hopper_policy],
+        ["--env", "Hopper-v5", "--out", str(tmp_path / "o2"), "--kinds", "medium",
+         "--policy", str(tmp_path / "missing.ckpt")],
+        ["--env", "Hopper-v5", "--out", str(tmp_path / "o3"), "--kinds", "medium-replay",
+         "--policy", hopper_policy],
+        ["--env", "Hopper-v5", "--out", str(tmp_path / "o4"), "--kinds", "medium",
+         "--workdir", str(made / "sac-hopper-seed0"), "--hidden", "32"],
+    ]  # fmt: skip
+    code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
+    proc = run_python(code, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("EXIT", "ERROR", "NO"))]
+    assert len(lines) == len(cases), proc.stdout + proc.stderr[-3000:]
+    unknown_env, exists, wrong_env, missing, replay, other_run = lines
+    assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
+    assert "HalfCheetah" in proc.stderr  # the tasks it can make
+    assert exists.startswith("ERROR FileExistsError") and "--overwrite" in exists
+    assert wrong_env.startswith("ERROR ValueError") and "11 observation values" in wrong_env
+    assert "HalfCheetah-v5 has 17 and 6" in wrong_env
+    assert missing.startswith("ERROR FileNotFoundError") and "missing.ckpt" in missing
+    assert replay.startswith("ERROR ValueError") and "medium-replay" in replay
+    assert other_run.startswith("ERROR ValueError") and "'hidden': (16, 32)" in other_run
+    for name in ("o1", "o2", "o3", "o4"):
+        assert not (tmp_path / name / "hopper-medium-v0").exists()
+
+
+STAGED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {folder!r})
+from make_offline_dataset import staged_folder
+root = Path({root!r})
+final = root / "hopper-medium-v0"
+for before in (None, "old"):
+    if before:
+        final.mkdir()
+        (final / "file").write_text(before)
+    try:
+        with staged_folder(final) as staging:
+            (staging / "file").write_text("new, half written")
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    print("AFTER", before, sorted(p.name for p in root.iterdir()),
+          (final / "file").read_text() if final.exists() else None)
+with staged_folder(final) as staging:
+    (staging / "file").write_text("new")
+print("DONE", sorted(p.name for p in root.iterdir()), (final / "file").read_text())
+"""
+
+
+def test_an_interrupted_write_leaves_the_old_dataset_or_none(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    root = tmp_path / "out"
+    root.mkdir()
+    proc = run_python(STAGED.format(folder=str(Path(SCRIPT).parent), root=str(root)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-3:] == [
+        "AFTER None [] None",
+        "AFTER old ['hopper-medium-v0'] old",
+        "DONE ['hopper-medium-v0'] new",
+    ]
+
+
+def test_ctrl_c_while_training_leaves_only_finished_datasets(tmp_path: Path) -> None:
+    _needed("minari")
+    args = [*TINY, "--out", str(tmp_path), "--kinds", "random", "medium",
+            "--medium_max_steps", "1000000", "--expert_steps", "1000000"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=tmp_path,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait until SAC is training, after the random dataset is written
+        seen.append(line)
+        if "evaluation return" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=120) != 0, "".join(seen)
+    assert any("wrote" in line and "hopper-random-v0" in line for line in seen)
+    # no medium dataset, no staging folder, no SAC stage kept half-way
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0"]
+    assert len(episodes(tmp_path / "hopper-random-v0")) > 0
+
+
+SMALL = {
+    "CQL": ["--hidden", "16", "--batch_size", "16"],
+    "IQL": ["--hidden", "16", "--batch_size", "16"],
+    "DT": ["--context", "4", "--embed_dim", "16", "--n_layer", "1", "--batch_size", "8"],
+}
+
+
+@pytest.mark.parametrize("example", sorted(SMALL))
+def test_offline_examples_train_on_a_dataset_the_script_made(
+    made: Path, run_python: RunPython, tmp_path: Path, example: str
+) -> None:
+    script = str(REPO_ROOT / "examples" / example / "train.py")
+    proc = run_python(args=[script, "--env", "Hopper-v5", "--dataset",
+                            str(made / "hopper-medium-replay-v0"), "--train_total_steps", "20",
+                            "--test_every_steps", "10", "--eval_episodes", "1",
+                            *SMALL[example], "--logdir", str(tmp_path / "log"),
+                            "--no_progress"], timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Evaluation: total_steps 10" in proc.stderr and "normalized score" in proc.stderr
+    assert (tmp_path / "log" / "model.ckpt").is_file()
