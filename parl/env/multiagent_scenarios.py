@@ -53,6 +53,13 @@ MPE_STEPS = 25  # PARL's episode length for MPE (max_cycles)
 _INSTALL = "pip install 'parl-torch[multiagent]' (or: pip install mpe2 pettingzoo lbforaging)"
 
 
+def _missing(exc: ImportError, package: str) -> str:
+    """`` (missing here: pygame)`` when the import failed on a module other than ``package``
+    itself (one of its own dependencies), else nothing."""
+    name = (exc.name or "").split(".")[0]
+    return f" and its dependencies (missing here: {name})" if name and name != package else ""
+
+
 class ParallelEnv(Protocol):
     """What ``MAenv`` needs of a PettingZoo parallel env."""
 
@@ -126,7 +133,9 @@ def open_env(
         try:
             module = importlib.import_module(f"mpe2.{module_name}")
         except ImportError as exc:
-            raise ImportError(f"MPE scenario {env_id!r} needs mpe2: {_INSTALL}") from exc
+            raise ImportError(
+                f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_INSTALL}"
+            ) from exc
         steps = MPE_STEPS if max_cycles is None else max_cycles
         env = module.parallel_env(
             **{
@@ -170,7 +179,9 @@ class ForagingParallelEnv:
         try:
             from lbforaging.foraging import ForagingEnv  # importing registers the ids too
         except ImportError as exc:
-            raise ImportError(f"{env_id} needs lbforaging: {_INSTALL}") from exc
+            raise ImportError(
+                f"{env_id} needs lbforaging{_missing(exc, 'lbforaging')}: {_INSTALL}"
+            ) from exc
         # built from the id's settings, not with gymnasium.make: make would take
         # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
         try:

@@ -315,3 +315,15 @@ def test_parls_maddpg_script_runs_its_episodes(tmp_path: Any) -> None:
             assert steps == 25 and done and len(obs_n) == 2
             assert total == pytest.approx(sum(agents_reward))
         env.close()
+
+
+def test_a_missing_dependency_of_mpe2_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # mpe2 installed without pygame (a --no-deps install): the message names pygame, not mpe2
+    import sys
+
+    for name in [n for n in sys.modules if n == "mpe2" or n.startswith("mpe2.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pygame", None)
+    with pytest.raises(ImportError, match=r"needs mpe2 and its dependencies \(missing here: "
+                       r"pygame\): pip install"):  # fmt: skip
+        MAenv("simple_spread")
