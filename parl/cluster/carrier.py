@@ -39,6 +39,7 @@ from parl.shm.output import BackgroundWriter
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
+from parl.wire.contract import RemoteOptions
 from parl.wire.forking import drop_in_child
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -118,11 +119,10 @@ class ClusterCarrier:
             raise
         return sock
 
-    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+    def create(self, class_name: str, options: RemoteOptions) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
         self._outside_by_value()
-        n_gpu = int(options.get("n_gpu") or 0)
-        grant = self._place(n_gpu)
+        grant = self._place(options.n_gpu)
         try:
             return self._start(class_name, options, grant)
         except BaseException:
@@ -139,7 +139,7 @@ class ClusterCarrier:
             self._modules_seen |= new
 
     def _start(
-        self, class_name: str, options: dict[str, Any], grant: control.Message
+        self, class_name: str, options: RemoteOptions, grant: control.Message
     ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
@@ -156,9 +156,9 @@ class ClusterCarrier:
             "code": self._pack.digest,
             "max_frame": self.max_frame,
             "options": {
-                "max_memory": options.get("max_memory"),
-                "num_threads": options.get("num_threads"),
-                "n_gpu": int(options.get("n_gpu") or 0),
+                "max_memory": options.max_memory,
+                "num_threads": options.num_threads,
+                "n_gpu": options.n_gpu,
                 "stop_timeout": self.stop_timeout,
             },
         }
@@ -173,7 +173,7 @@ class ClusterCarrier:
         label = f"{class_name} pid={pid} on {answer.get('host')}"
         with self._lock:
             self._live += 1
-        liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
+        liveness = _RemoteWorker(self, channel, pid, label, options.max_memory)
         connection = Connection(sock, InlineLink(HANDLES), liveness, label)
         self._connections.add(connection)
         return connection
