@@ -100,8 +100,9 @@ class ClusterCarrier:
         self._live = 0
         self._closed = False
         self._reporter: Every | None = None
+        self._names: caller.NameRecordingHold | None = None
         if self._monitored:
-            caller.record_names(True)  # calls note their method names: "busy in step()"
+            self._names = caller.NAMES.hold()  # calls note their method names: "busy in step()"
             self._reporter = Every(ACTORS_PERIOD_S, self._report_actors, "parl-actor-report")
         drop_in_child(self)  # a forked child closes its copies of our connections
 
@@ -343,7 +344,8 @@ class ClusterCarrier:
         reporter, self._reporter = self._reporter, None
         if reporter is not None:
             reporter.close()
-            caller.record_names(False)
+        if self._names is not None:
+            self._names.release()
         for channel in channels:
             channel.close()
         _shutdown(self._master)

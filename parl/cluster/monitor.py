@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from parl.cluster import control
-from parl.monitoring.snapshot import HISTORY_S, _resident, actor_record
+from parl.monitoring.snapshot import HISTORY_S, actor_record, resident_memory
 
 STATS_PERIOD_S = 1.0
 ACTORS_PERIOD_S = 1.0
@@ -70,7 +70,7 @@ def _host_stats(workers: list[Any], hostname: str, shown: int) -> dict[str, Any]
                 "pid": w.pid,
                 "label": w.label,
                 "client": w.client,
-                "rss": _resident(w.pid),
+                "rss": resident_memory(w.pid),
                 "lines": [
                     line.removeprefix(f"({w.label} pid={w.pid} on {hostname}) ")
                     for line in (list(w.lines)[-shown:] if shown else [])

@@ -63,7 +63,7 @@ class Liveness(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["CallTimeout", "Connection", "Liveness", "live_connections", "record_names"]
+__all__ = ["NAMES", "CallTimeout", "Connection", "Liveness", "NameRecording", "live_connections"]
 
 
 class Connection(CallBook):
@@ -123,7 +123,7 @@ class Connection(CallBook):
                     raise self._failure from None  # type: ignore[misc]
                 raise
             self._results[call_id] = _PENDING  # before sending: another thread may read the reply
-            if recording and kind == CALL:
+            if NAMES.on and kind == CALL:
                 _record(self.names, call_id, payload)
             try:
                 self._sock.send(meta, bodies, fds, self._drain_if_free)
@@ -454,20 +454,53 @@ def _connection_lost(exc: BaseException) -> bool:
     )
 
 
-# while any monitor (parl.monitor, a monitored cluster) runs, submit() notes each call's method
-# name; each holds one count of record_names
-recording = False
-_recorders = 0
-_recorders_lock = threading.Lock()
+class NameRecording:
+    """Whether calls note their method names in ``Connection.names`` (a monitor's "busy in
+    step()"): on while any user holds it.
+
+    Each user (a running ``parl.monitor``, the carrier of a monitored cluster) takes one
+    :meth:`hold` and releases it when it ends. A hold counts once, however often it is
+    released, so closing one monitor twice cannot switch off the names another one needs."""
+
+    def __init__(self) -> None:
+        self.on = False  # read by every submit: a plain attribute
+        self._holds: set[NameRecordingHold] = set()
+        self._lock = threading.Lock()
+
+    def hold(self) -> NameRecordingHold:
+        """Switch recording on until the returned hold is released."""
+        hold = NameRecordingHold(self)
+        with self._lock:
+            self._holds.add(hold)
+            self.on = True
+        return hold
+
+    @property
+    def holders(self) -> int:
+        """How many holds are not released yet."""
+        return len(self._holds)
+
+    def _release(self, hold: NameRecordingHold) -> None:
+        with self._lock:
+            self._holds.discard(hold)
+            self.on = bool(self._holds)
 
 
-def record_names(on: bool) -> None:
-    """One user of the calls' method names more (``on``) or fewer; calls note them while any
-    user is left, so closing one monitor leaves another's names on."""
-    global _recorders, recording
-    with _recorders_lock:
-        _recorders = max(0, _recorders + (1 if on else -1))
-        recording = _recorders > 0
+class NameRecordingHold:
+    """One user's share of a :class:`NameRecording`; :meth:`release` is idempotent."""
+
+    __slots__ = ("_switch",)
+
+    def __init__(self, switch: NameRecording) -> None:
+        self._switch = switch
+
+    def release(self) -> None:
+        """Give the share back (recording stops when no other hold is left)."""
+        self._switch._release(self)
+
+
+# on while a monitor (parl.monitor, a monitored cluster) runs: submit() notes the method names
+NAMES = NameRecording()
 
 
 _NAMES_KEPT = 64
