@@ -111,6 +111,8 @@ class ClusterCarrier:
         sock = control.dial((self._master_host, self._master_port), self._secret, self._what)
         try:
             welcome = control.request(sock, {"op": "client"}, self._what, 10.0)
+            if welcome["op"] != "welcome":
+                raise ClusterError(f"{self._what} answered {welcome['op']!r}, not 'welcome'")
             self._monitored = bool(welcome.get("monitor"))
             for host in welcome.get("hosts") or ():
                 where = f"the host agent at {host.get('address')} ({host.get('hostname')})"
@@ -140,7 +142,7 @@ class ClusterCarrier:
             self._modules_seen |= new
 
     def _start(
-        self, class_name: str, options: RemoteOptions, grant: control.Message
+        self, class_name: str, options: RemoteOptions, grant: control.Received
     ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
@@ -165,12 +167,14 @@ class ClusterCarrier:
         }
         try:
             answer = control.request(sock, request, what, _START_TIMEOUT_S)
+            if answer["op"] != "started":
+                raise ClusterError(f"{what} answered {answer['op']!r}, not 'started'")
         except BaseException:
             sock.close()
             raise
         control.allow_zero_window(sock.sock)  # an actor's connection from here on
         channel.watch(sock)
-        pid = int(answer["pid"])
+        pid = answer["pid"]
         label = f"{class_name} pid={pid} on {answer.get('host')}"
         with self._lock:
             self._live += 1
@@ -192,7 +196,7 @@ class ClusterCarrier:
         finally:
             self._master_lock.release()
 
-    def _place(self, n_gpu: int = 0) -> control.Message:
+    def _place(self, n_gpu: int = 0) -> control.Received:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
         master that went away (and maybe came back: a restart) is connected to once more; one
         that stopped answering (its machine or the network to it is gone) is an error at once,
@@ -218,7 +222,7 @@ class ClusterCarrier:
             except _MasterLost as exc:
                 raise ClusterError(str(exc)) from None
 
-    def _ask_for_slot(self, n_gpu: int) -> control.Message:
+    def _ask_for_slot(self, n_gpu: int) -> control.Received:
         try:
             ask = {"op": "place", "timeout": self.slot_timeout, "n_gpu": n_gpu}
             control.send(self._master, ask)
@@ -250,7 +254,7 @@ class ClusterCarrier:
             raise _MasterLost(f"lost the connection to {self._what}: {exc}") from exc
 
     @staticmethod
-    def _granted(answer: control.Message) -> control.Message:
+    def _granted(answer: control.Received) -> control.Received:
         if answer["op"] == "error":
             if answer.get("reason") == "no_slot":
                 raise ResourceError(str(answer.get("message")))
