@@ -62,7 +62,10 @@ nitpick_ignore_regex = [
     ("py:class", r"SummaryWriter|AutoresetMode|nn\..*"),
     ("py:class", r"Shape"),  # a type alias of parl.utils.replay_memory (a tuple of ints)
     # internal bases and modules that public docstrings mention; not part of the API
-    ("py:class", r"parl\.wire\.caller\.CallTimeout"),
+    ("py:class", r"parl\.wire\.(caller|contract)\.CallTimeout"),
+    # the SSH types in ConnectOptions' fields (imported for type checking only: parl.ssh
+    # loads paramiko); documented on the SSH hosts page
+    ("py:class", r"HostSpec|SSHOptions"),
     ("py:class", r"parl\.remote\.proxy\.RemoteProxy"),  # the base of every actor proxy
     ("py:class", r"parl\.env\.mujoco_wrappers\._RmsAccess"),
     ("py:mod", r"parl\.env\.fast_envs"),

@@ -39,6 +39,7 @@ from parl.shm.output import BackgroundWriter
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
+from parl.wire.contract import RemoteOptions
 from parl.wire.forking import drop_in_child
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
@@ -99,8 +100,9 @@ class ClusterCarrier:
         self._live = 0
         self._closed = False
         self._reporter: Every | None = None
+        self._names: caller.NameRecordingHold | None = None
         if self._monitored:
-            caller.record_names(True)  # calls note their method names: "busy in step()"
+            self._names = caller.NAMES.hold()  # calls note their method names: "busy in step()"
             self._reporter = Every(ACTORS_PERIOD_S, self._report_actors, "parl-actor-report")
         drop_in_child(self)  # a forked child closes its copies of our connections
 
@@ -109,6 +111,8 @@ class ClusterCarrier:
         sock = control.dial((self._master_host, self._master_port), self._secret, self._what)
         try:
             welcome = control.request(sock, {"op": "client"}, self._what, 10.0)
+            if welcome["op"] != "welcome":
+                raise ClusterError(f"{self._what} answered {welcome['op']!r}, not 'welcome'")
             self._monitored = bool(welcome.get("monitor"))
             for host in welcome.get("hosts") or ():
                 where = f"the host agent at {host.get('address')} ({host.get('hostname')})"
@@ -118,11 +122,10 @@ class ClusterCarrier:
             raise
         return sock
 
-    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+    def create(self, class_name: str, options: RemoteOptions) -> Connection:
         """Place an actor of ``class_name`` on a free slot; its connection (no INIT sent)."""
         self._outside_by_value()
-        n_gpu = int(options.get("n_gpu") or 0)
-        grant = self._place(n_gpu)
+        grant = self._place(options.n_gpu)
         try:
             return self._start(class_name, options, grant)
         except BaseException:
@@ -139,7 +142,7 @@ class ClusterCarrier:
             self._modules_seen |= new
 
     def _start(
-        self, class_name: str, options: dict[str, Any], grant: control.Message
+        self, class_name: str, options: RemoteOptions, grant: control.Received
     ) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
@@ -156,24 +159,26 @@ class ClusterCarrier:
             "code": self._pack.digest,
             "max_frame": self.max_frame,
             "options": {
-                "max_memory": options.get("max_memory"),
-                "num_threads": options.get("num_threads"),
-                "n_gpu": int(options.get("n_gpu") or 0),
+                "max_memory": options.max_memory,
+                "num_threads": options.num_threads,
+                "n_gpu": options.n_gpu,
                 "stop_timeout": self.stop_timeout,
             },
         }
         try:
             answer = control.request(sock, request, what, _START_TIMEOUT_S)
+            if answer["op"] != "started":
+                raise ClusterError(f"{what} answered {answer['op']!r}, not 'started'")
         except BaseException:
             sock.close()
             raise
         control.allow_zero_window(sock.sock)  # an actor's connection from here on
         channel.watch(sock)
-        pid = int(answer["pid"])
+        pid = answer["pid"]
         label = f"{class_name} pid={pid} on {answer.get('host')}"
         with self._lock:
             self._live += 1
-        liveness = _RemoteWorker(self, channel, pid, label, options.get("max_memory"))
+        liveness = _RemoteWorker(self, channel, pid, label, options.max_memory)
         connection = Connection(sock, InlineLink(HANDLES), liveness, label)
         self._connections.add(connection)
         return connection
@@ -191,7 +196,7 @@ class ClusterCarrier:
         finally:
             self._master_lock.release()
 
-    def _place(self, n_gpu: int = 0) -> control.Message:
+    def _place(self, n_gpu: int = 0) -> control.Received:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
         master that went away (and maybe came back: a restart) is connected to once more; one
         that stopped answering (its machine or the network to it is gone) is an error at once,
@@ -217,7 +222,7 @@ class ClusterCarrier:
             except _MasterLost as exc:
                 raise ClusterError(str(exc)) from None
 
-    def _ask_for_slot(self, n_gpu: int) -> control.Message:
+    def _ask_for_slot(self, n_gpu: int) -> control.Received:
         try:
             ask = {"op": "place", "timeout": self.slot_timeout, "n_gpu": n_gpu}
             control.send(self._master, ask)
@@ -249,7 +254,7 @@ class ClusterCarrier:
             raise _MasterLost(f"lost the connection to {self._what}: {exc}") from exc
 
     @staticmethod
-    def _granted(answer: control.Message) -> control.Message:
+    def _granted(answer: control.Received) -> control.Received:
         if answer["op"] == "error":
             if answer.get("reason") == "no_slot":
                 raise ResourceError(str(answer.get("message")))
@@ -343,7 +348,8 @@ class ClusterCarrier:
         reporter, self._reporter = self._reporter, None
         if reporter is not None:
             reporter.close()
-            caller.record_names(False)
+        if self._names is not None:
+            self._names.release()
         for channel in channels:
             channel.close()
         _shutdown(self._master)

@@ -503,7 +503,9 @@ def _status_json() -> int:
     return 0
 
 
-def _ask_master(address: str, request: control.Message, secret: bytes | None = None) -> dict:
+def _ask_master(
+    address: str, request: control.Message, secret: bytes | None = None
+) -> control.Received:
     """One request to the master at ``address``, and its answer."""
     secret = secret if secret is not None else load_secret()
     sock = control.dial(control.parse_address(address), secret, address)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+from collections.abc import Mapping
 from typing import Any
 
+from parl.cluster import messages
 from parl.cluster.auth import MAGIC, client_handshake
 from parl.errors import ClusterError
 from parl.wire.framing import FrameSocket, wait_readable
@@ -40,7 +42,8 @@ KEEPALIVE_INTERVAL_S = 1
 KEEPALIVE_COUNT = 3
 USER_TIMEOUT_MS = 4000
 
-Message = dict[str, Any]
+Message = dict[str, Any]  # a message to send
+Received = Mapping[str, Any]  # a received message, as a handler of any op reads it
 AUTO_HOST = "auto"  # a host agent's ``--host`` default: where its link to the master leaves from
 
 
@@ -142,13 +145,14 @@ def allow_zero_window(sock: socket.socket) -> None:
             pass
 
 
-def send(sock: FrameSocket, message: Message) -> None:
+def send(sock: FrameSocket, message: Received) -> None:
     sock.send(json.dumps(message, separators=(",", ":")).encode())
 
 
-def recv(sock: FrameSocket, timeout: float | None = None) -> Message | None:
+def recv(sock: FrameSocket, timeout: float | None = None) -> messages.ControlMessage | None:
     """The next message; None at end of stream (or after ``timeout`` seconds with nothing).
-    A frame that is not a JSON object raises ConnectionError: the peer is out of step."""
+    A frame that is not a JSON object, or a message without the fields its op requires (see
+    :mod:`parl.cluster.messages`), raises ConnectionError: the peer is out of step."""
     if timeout is not None and not sock.has_buffered_frame():
         if not wait_readable([sock.fileno()], timeout):
             return None
@@ -161,7 +165,7 @@ def recv(sock: FrameSocket, timeout: float | None = None) -> Message | None:
         message = json.loads(frame.meta)
     except ValueError as exc:
         raise ConnectionError(f"a control message is not JSON: {exc}") from None
-    if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+    if not messages.check(message):  # or MessageError, a ConnectionError: a field is wrong
         raise ConnectionError("a control message has no 'op'")
     return message
 
@@ -187,7 +191,9 @@ def dial(
     return FrameSocket(sock, max_frame)
 
 
-def request(sock: FrameSocket, message: Message, what: str, timeout: float) -> Message:
+def request(
+    sock: FrameSocket, message: Message, what: str, timeout: float
+) -> messages.ControlMessage:
     """Send ``message`` and wait for the answer; an ``error`` answer raises ClusterError."""
     send(sock, message)
     answer = recv(sock, timeout)

@@ -261,7 +261,7 @@ class MasterLink:
             link.close()
             raise
 
-    def report(self, message: control.Message) -> None:
+    def report(self, message: control.Received) -> None:
         """Send a report to the master; dropped while there is none (re-sent at registering)."""
         with self._lock:
             if self._link is None:

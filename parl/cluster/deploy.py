@@ -245,7 +245,7 @@ class CodeCache:
                     else:
                         path.unlink(missing_ok=True)
 
-    def receive(self, sock: FrameSocket, hello: control.Message) -> None:
+    def receive(self, sock: FrameSocket, hello: control.Received) -> None:
         """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""
         try:
             digest, size = hello.get("digest"), hello.get("size")

@@ -35,7 +35,7 @@ from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire.framing import FrameSocket, wait_readable
 
 LAST_LINES = 100  # lines of output kept per actor
-Report = Callable[[control.Message], None]
+Report = Callable[[control.Received], None]
 
 
 @dataclass
@@ -121,7 +121,7 @@ class HostAgent:
 
     # -- callers ------------------------------------------------------------------------------
 
-    def _serve_caller(self, sock: FrameSocket, hello: control.Message) -> None:
+    def _serve_caller(self, sock: FrameSocket, hello: control.Received) -> None:
         """A caller's control connection, until it ends; then its workers are stopped."""
         cid = str(hello.get("client", ""))
         client = _Client(cid, sock, bool(hello.get("forward", True)))
@@ -162,7 +162,7 @@ class HostAgent:
                 self._stop_worker(pid, cid)
             self.cache.job_done(cid)
 
-    def _start_actor(self, sock: FrameSocket, request: control.Message) -> None:
+    def _start_actor(self, sock: FrameSocket, request: control.Received) -> None:
         """Fork a worker that takes over ``sock`` as its actor connection."""
         try:
             with self._lock:
@@ -186,7 +186,7 @@ class HostAgent:
         _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
         sock.close()  # the worker holds the connection now
 
-    def _take(self, request: control.Message) -> list[str]:
+    def _take(self, request: control.Received) -> list[str]:
         """Take a CPU slot, or the GPUs the request asks for (their ids); lock held."""
         n_gpu = (request.get("options") or {}).get("n_gpu") or 0
         if not isinstance(n_gpu, int) or n_gpu < 0:
@@ -216,7 +216,7 @@ class HostAgent:
                 self._used -= 1
 
     def _spawn(
-        self, sock: FrameSocket, client: _Client, request: control.Message, gpus: list[str]
+        self, sock: FrameSocket, client: _Client, request: control.Received, gpus: list[str]
     ) -> int:
         options = request.get("options") or {}
         label = str(request.get("label", "actor"))
@@ -293,7 +293,7 @@ class HostAgent:
             workers = list(self._workers.values())
         self.report(host_stats(workers, self.hostname))
 
-    def _status(self, sock: FrameSocket, request: control.Message) -> None:
+    def _status(self, sock: FrameSocket, request: control.Received) -> None:
         with self._lock:
             actors = [
                 {"pid": w.pid, "label": w.label, "client": w.client, "lines": list(w.lines)}

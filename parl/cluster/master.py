@@ -117,7 +117,7 @@ class Master:
             self._hosts[hid] = record
             self._changed.notify_all()
 
-        def report(message: control.Message) -> None:
+        def report(message: control.Received) -> None:
             self._update(record, message)
 
         return hid, report
@@ -128,7 +128,7 @@ class Master:
             self._changed.notify_all()
         self.view.host_gone(hid)
 
-    def _update(self, record: _Host, message: control.Message) -> None:
+    def _update(self, record: _Host, message: control.Received) -> None:
         if message.get("op") == "stats":
             self.view.host_stats(record.hid, message)
             return
@@ -145,7 +145,7 @@ class Master:
                 record.pending.pop(str(token), None)
             self._changed.notify_all()
 
-    def _serve_host(self, sock: FrameSocket, hello: control.Message) -> None:
+    def _serve_host(self, sock: FrameSocket, hello: control.Received) -> None:
         """A remote host agent's connection: its reports, until it ends (the host is gone)."""
         port, slots, gpus = hello["port"], hello["slots"], hello.get("gpus", 0)
         if (
@@ -215,7 +215,7 @@ class Master:
 
     # -- callers ------------------------------------------------------------------------------
 
-    def _serve_client(self, sock: FrameSocket, hello: control.Message) -> None:
+    def _serve_client(self, sock: FrameSocket, hello: control.Received) -> None:
         with self._lock:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
@@ -280,7 +280,7 @@ class Master:
             for token in grants & record.pending.keys():
                 record.pending[token] = (now + GRANT_TTL_S, record.pending[token][1])
 
-    def _serve_status(self, sock: FrameSocket, request: control.Message) -> None:
+    def _serve_status(self, sock: FrameSocket, request: control.Received) -> None:
         """``xparl status``: one answer, then the connection ends (with ``full``: the monitor
         page's data too, for ``xparl status --json``)."""
         try:

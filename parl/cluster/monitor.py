@@ -19,13 +19,13 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
 
 from parl.cluster import control
-from parl.monitoring.snapshot import HISTORY_S, _resident, actor_record
+from parl.monitoring.snapshot import HISTORY_S, actor_record, resident_memory
 
 STATS_PERIOD_S = 1.0
 ACTORS_PERIOD_S = 1.0
@@ -70,7 +70,7 @@ def _host_stats(workers: list[Any], hostname: str, shown: int) -> dict[str, Any]
                 "pid": w.pid,
                 "label": w.label,
                 "client": w.client,
-                "rss": _resident(w.pid),
+                "rss": resident_memory(w.pid),
                 "lines": [
                     line.removeprefix(f"({w.label} pid={w.pid} on {hostname}) ")
                     for line in (list(w.lines)[-shown:] if shown else [])
@@ -128,14 +128,14 @@ class ClusterView:
     def __init__(self) -> None:
         self.started = time.time()
         self._lock = threading.Lock()
-        self._stats: dict[int, dict[str, Any]] = {}
+        self._stats: dict[int, Mapping[str, Any]] = {}
         self._history: dict[int, tuple[deque[float], deque[float]]] = {}
-        self._clients: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._clients: dict[str, tuple[float, Mapping[str, Any]]] = {}
         # (host id, pid) -> the last lines a worker printed, kept after it ended: a dead
         # actor's last words are what its user wants to see
         self._lines: dict[tuple[int, int], list[str]] = {}
 
-    def host_stats(self, hid: int, message: dict[str, Any]) -> None:
+    def host_stats(self, hid: int, message: Mapping[str, Any]) -> None:
         cpu, used, total = (message.get(k) for k in ("cpu_percent", "memory_used", "memory_total"))
         if not all(isinstance(v, (int, float)) for v in (cpu, used, total)) or not total:
             return
@@ -158,7 +158,7 @@ class ClusterView:
             self._stats.pop(hid, None)
             self._history.pop(hid, None)
 
-    def client_actors(self, key: str, message: dict[str, Any]) -> None:
+    def client_actors(self, key: str, message: Mapping[str, Any]) -> None:
         if isinstance(message.get("actors"), list):
             with self._lock:
                 self._clients[key] = (time.monotonic(), message)

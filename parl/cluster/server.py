@@ -19,7 +19,7 @@ from parl.cluster import control
 from parl.cluster.auth import HANDSHAKE_TIMEOUT_S, serve_handshake
 from parl.wire.framing import FrameSocket
 
-Handler = Callable[[FrameSocket, control.Message], None]
+Handler = Callable[[FrameSocket, control.Received], None]
 log = logging.getLogger("parl.cluster")
 
 

@@ -38,7 +38,7 @@ class Monitor:
             self._source.close()
             raise
         _running.append(self)
-        caller.record_names(True)  # calls note their method names: "busy in step()"
+        self._names = caller.NAMES.hold()  # calls note their method names: "busy in step()"
         self.url = self._server.url
         self.token = self._server.token
         self._closed = False
@@ -56,11 +56,9 @@ class Monitor:
         """Stop serving and stop recording the actors' method names; idempotent."""
         if self._closed:
             return
-        from parl.wire import caller
-
         self._closed = True
         _running.remove(self)
-        caller.record_names(False)
+        self._names.release()
         self._server.close()
         self._source.close()
 

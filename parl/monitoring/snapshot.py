@@ -95,12 +95,12 @@ def actor_record(conn: Connection, host: str, now: float, local: bool = True) ->
         if failure is not None:
             state, reason = "dead", str(failure)
         else:
-            pending = [k for k, v in list(conn._results.items()) if v is caller._PENDING]
+            pending = conn.pending_calls()
             if pending:
                 state = "busy"
                 method = conn.names.get(min(pending))
     running = state in ("idle", "busy")
-    memory = _resident(pid) if local and pid is not None and running else None
+    memory = resident_memory(pid) if local and pid is not None and running else None
     return {
         "id": label,
         "class": class_name,
@@ -110,7 +110,7 @@ def actor_record(conn: Connection, host: str, now: float, local: bool = True) ->
         "state": state,
         "method": method,
         "reason": reason,
-        "calls": max(0, conn._last_id - conn.outstanding() - 1),  # the first one made it
+        "calls": max(0, conn.submitted - conn.outstanding() - 1),  # the first one made it
         "memory": memory,
         "output": recent_lines(label),
     }
@@ -119,7 +119,7 @@ def actor_record(conn: Connection, host: str, now: float, local: bool = True) ->
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _resident(pid: int) -> int | None:
+def resident_memory(pid: int) -> int | None:
     """Resident memory of ``pid`` in bytes (one read of /proc: a tenth of psutil's cost)."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:

@@ -35,6 +35,7 @@ from parl.ray.code import CodeShipper
 from parl.ray.connection import RayConnection
 from parl.ray.host import ParlActor
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
+from parl.wire.contract import RemoteOptions
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 log = logging.getLogger("parl.ray")
@@ -105,7 +106,7 @@ class RayCarrier:
         previous.close()
         return False
 
-    def create(self, class_name: str, options: dict[str, Any]) -> RayConnection:
+    def create(self, class_name: str, options: RemoteOptions) -> RayConnection:
         """Start a Ray actor for ``class_name`` and wait until Ray has placed and started it;
         its connection (no INIT sent)."""
         if self._closed:
@@ -116,7 +117,7 @@ class RayCarrier:
             runtime_env=self._code.runtime_env(),
             max_restarts=0,
             max_task_retries=0,
-        ).remote(class_name, options.get("num_threads"))
+        ).remote(class_name, options.num_threads)
         where = handle.where.remote()
         done, _ = ray.wait([where], timeout=self.slot_timeout)
         if not done:
@@ -358,7 +359,7 @@ def _kill(handle: Any) -> None:
         pass
 
 
-def _resources(options: dict[str, Any]) -> dict[str, Any]:
+def _resources(options: RemoteOptions) -> dict[str, Any]:
     """Ray's actor options for the decorator's ``num_cpus``, ``num_gpus``/``n_gpu`` and
     ``max_memory`` (megabytes; Ray's ``memory`` is in bytes).
 
@@ -370,15 +371,15 @@ def _resources(options: dict[str, Any]) -> dict[str, Any]:
     hold what is asked for (and one CPU unless ``num_cpus`` says otherwise) while the actor
     lives; ``memory`` does not."""
     resources: dict[str, Any] = {}
-    num_cpus = options.get("num_cpus")
+    num_cpus = options.num_cpus
     if num_cpus is not None:
         resources["num_cpus"] = num_cpus
-    num_gpus = options.get("num_gpus")
+    num_gpus = options.num_gpus
     if num_gpus is None:
-        num_gpus = options.get("n_gpu") or None
+        num_gpus = options.n_gpu or None
     if num_gpus is not None:
         resources["num_gpus"] = num_gpus
-    max_memory = options.get("max_memory")
+    max_memory = options.max_memory
     if max_memory:
         resources["memory"] = int(max_memory * 2**20)
     return resources

@@ -1,8 +1,8 @@
 """The caller's end of one actor on Ray: the proxy's requests as Ray actor-method calls.
 
-It offers what proxies and futures use of :class:`parl.wire.caller.Connection` (``submit``
-returns a call id, ``wait`` its result, ``ready``, ``discard``, ``close``...), so the user face
-is the same on every carrier. A call id maps to the ``ObjectRef`` of the call; waiting is
+It is an :class:`parl.wire.contract.ActorConnection` (``submit`` returns a call id, ``wait``
+its result, ``ready``, ``discard``, ``close``...), so the user face is the same on every
+carrier. A call id maps to the ``ObjectRef`` of the call; waiting is
 ``ray.get``, readiness ``ray.wait``. Ray's errors become this project's: a dead actor is
 :class:`parl.ActorDiedError`, a value Ray cannot pickle a :class:`SerializationError` (a
 ``TypeError``), a failure in user code the exception it raised (see :mod:`parl.ray.host`).
@@ -20,7 +20,6 @@ import ray
 from ray import exceptions as ray_errors
 
 from parl.errors import (
-    ActorClosedError,
     ActorDiedError,
     ActorForkedError,
     ParlError,
@@ -30,22 +29,21 @@ from parl.errors import (
 )
 from parl.ray.host import Failed, Hiding
 from parl.shm.handles import holds_handle
-from parl.wire.caller import CallTimeout
+from parl.wire.contract import ActorConnection, CallBook
 from parl.wire.failure import rebuild_exception
 from parl.wire.protocol import CALL, GETATTR, INIT, SETATTR
 
 _DIED = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 
-class RayConnection:
+class RayConnection(CallBook):
     """One actor's calls. ``label`` names the actor in errors (``Sampler pid=123``)."""
 
     def __init__(self, handle: Any, label: str, end: Callable[[Any, bool], None]) -> None:
-        self.label = label
+        super().__init__(label)
         self._handle = handle
         self._call = handle.call  # the method of every CALL, looked up once
         self._lock = threading.Lock()
-        self._last_id = 0
         self._refs: dict[int, tuple[Any, str]] = {}  # call id -> (ObjectRef, what it returns)
         self._done: set[int] = set()  # call ids whose reply is known to be in
         self._failure: ParlError | None = None
@@ -89,13 +87,12 @@ class RayConnection:
             self._refs[call_id] = (ref, what)
         return call_id
 
-    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
-        return self.wait(self.submit(kind, payload), timeout)
+    def _is_pending(self, call_id: int) -> bool:
+        return call_id in self._refs
 
-    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
-        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout
-        (the call stays pending). ``keep`` is the wire connection's (futures): here a reply
-        stays collectable until it is taken or discarded either way."""
+    def _wait(self, call_id: int, timeout: float | None) -> Any:
+        """The result of ``call_id`` (see :meth:`CallBook.wait`); a call that failed is
+        forgotten here, one that timed out stays pending."""
         self._note_shutdown()
         if self._failure is not None:
             self._forget(call_id)
@@ -103,11 +100,11 @@ class RayConnection:
         try:
             ref, what = self._refs[call_id]
         except KeyError:
-            raise ValueError(f"call {call_id} on {self.label} was already collected") from None
+            raise self._collected(call_id) from None
         try:
             value = ray.get(ref, timeout=timeout)
         except ray_errors.GetTimeoutError:
-            raise CallTimeout(f"no reply from {self.label} within {timeout} s") from None
+            raise self._timed_out(timeout) from None
         except _DIED as exc:
             self._forget(call_id)
             raise self._died(exc) from None
@@ -149,12 +146,13 @@ class RayConnection:
             self._done.add(call_id)
         return bool(done)
 
-    @staticmethod
-    def wait_any(calls: Sequence[tuple[RayConnection, int]], timeout: float | None) -> None:
+    def wait_any(self, calls: Sequence[tuple[ActorConnection, int]], timeout: float) -> None:
         """Block until one of ``calls`` (connection, call id) is answered, or ``timeout``;
         notes every call answered by then, so that ``ready`` tells at once (``parl.wait``)."""
         by_ref = {}
         for conn, call_id in calls:
+            if not isinstance(conn, RayConnection):
+                return  # another carrier's connection without descriptors: it failed
             entry = conn._refs.get(call_id)
             if entry is None or conn._failure is not None:
                 return
@@ -174,6 +172,9 @@ class RayConnection:
 
     def outstanding(self) -> int:
         return len(self._refs)
+
+    def pending_calls(self) -> list[int]:
+        return [call_id for call_id in list(self._refs) if call_id not in self._done]
 
     def discard(self, call_id: int) -> None:
         """Forget a call whose result nobody will collect (Ray frees it with its ref)."""
@@ -199,7 +200,7 @@ class RayConnection:
         if self._closed:
             return
         if self._failure is None:
-            self._failure = ActorClosedError(f"actor {self.label} was closed")
+            self._failure = self._closed_error()
         self._closed = True
         self._refs.clear()
         self._finalizer()

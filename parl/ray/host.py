@@ -26,7 +26,7 @@ from parl.wire.dispatch import ClassRef
 from parl.wire.failure import ChainedFailure, failure_of
 from parl.wire.hiding import HiddenMethods
 from parl.wire.protocol import MethodRef, RemoteFailure
-from parl.wire.serialization import _reduce_exception
+from parl.wire.serialization import reduce_exception
 
 READ_ONLY_HINT = (
     "arrays that arrive through Ray are read-only (Ray reads them zero-copy from its object "
@@ -171,7 +171,7 @@ class _Rebuilt:
         self.exc = exc
 
     def __reduce__(self) -> Any:
-        reduced = _reduce_exception(self.exc)
+        reduced = reduce_exception(self.exc)
         return (_same, (self.exc,)) if reduced is NotImplemented else reduced
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parl.remote.proxy import RemoteOptions, RemoteProxy, build_proxy_class
+from parl.remote.proxy import RemoteProxy, build_proxy_class
+from parl.wire.contract import RemoteOptions
 
 _VALID_KEYWORDS = ("max_memory", "num_threads", "wait", "n_gpu", "num_cpus", "num_gpus")
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from parl.errors import ParlError
-from parl.wire.caller import CallTimeout, Connection
+from parl.wire.contract import ActorConnection, CallTimeout
 
 _UNSET = object()
 
@@ -34,7 +34,7 @@ class Future:
 
     __slots__ = ("_conn", "_call_id", "_value", "_error", "_lock", "__weakref__")
 
-    def __init__(self, conn: Connection, call_id: int) -> None:
+    def __init__(self, conn: ActorConnection, call_id: int) -> None:
         self._conn = conn
         self._call_id = call_id
         self._value: Any = _UNSET

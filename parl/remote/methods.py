@@ -19,7 +19,7 @@ from typing import Any
 from parl.errors import SerializationError, SharedHandleError
 from parl.remote.future import Future
 from parl.shm.handles import find_handle, holds_handle
-from parl.wire.caller import Connection
+from parl.wire.contract import ActorConnection
 from parl.wire.protocol import CALL
 from parl.wire.serialization import dumps
 
@@ -162,7 +162,7 @@ def _iter_by_value(remote_iter: Callable[..., Any]) -> Callable[..., Any]:
     return __iter__
 
 
-def submit_call(proxy: Any, conn: Connection, name: str, args: tuple, kwargs: dict) -> int:
+def submit_call(proxy: Any, conn: ActorConnection, name: str, args: tuple, kwargs: dict) -> int:
     try:
         return conn.submit(CALL, (name, args, kwargs))
     except SerializationError as exc:

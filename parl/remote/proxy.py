@@ -9,82 +9,19 @@ the actor too.
 
 from __future__ import annotations
 
-import math
 import sys
 import types
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 from parl.errors import ActorClosedError, SerializationError, SharedHandleError
 from parl.remote.context import current
 from parl.remote.methods import argument_error, make_method, proxy_methods
-from parl.wire.caller import Connection
 from parl.wire.classes import MAIN_MODULES, module_travels_by_value
+from parl.wire.contract import ActorConnection, RemoteOptions
 from parl.wire.dispatch import ClassRef
 from parl.wire.protocol import GETATTR, INIT, SETATTR, MethodRef
 from parl.wire.serialization import dumps
-
-
-@dataclass(frozen=True)
-class RemoteOptions:
-    wait: bool = True
-    max_memory: float | None = None  # MB
-    num_threads: int | None = None  # None: 1, or the caller's OMP_NUM_THREADS when set
-    n_gpu: int = 0  # GPUs of a cluster host (ignored by local workers)
-    num_cpus: float | None = None  # Ray's CPUs for the actor (None: 1); others ignore it
-    num_gpus: float | None = None  # Ray's GPUs for the actor (None: n_gpu); others ignore it
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.wait, bool):
-            raise TypeError(f"wait must be True or False, got {self.wait!r}")
-        if isinstance(self.n_gpu, bool) or not isinstance(self.n_gpu, int) or self.n_gpu < 0:
-            raise ValueError(
-                f"n_gpu must be an int >= 0 (GPUs the actor takes on a cluster host), got "
-                f"{self.n_gpu!r}"
-            )
-        for name in ("num_cpus", "num_gpus"):
-            _check_resource(name, getattr(self, name))
-        if self.num_gpus is not None and self.n_gpu and self.num_gpus != self.n_gpu:
-            raise ValueError(
-                f"n_gpu={self.n_gpu} and num_gpus={self.num_gpus} disagree: give one (n_gpu "
-                "places the actor on a cluster, num_gpus on Ray, where n_gpu counts too)"
-            )
-        threads = self.num_threads
-        if threads is not None:
-            if isinstance(threads, bool) or not isinstance(threads, int):
-                raise TypeError(
-                    f"num_threads must be a positive int (threads per worker, e.g. "
-                    f"num_threads=4), got {type(threads).__name__} {threads!r}"
-                )
-            if threads < 1:
-                raise ValueError(
-                    f"num_threads must be at least 1, got {threads!r}; leave it out for the "
-                    "default of one thread per worker"
-                )
-        memory = self.max_memory
-        if memory is not None:
-            if isinstance(memory, bool) or not isinstance(memory, (int, float)):
-                raise TypeError(
-                    f"max_memory must be a number of megabytes (e.g. max_memory=1024), got "
-                    f"{type(memory).__name__} {memory!r}"
-                )
-            if not math.isfinite(memory) or memory <= 0:
-                raise ValueError(
-                    f"max_memory must be a positive number of megabytes, got {memory!r}"
-                )
-
-
-def _check_resource(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{name} must be a number (Ray's resource for the actor, e.g. {name}=0.5), got "
-            f"{type(value).__name__} {value!r}"
-        )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 class ProxyType(type):
@@ -119,20 +56,13 @@ class RemoteProxy(metaclass=ProxyType):
 
     _original: type
     _parl_options: RemoteOptions
-    _parl_conn: Connection
+    _parl_conn: ActorConnection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self)
         original = cls._original
         context = current()
-        options = {
-            "max_memory": cls._parl_options.max_memory,
-            "num_threads": cls._parl_options.num_threads,
-            "n_gpu": cls._parl_options.n_gpu,
-            "num_cpus": cls._parl_options.num_cpus,
-            "num_gpus": cls._parl_options.num_gpus,
-        }
-        conn = context.carrier.create(original.__name__, options)
+        conn = context.carrier.create(original.__name__, cls._parl_options)
         object.__setattr__(self, "_parl_conn", conn)
         context.connections.add(conn)
         spec = _class_spec(original)

@@ -72,16 +72,16 @@ def wait(
 
 def _block(pending: list[Future], remaining: float | None) -> None:
     """Wait (at most ``_POLL_S``) until a pending future may be done. Connections with
-    descriptors are polled together; connections without (Ray's) offer ``wait_any``, which
-    blocks on all their calls at once. Both kinds at once: short polls of each."""
+    descriptors are polled together; those without (Ray's) block in ``wait_any`` on all
+    their calls at once. Both kinds at once: short polls of each."""
     wait_s = _POLL_S if remaining is None else min(remaining, _POLL_S)
     fds = {fd for f in pending for fd in f._conn.wait_fds}
-    others = [f for f in pending if not f._conn.wait_fds and hasattr(f._conn, "wait_any")]
+    others = [f for f in pending if not f._conn.wait_fds]
     if others:
         if fds:
             wait_s = min(wait_s, _MIXED_POLL_S)
         calls = [(f._conn, f._call_id) for f in others]
-        others[0]._conn.wait_any(calls, 0 if fds else wait_s)  # type: ignore[attr-defined]
+        others[0]._conn.wait_any(calls, 0 if fds else wait_s)
     wait_readable(sorted(fds), 0 if others and not fds else wait_s)
 
 

@@ -27,6 +27,7 @@ from parl.shm.pool import ForkServer
 from parl.shm.segment import limit_error, segment_table
 from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
+from parl.wire.contract import RemoteOptions
 from parl.wire.framing import FrameSocket, wait_readable
 
 _EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
@@ -65,7 +66,7 @@ class LocalCarrier:
         self._live = 0
         self._stop_timer: threading.Timer | None = None
 
-    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+    def create(self, class_name: str, options: RemoteOptions) -> Connection:
         """Start a worker for an actor of ``class_name``; returns its connection (no INIT sent)."""
         with self._lock:
             if self._stop_timer is not None:
@@ -88,7 +89,11 @@ class LocalCarrier:
             raise
 
     def _start(
-        self, server: ForkServer, forwarder: OutputForwarder, class_name: str, options: dict
+        self,
+        server: ForkServer,
+        forwarder: OutputForwarder,
+        class_name: str,
+        options: RemoteOptions,
     ) -> Connection:
         opened: list[int] = []  # closed again if starting fails half-way
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -115,8 +120,8 @@ class LocalCarrier:
                 "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
                 "cwd": os.getcwd(),
                 "env": dict(os.environ),
-                "max_memory": options.get("max_memory"),
-                "num_threads": options.get("num_threads"),
+                "max_memory": options.max_memory,
+                "num_threads": options.num_threads,
                 "stop_timeout": self.stop_timeout,
                 "label": class_name,
                 "threshold": self.threshold,
@@ -136,7 +141,7 @@ class LocalCarrier:
         if self.forward_output:
             forwarder.add(out_r, "stdout", f"({label}) ")
             forwarder.add(err_r, "stderr", f"({label}) ")
-        liveness = _WorkerLiveness(self, server, pid, label, options.get("max_memory"))
+        liveness = _WorkerLiveness(self, server, pid, label, options.max_memory)
         return Connection(
             FrameSocket(ours),
             ShmLink(segment_table(), self.threshold, ProcessGone(pid)),

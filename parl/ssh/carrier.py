@@ -16,6 +16,7 @@ from parl.ssh.client import SSHOptions
 from parl.ssh.hosts import HostSpec
 from parl.ssh.launcher import HostReport, Launch
 from parl.wire.caller import Connection
+from parl.wire.contract import RemoteOptions
 
 
 class SSHCarrier:
@@ -56,7 +57,7 @@ class SSHCarrier:
     def reports(self) -> list[HostReport]:
         return self.launch.reports
 
-    def create(self, class_name: str, options: dict[str, Any]) -> Connection:
+    def create(self, class_name: str, options: RemoteOptions) -> Connection:
         return self._cluster.create(class_name, options)
 
     def close(self) -> None:

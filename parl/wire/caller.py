@@ -39,6 +39,7 @@ from parl.errors import (
 )
 from parl.wire import protocol
 from parl.wire.classes import ClassTable
+from parl.wire.contract import CallBook, CallTimeout
 from parl.wire.failure import rebuild_exception
 from parl.wire.framing import SPIN_S, FrameSocket, Spin, crowded
 from parl.wire.protocol import CALL, ERROR, RESULT, RESULT_HIDING, Link
@@ -62,21 +63,19 @@ class Liveness(Protocol):
     def close(self) -> None: ...
 
 
-class CallTimeout(ParlError, TimeoutError):
-    """No reply arrived within the given timeout."""
+__all__ = ["NAMES", "CallTimeout", "Connection", "Liveness", "NameRecording", "live_connections"]
 
 
-class Connection:
+class Connection(CallBook):
     """One actor connection. ``label`` names the actor in errors (``Sampler pid=123``)."""
 
     def __init__(self, sock: FrameSocket, link: Link, liveness: Liveness, label: str) -> None:
-        self.label = label
+        super().__init__(label)
         self._sock = sock
         self._link = link
         self._liveness = liveness
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
-        self._last_id = 0
         # call id -> _PENDING until the reply is in, then (ok, value); a call that is not here
         # was collected or dropped, and its reply is dropped on arrival
         self._results: dict[int, Any] = {}
@@ -124,7 +123,7 @@ class Connection:
                     raise self._failure from None  # type: ignore[misc]
                 raise
             self._results[call_id] = _PENDING  # before sending: another thread may read the reply
-            if recording and kind == CALL:
+            if NAMES.on and kind == CALL:
                 _record(self.names, call_id, payload)
             try:
                 self._sock.send(meta, bodies, fds, self._drain_if_free)
@@ -147,24 +146,8 @@ class Connection:
             if self._failure is not None:  # found under the send lock: close here (_let_go)
                 self._finalize_later()
 
-    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
-        return self.wait(self.submit(kind, payload), timeout)
-
-    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
-        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout.
-
-        When the wait itself is interrupted (Ctrl-C), the call is forgotten unless ``keep``
-        (a future, whose owner may wait again)."""
-        try:
-            return self._wait(call_id, timeout)
-        except CallTimeout:
-            raise  # still pending: the caller may wait again
-        except BaseException as exc:
-            if not keep and (
-                not isinstance(exc, ParlError) or self._results.get(call_id) is _PENDING
-            ):
-                self.discard(call_id)  # nobody will collect this reply
-            raise
+    def _is_pending(self, call_id: int) -> bool:
+        return self._results.get(call_id) is _PENDING
 
     def _wait(self, call_id: int, timeout: float | None) -> Any:
         results = self._results
@@ -174,7 +157,7 @@ class Connection:
             try:
                 got = results[call_id]
             except KeyError:
-                raise ValueError(f"call {call_id} on {self.label} was already collected") from None
+                raise self._collected(call_id) from None
             if got is not _PENDING:
                 break
             if self._failure is not None:
@@ -186,7 +169,7 @@ class Connection:
                     deadline = now + timeout
                 remaining = deadline - now
                 if remaining <= 0:
-                    raise CallTimeout(f"no reply from {self.label} within {timeout} s")
+                    raise self._timed_out(timeout)
             if not recv_lock.acquire(True, _POLL_S if remaining is None else remaining):
                 continue
             try:
@@ -221,6 +204,10 @@ class Connection:
         """How many calls were submitted and not collected (nor dropped) yet."""
         return len(self._results)
 
+    def pending_calls(self) -> list[int]:
+        """The call ids sent whose reply has not arrived yet (for monitors: "busy")."""
+        return [k for k, v in list(self._results.items()) if v is _PENDING]
+
     def discard(self, call_id: int) -> None:
         """Forget a call whose result nobody will collect (a dropped future): its reply is
         dropped on arrival, which also releases any shared memory it holds. Takes no lock, as
@@ -242,7 +229,7 @@ class Connection:
         if self._closed:
             return
         if self._failure is None:
-            self._failure = ActorClosedError(f"actor {self.label} was closed")
+            self._failure = self._closed_error()
         self._closed = True  # after the failure: a reader that sees it raises that failure
         self._let_go()
 
@@ -467,20 +454,53 @@ def _connection_lost(exc: BaseException) -> bool:
     )
 
 
-# while any monitor (parl.monitor, a monitored cluster) runs, submit() notes each call's method
-# name; each holds one count of record_names
-recording = False
-_recorders = 0
-_recorders_lock = threading.Lock()
+class NameRecording:
+    """Whether calls note their method names in ``Connection.names`` (a monitor's "busy in
+    step()"): on while any user holds it.
+
+    Each user (a running ``parl.monitor``, the carrier of a monitored cluster) takes one
+    :meth:`hold` and releases it when it ends. A hold counts once, however often it is
+    released, so closing one monitor twice cannot switch off the names another one needs."""
+
+    def __init__(self) -> None:
+        self.on = False  # read by every submit: a plain attribute
+        self._holds: set[NameRecordingHold] = set()
+        self._lock = threading.Lock()
+
+    def hold(self) -> NameRecordingHold:
+        """Switch recording on until the returned hold is released."""
+        hold = NameRecordingHold(self)
+        with self._lock:
+            self._holds.add(hold)
+            self.on = True
+        return hold
+
+    @property
+    def holders(self) -> int:
+        """How many holds are not released yet."""
+        return len(self._holds)
+
+    def _release(self, hold: NameRecordingHold) -> None:
+        with self._lock:
+            self._holds.discard(hold)
+            self.on = bool(self._holds)
 
 
-def record_names(on: bool) -> None:
-    """One user of the calls' method names more (``on``) or fewer; calls note them while any
-    user is left, so closing one monitor leaves another's names on."""
-    global _recorders, recording
-    with _recorders_lock:
-        _recorders = max(0, _recorders + (1 if on else -1))
-        recording = _recorders > 0
+class NameRecordingHold:
+    """One user's share of a :class:`NameRecording`; :meth:`release` is idempotent."""
+
+    __slots__ = ("_switch",)
+
+    def __init__(self, switch: NameRecording) -> None:
+        self._switch = switch
+
+    def release(self) -> None:
+        """Give the share back (recording stops when no other hold is left)."""
+        self._switch._release(self)
+
+
+# on while a monitor (parl.monitor, a monitored cluster) runs: submit() notes the method names
+NAMES = NameRecording()
 
 
 _NAMES_KEPT = 64

@@ -212,7 +212,7 @@ def _rebuild_exception(cls: type, base: Any, args: tuple, state: Any, slots: Any
     return exc
 
 
-def _reduce_exception(obj: BaseException) -> Any:
+def reduce_exception(obj: BaseException) -> Any:
     """An exception class of the user's is rebuilt without calling its ``__init__`` (pickle
     calls ``cls(*args)``, which fails for an ``__init__(self, code, message)`` that passes a
     formatted message up): its first built-in base makes it from ``args`` as pickle would,
@@ -309,7 +309,7 @@ class _Reducer:
                 return classes.reference(obj, self.sending) or self._class_by_value(obj)
             return self._class_by_reference(obj)
         if issubclass(kind, BaseException):
-            return _reduce_exception(obj)
+            return reduce_exception(obj)
         reduced = _reduce_tensor(obj)
         if reduced is NotImplemented:
             reduced = _reduce_array(obj, self.memory)

@@ -108,24 +108,42 @@ def test_method_names_are_recorded_only_while_a_monitor_runs():
     actor = Worker()
     try:
         actor.hello("x").get()
-        assert caller.recording is False and actor._parl_conn.names == {}
+        assert caller.NAMES.on is False and actor._parl_conn.names == {}
         with parl.monitor():
             actor.hello("y").get()
             assert "hello" in actor._parl_conn.names.values()
             with parl.monitor():
                 pass
-            assert caller.recording is True  # the first monitor still runs
-        assert caller.recording is False
+            assert caller.NAMES.on is True  # the first monitor still runs
+        assert caller.NAMES.on is False
     finally:
+        parl.close_actor(actor)
+
+
+def test_closing_one_of_two_monitors_keeps_recording_on_for_the_other():
+    actor = Worker()
+    first, second = parl.monitor(), parl.monitor()
+    try:
+        first.close()
+        first.close()  # a second close gives nothing more back
+        assert caller.NAMES.on is True
+        actor.hello("z").get()
+        assert "hello" in actor._parl_conn.names.values()
+        second.close()
+        assert caller.NAMES.on is False
+    finally:
+        first.close()
+        second.close()
         parl.close_actor(actor)
 
 
 def test_a_monitored_cluster_that_closes_leaves_a_running_monitors_names_on():
     with parl.monitor():
-        caller.record_names(True)  # what a caller of a monitored cluster holds while connected
-        caller.record_names(False)  # ... and gives back when it disconnects
-        assert caller.recording is True
-    assert caller.recording is False
+        hold = caller.NAMES.hold()  # what a caller of a monitored cluster holds while connected
+        hold.release()  # ... and gives back when it disconnects
+        hold.release()  # (once: a hold counts once)
+        assert caller.NAMES.on is True
+    assert caller.NAMES.on is False
 
 
 def test_a_token_protects_everything_when_required():

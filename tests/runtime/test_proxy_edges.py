@@ -733,7 +733,7 @@ class _UserRaiser:
 def test_slotted_exception_keeps_its_attributes():
     """Expected: ``except _SlottedError as e: e.code`` is 4. Observed: AttributeError: the
     exception is rebuilt without __init__ from ``args`` and ``__dict__`` only
-    (parl/wire/serialization.py _reduce_exception), and a __slots__ attribute is in neither."""
+    (parl/wire/serialization.py reduce_exception), and a __slots__ attribute is in neither."""
     with _UserRaiser() as actor:
         with pytest.raises(_SlottedError) as info:
             actor.slotted()
@@ -743,7 +743,7 @@ def test_slotted_exception_keeps_its_attributes():
 def test_oserror_subclass_with_custom_init_is_caught_by_its_base():
     """Expected (docs/guides/actors.md: custom-__init__ exceptions are caught by their class): an
     ``except FileNotFoundError`` / ``except _MissingConfig`` catches it, filename kept.
-    Observed: parl.RemoteError "__main__._MissingConfig: [Errno 2] ...". _reduce_exception
+    Observed: parl.RemoteError "__main__._MissingConfig: [Errno 2] ...". reduce_exception
     (parl/wire/serialization.py) leaves every class with a __reduce__ of its own (all OSError
     subclasses) to pickle, which calls ``cls(errno, strerror, filename)``; and a method
     *returning* such an exception fails its whole reply."""

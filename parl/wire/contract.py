@@ -1,0 +1,232 @@
+"""What every carrier offers the user face: the ``Carrier`` and ``ActorConnection`` protocols.
+
+``parl.remote`` (proxies, futures, ``parl.wait``) talks to actors through these two protocols
+only; the local workers (``parl.shm``), a cluster (``parl.cluster``), SSH hosts (``parl.ssh``)
+and Ray (``parl.ray``) implement them. The module sits below the carriers, so that each of them
+imports it without importing ``parl.remote`` (which chooses among them).
+
+It also holds what crosses the line in both directions: :class:`RemoteOptions`, an actor's
+options as the decorator checked them, which a carrier reads when it creates the actor, and
+:class:`CallTimeout`, which ``wait`` raises on every carrier. :class:`CallBook` is the part of
+a connection that does not depend on how requests travel (call numbering, the wait that forgets
+an abandoned call), shared by every connection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from parl.errors import ActorClosedError, ParlError
+
+
+class CallTimeout(ParlError, TimeoutError):
+    """No reply arrived within the given timeout."""
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """An actor's options, as ``@parl.remote_class(...)`` took them (checked once, there)."""
+
+    wait: bool = True
+    max_memory: float | None = None  # MB
+    num_threads: int | None = None  # None: 1, or the caller's OMP_NUM_THREADS when set
+    n_gpu: int = 0  # GPUs of a cluster host (ignored by local workers)
+    num_cpus: float | None = None  # Ray's CPUs for the actor (None: 1); others ignore it
+    num_gpus: float | None = None  # Ray's GPUs for the actor (None: n_gpu); others ignore it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.wait, bool):
+            raise TypeError(f"wait must be True or False, got {self.wait!r}")
+        if isinstance(self.n_gpu, bool) or not isinstance(self.n_gpu, int) or self.n_gpu < 0:
+            raise ValueError(
+                f"n_gpu must be an int >= 0 (GPUs the actor takes on a cluster host), got "
+                f"{self.n_gpu!r}"
+            )
+        for name in ("num_cpus", "num_gpus"):
+            _check_resource(name, getattr(self, name))
+        if self.num_gpus is not None and self.n_gpu and self.num_gpus != self.n_gpu:
+            raise ValueError(
+                f"n_gpu={self.n_gpu} and num_gpus={self.num_gpus} disagree: give one (n_gpu "
+                "places the actor on a cluster, num_gpus on Ray, where n_gpu counts too)"
+            )
+        _check_threads(self.num_threads)
+        _check_memory(self.max_memory)
+
+
+def _check_resource(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a number (Ray's resource for the actor, e.g. {name}=0.5), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_threads(threads: object) -> None:
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(
+            f"num_threads must be a positive int (threads per worker, e.g. "
+            f"num_threads=4), got {type(threads).__name__} {threads!r}"
+        )
+    if threads < 1:
+        raise ValueError(
+            f"num_threads must be at least 1, got {threads!r}; leave it out for the "
+            "default of one thread per worker"
+        )
+
+
+def _check_memory(memory: object) -> None:
+    if memory is None:
+        return
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)):
+        raise TypeError(
+            f"max_memory must be a number of megabytes (e.g. max_memory=1024), got "
+            f"{type(memory).__name__} {memory!r}"
+        )
+    if not math.isfinite(memory) or memory <= 0:
+        raise ValueError(f"max_memory must be a positive number of megabytes, got {memory!r}")
+
+
+class ActorConnection(Protocol):
+    """The caller's end of one actor: numbered requests and their replies.
+
+    ``label`` names the actor in errors (``Sampler pid=123``); ``hidden`` holds the methods of
+    the actor's class that attributes of its instance hide (see :mod:`parl.wire.hiding`).
+    """
+
+    label: str
+    hidden: frozenset[str]
+
+    def submit(self, kind: int, payload: Any) -> int:
+        """Send a request (a :mod:`parl.wire.protocol` kind); returns its call id."""
+
+    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
+        """Send a request and wait for its result."""
+
+    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
+        """The result of ``call_id`` (re-raises the remote exception); CallTimeout on timeout.
+        An interrupted wait forgets the call unless ``keep`` (a future may wait again)."""
+
+    def ready(self, call_id: int) -> bool:
+        """True when the reply for ``call_id`` (or the connection's failure) is in."""
+
+    def discard(self, call_id: int) -> None:
+        """Forget a call whose result nobody will collect."""
+
+    def outstanding(self) -> int:
+        """How many calls were submitted and not collected (nor dropped) yet."""
+
+    def pending_calls(self) -> list[int]:
+        """The call ids sent whose reply has not arrived yet (for monitors)."""
+
+    @property
+    def submitted(self) -> int:
+        """How many requests were sent on this connection, the actor's creation included."""
+
+    @property
+    def wait_fds(self) -> list[int]:
+        """Descriptors that become readable when a reply arrives or the actor dies; empty when
+        none tells (then :meth:`wait_any` blocks instead) or once the connection failed."""
+
+    def wait_any(self, calls: Sequence[tuple[ActorConnection, int]], timeout: float) -> None:
+        """Block until one of ``calls`` (connection, call id; connections without
+        ``wait_fds``, this one among them) may be answered, or ``timeout`` seconds pass."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def failure(self) -> ParlError | None:
+        """The error every call raises from now on (None while the connection works)."""
+
+    def close(self) -> None:
+        """Close the connection (the actor ends). Idempotent."""
+
+    def poll_death(self) -> ParlError | None:
+        """For monitors: the connection's failure, after checking whether the actor died."""
+
+
+class Carrier(Protocol):
+    """What every carrier offers: actors' connections, and an end."""
+
+    def create(self, class_name: str, options: RemoteOptions) -> ActorConnection:
+        """Start a worker for an actor of ``class_name``; its connection (no INIT sent)."""
+
+    def close(self) -> None: ...
+
+    @property
+    def live_actors(self) -> int: ...
+
+    @property
+    def server_pid(self) -> int | None:
+        """A local process the carrier runs for its actors (None: none now)."""
+
+
+class CallBook:
+    """What every connection does alike, whatever carries its requests: number the calls,
+    turn an interrupted wait into a forgotten call, name the actor in its errors.
+
+    A subclass supplies ``submit``, ``_wait`` (the result of one call, or its exception),
+    ``discard`` and ``_is_pending`` (submitted, reply not collected); one whose replies no
+    descriptor announces also ``wait_any``."""
+
+    label: str
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._last_id = 0
+
+    @property
+    def submitted(self) -> int:
+        return self._last_id
+
+    def call(self, kind: int, payload: Any, timeout: float | None = None) -> Any:
+        return self.wait(self.submit(kind, payload), timeout)
+
+    def submit(self, kind: int, payload: Any) -> int:
+        raise NotImplementedError
+
+    def wait(self, call_id: int, timeout: float | None = None, keep: bool = False) -> Any:
+        """The result of ``call_id``; re-raises the remote exception. CallTimeout on timeout
+        (the call stays pending: the caller may wait again).
+
+        When the wait itself is interrupted (Ctrl-C), the call is forgotten unless ``keep``
+        (a future, whose owner may wait again)."""
+        try:
+            return self._wait(call_id, timeout)
+        except CallTimeout:
+            raise
+        except BaseException as exc:
+            if not keep and (not isinstance(exc, ParlError) or self._is_pending(call_id)):
+                self.discard(call_id)  # nobody will collect this reply
+            raise
+
+    def _wait(self, call_id: int, timeout: float | None) -> Any:
+        raise NotImplementedError
+
+    def _is_pending(self, call_id: int) -> bool:
+        raise NotImplementedError
+
+    def discard(self, call_id: int) -> None:
+        raise NotImplementedError
+
+    def wait_any(self, calls: Sequence[tuple[ActorConnection, int]], timeout: float) -> None:
+        """Nothing to block on: a connection that has ``wait_fds`` is polled by ``parl.wait``
+        itself, and one that lost them has failed (its calls are answered)."""
+
+    def _timed_out(self, timeout: float | None) -> CallTimeout:
+        return CallTimeout(f"no reply from {self.label} within {timeout} s")
+
+    def _collected(self, call_id: int) -> ValueError:
+        return ValueError(f"call {call_id} on {self.label} was already collected")
+
+    def _closed_error(self) -> ActorClosedError:
+        return ActorClosedError(f"actor {self.label} was closed")
