@@ -303,6 +303,12 @@ def _minari_episodes(
     candidates = [Path(name).expanduser(), get_dataset_path(name)]
     folder = next((c for c in candidates if (c / "data").is_dir() or c.name == "data"), None)
     if folder is None or not folder.exists():
+        if Path(name).expanduser().is_absolute() or name.startswith((".", "~")):
+            raise FileNotFoundError(
+                f"no offline dataset at {name}: a Minari dataset is a folder holding data/, a "
+                "D4RL file ends in .hdf5. Make one with scripts/make_offline_dataset.py or "
+                "minari.create_dataset_from_buffers, or give a Minari dataset id"
+            )
         raise FileNotFoundError(
             f"Minari dataset {name!r} is not on disk: looked for {candidates[0]} and "
             f"{candidates[1]} (nothing is downloaded). Download it once with `minari download "

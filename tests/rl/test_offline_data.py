@@ -265,6 +265,9 @@ def test_minari_errors(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="not on disk.*minari download.*create_dataset"):
         load_minari("mujoco/hopper/medium-v0")
+    # a path that is not there is not a dataset id to download
+    with pytest.raises(FileNotFoundError, match=r"no offline dataset at /\S+/nothere: a Minari"):
+        load_minari(tmp_path / "nothere")
     endless = [episode(5, 0, True, False), episode(4, 1, False, False)]
     write_minari(tmp_path, "toy/endless-v0", endless, monkeypatch)
     with pytest.raises(ValueError, match="episode 1: the last step is neither terminated nor"):
