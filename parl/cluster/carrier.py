@@ -33,15 +33,13 @@ from parl.cluster.deploy import PROGRESS_PERIOD_S, outside_modules, upload
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.packer import Pack, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
-from parl.shm.carrier import worker_death_error
 from parl.shm.handles import HANDLES
-from parl.shm.output import BackgroundWriter
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
 from parl.wire.forking import drop_in_child
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
+from parl.workers import DEFAULT_STOP_TIMEOUT_S, BackgroundWriter, worker_death_error
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0

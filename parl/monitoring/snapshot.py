@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 
 import parl
-from parl.shm.output import recent_lines
 from parl.wire import caller
 from parl.wire.caller import Connection
+from parl.workers import recent_lines
 
 HISTORY_S = 300  # seconds of CPU and memory history per host
 _GONE_KEPT = 200  # actors no longer referenced, kept in the listing as "closed" or "dead"

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, cast
 
-from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
+from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.wire.caller import Connection
 
 _LOCAL_NAMES = (None, "", "local")

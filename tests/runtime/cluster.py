@@ -113,7 +113,9 @@ class Cluster:
 def _name(process: psutil.Process | None) -> str:
     try:
         return (
-            "forkserver" if process and "parl.shm.forkserver" in " ".join(process.cmdline()) else ""
+            "forkserver"
+            if process and "parl.workers.forkserver" in " ".join(process.cmdline())
+            else ""
         )
     except psutil.Error:
         return ""

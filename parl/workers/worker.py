@@ -31,20 +31,15 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from parl.shm import afterfork
+from parl.errors import ActorClosing
+from parl.workers import afterfork
+from parl.workers.exits import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 
 if TYPE_CHECKING:  # pragma: no cover
     from parl.wire.framing import FrameSocket
 
-EXIT_MAX_MEMORY = 86  # exit status of a worker stopped for exceeding max_memory
-DEFAULT_STOP_TIMEOUT_S = 5.0  # how long a worker told to stop may take to finish
 _MEMORY_POLL_S = 0.05
 _WRITABLE_FILES = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
-
-
-class ActorClosing(BaseException):
-    """Raised in a worker's main thread when its actor is closed while the worker serves it
-    (SIGTERM), so that a busy method is interrupted with its ``finally`` blocks run."""
 
 
 _serving = False  # in _serve's try block, where ActorClosing is caught
