@@ -27,11 +27,12 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from parl.cluster import control, versions
+from parl.cluster import control
 from parl.cluster.auth import load_secret
-from parl.cluster.deploy import PROGRESS_PERIOD_S, outside_modules, upload
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
-from parl.cluster.packer import Pack, pack_project, project_root
+from parl.cluster.upload import PROGRESS_PERIOD_S, upload
+from parl.deploy import versions
+from parl.deploy.packer import Pack, outside_modules, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
 from parl.shm.handles import HANDLES
 from parl.wire import caller, classes
@@ -59,7 +60,7 @@ class ClusterCarrier:
     ``slot_timeout``: how long creating an actor waits for a free slot. ``max_frame``: the
     largest message on an actor's connection, in bytes. ``distributed_files``: globs of files
     (relative to the project folder) to deploy besides the project's own (see
-    :func:`parl.cluster.packer.pack_project`).
+    :func:`parl.deploy.packer.pack_project`).
     ``secret``: the cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH
     launcher gives its own).
     """

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import psutil
 
 from parl.cluster import control
-from parl.cluster.deploy import CodeCache
 from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler
-from parl.cluster.versions import local_versions
+from parl.cluster.upload import CodeCache
+from parl.deploy.versions import local_versions
 from parl.wire.framing import FrameSocket, wait_readable
 from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, clip
 

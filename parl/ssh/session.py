@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import paramiko
 
 from parl.cluster.control import parse_address, ready_error
-from parl.cluster.packer import Pack
+from parl.deploy.packer import Pack
 from parl.errors import DeploymentError, SSHError
 from parl.ssh import install, remote
 from parl.ssh.client import Connection, SSHOptions
