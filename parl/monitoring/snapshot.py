@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-import parl
+from parl._version import __version__
 from parl.wire import caller
 from parl.wire.caller import Connection
 from parl.workers import recent_lines
@@ -153,7 +153,7 @@ class LocalSource:
             actors = sorted(self._seen.values(), key=lambda r: (r["class"], r["pid"] or 0))
         running = sum(1 for a in actors if a["state"] in ("idle", "busy"))
         return {
-            "version": parl.__version__,
+            "version": __version__,
             "mode": "local",
             "started": self.started,
             "uptime_s": round(now - self.started, 1),

@@ -26,7 +26,7 @@ def free_port() -> int:
 
 def xparl(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "parl.cluster.cli", *args],
+        [sys.executable, "-m", "parl.ssh.xparl", *args],
         env=env,
         capture_output=True,
         text=True,
