@@ -30,7 +30,7 @@ from parl.deploy.linking import Sharer
 from parl.deploy.packer import digest_of, unpack
 from parl.errors import DeploymentError
 
-log = logging.getLogger("parl.deploy")
+log = logging.getLogger("parl.cluster")  # its lines are the host agent's
 
 MAX_UPLOAD_BYTES = 1 << 30  # the largest (compressed) archive a host agent accepts
 _DIGEST = re.compile(r"[0-9a-f]{64}")
