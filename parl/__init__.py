@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parl._lazy import lazy_attributes
+from parl._version import __version__ as __version__
 from parl.errors import (
     ActorClosedError,
     ActorDiedError,
@@ -28,8 +29,6 @@ from parl.errors import (
     VersionMismatchError,
     WeightsMismatchError,
 )
-
-__version__ = "0.1.0"
 
 # name -> (module, attribute or None for the module itself); resolved on first access.
 _LAZY: dict[str, tuple[str, str | None]] = {

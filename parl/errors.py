@@ -137,3 +137,10 @@ class HostKeyError(SSHError):
 
 class RemoteEnvironmentError(SSHError):
     """The host's Python is missing, or lacks (or has other versions of) a needed package."""
+
+
+class ActorClosing(BaseException):
+    """Raised in a worker's main thread when its actor is closed while the worker serves it
+    (SIGTERM), so that a busy method is interrupted with its ``finally`` blocks run. Not a
+    :class:`ParlError`: like :class:`KeyboardInterrupt`, a bare ``except Exception`` in the
+    method does not swallow it."""

@@ -37,7 +37,7 @@ from benchrecord import Report, add_record_flag  # noqa: E402
 
 import parl  # noqa: E402
 from parl.remote import context  # noqa: E402
-from parl.ssh.client import Connection  # noqa: E402
+from parl.ssh.client import SSHConnection  # noqa: E402
 from tests.runtime import sshd  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def raw_channel(lab: sshd.SSHLab, size: int) -> tuple[object, object]:
     server = spawn.Process(target=_echo_server, args=(address, size, ready), daemon=True)
     server.start()  # a process of its own, as the actor is
     ready.wait(30)
-    conn = Connection(lab.spec(0), lab.options())
+    conn = SSHConnection(lab.spec(0), lab.options())
     channel = conn.transport.open_channel("direct-tcpip", address, ("127.0.0.1", 0))
     data = np.ones(size, np.uint8).tobytes()
     back = bytearray(size)

@@ -200,7 +200,7 @@ def free_port() -> int:
 
 def xparl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("xparl")
-    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "parl.cluster.cli"]
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "parl.ssh.xparl"]
     return subprocess.run(
         [*command, *args],
         env={**os.environ, "HOME": str(home)},

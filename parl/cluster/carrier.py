@@ -27,22 +27,21 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from parl.cluster import control, versions
+from parl.cluster import control
 from parl.cluster.auth import load_secret
-from parl.cluster.deploy import PROGRESS_PERIOD_S, outside_modules, upload
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
-from parl.cluster.packer import Pack, pack_project, project_root
+from parl.cluster.upload import PROGRESS_PERIOD_S, upload
+from parl.deploy import versions
+from parl.deploy.packer import Pack, outside_modules, pack_project, project_root
 from parl.errors import ActorDiedError, ClusterError, ParlError, ResourceError
-from parl.shm.carrier import worker_death_error
 from parl.shm.handles import HANDLES
-from parl.shm.output import BackgroundWriter
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire import caller, classes
 from parl.wire.caller import Connection
 from parl.wire.contract import RemoteOptions
 from parl.wire.forking import drop_in_child
 from parl.wire.framing import FrameSocket
 from parl.wire.protocol import InlineLink
+from parl.workers import DEFAULT_STOP_TIMEOUT_S, BackgroundWriter, worker_death_error
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 _START_TIMEOUT_S = 60.0
@@ -62,7 +61,7 @@ class ClusterCarrier:
     ``slot_timeout``: how long creating an actor waits for a free slot. ``max_frame``: the
     largest message on an actor's connection, in bytes. ``distributed_files``: globs of files
     (relative to the project folder) to deploy besides the project's own (see
-    :func:`parl.cluster.packer.pack_project`).
+    :func:`parl.deploy.packer.pack_project`).
     ``secret``: the cluster's secret (default: :func:`parl.cluster.auth.load_secret`; the SSH
     launcher gives its own).
     """

@@ -10,7 +10,9 @@
     xparl stop [--port P]                                 only that cluster's processes
 
 The processes run in the background (their own session); ``start`` and ``connect`` return
-once they serve. They are found again through state files (:mod:`parl.cluster.state`). The
+once they serve. The cluster knows nothing of SSH: ``--hosts`` works when the command is run
+with a :class:`HostsLauncher` (the ``xparl`` script runs :mod:`parl.ssh.xparl`, which gives the
+SSH launcher's). They are found again through state files (:mod:`parl.cluster.state`). The
 master owns no slots: those of its machine belong to a host agent process of their own, which
 goes on serving its actors when the master is killed and registers again with the master that
 ``xparl start`` starts next on that port.
@@ -25,7 +27,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import psutil
 
@@ -43,11 +46,23 @@ _CPU_HELP = "CPU slots (default: the CPU count, or 0 with --gpu)"
 _GPU_HELP = "GPU ids this machine offers, e.g. 0,1 (actors of @parl.remote_class(n_gpu=N))"
 _STOP_TIMEOUT_S = 15.0
 _REJOIN_TIMEOUT_S = 5.0  # a host agent that outlived its master retries every second
-_SSH_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
+_HOSTS_READY_TIMEOUT_S = 180.0  # connecting, checking, uploading and starting every host
+DAEMON = "parl.cluster.daemon"  # the module that runs masters and host agents
 _AGENT_HOST_HELP = (
     "address to listen on (default: the address of this machine that its connection to the "
     "master leaves from, which the master's machine reaches; 0.0.0.0: every address)"
 )
+
+
+@dataclass(frozen=True)
+class HostsLauncher:
+    """What ``xparl start --hosts FILE`` needs from a launcher of hosts: ``options`` checks the
+    command's arguments (the hosts file, ``--ssh_config`` ...) before anything starts and gives
+    the master's options for them; ``daemon`` names the module that runs a master which
+    launches the hosts (its arguments are those of :mod:`parl.cluster.daemon`)."""
+
+    options: Callable[[argparse.Namespace], list[str]]
+    daemon: str
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -97,7 +112,9 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, hosts: HostsLauncher | None = None) -> int:
+    """Run the ``xparl`` command ``argv`` (default: this process's arguments); ``hosts``
+    launches the hosts of ``xparl start --hosts`` (without it, ``--hosts`` is refused)."""
     args = make_parser().parse_args(argv)
     try:
         if args.command in ("start", "connect"):
@@ -115,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"--monitor_port must be a free port other than --port, got {monitor}"
                     )
                 master = [f"--monitor_port={monitor}"] if monitor else []
-                master += _ssh_options(args)
-                return _start(args.port, cpus, args.host, options, gpus, monitor, master)
+                master += _hosts_options(args, hosts)
+                daemon = hosts.daemon if hosts is not None and args.hosts else DAEMON
+                return _start(args.port, cpus, args.host, options, gpus, monitor, master, daemon)
             return _connect(args.address, cpus, args.host, options, gpus)
         if args.command == "status":
             return _status_json() if args.json else _status()
@@ -162,27 +180,19 @@ def _daemon_options(cache_dir: str, gpus: list[str]) -> list[str]:
     return options + ([f"--gpus={','.join(gpus)}"] if gpus else [])
 
 
-def _ssh_options(args: argparse.Namespace) -> list[str]:
-    """The daemon's options for ``--hosts``; the hosts file is read here first, so that a bad
-    line fails ``xparl start`` before anything starts."""
+def _hosts_options(args: argparse.Namespace, hosts: HostsLauncher | None) -> list[str]:
+    """The master's options for ``--hosts`` (none without it), checked by ``hosts``."""
     if not args.hosts:
         if args.ssh_config or args.known_hosts or args.wheels or args.accept_unknown_host_keys:
             raise ValueError("--ssh_config, --known_hosts, --wheels and "
                              "--accept_unknown_host_keys go with --hosts hosts.txt")  # fmt: skip
         return []
-    from parl.ssh.hosts import read_hosts
-
-    read_hosts(args.hosts)
-    options = [f"--hosts={os.path.abspath(args.hosts)}"]
-    for name in ("ssh_config", "known_hosts", "wheels"):
-        path = getattr(args, name)
-        if path:
-            if not (os.path.isdir if name == "wheels" else os.path.isfile)(path):
-                raise ValueError(
-                    f"--{name} {path}: no such " + ("folder" if name == "wheels" else "file")
-                )
-            options.append(f"--{name}={os.path.abspath(path)}")
-    return options + (["--accept_unknown_host_keys"] if args.accept_unknown_host_keys else [])
+    if hosts is None:
+        raise ValueError(
+            "--hosts launches the hosts over SSH, which this command was started without: "
+            "run the xparl script (or python -m parl.ssh.xparl)"
+        )
+    return hosts.options(args)
 
 
 def _offer(cpus: int, gpus: list[str]) -> str:
@@ -197,9 +207,11 @@ def _start(
     gpus: Sequence[str] = (),
     monitor_port: int = 0,
     master_options: list[str] | None = None,
+    master_daemon: str = DAEMON,
 ) -> int:
-    """Start the master (``master_options``), then the host agent of this machine's ``cpus``
-    slots and ``gpus`` (``options``), unless one outlived an earlier master on ``port``."""
+    """Start the master (``master_options``, run by the module ``master_daemon``), then the
+    host agent of this machine's ``cpus`` slots and ``gpus`` (``options``), unless one outlived
+    an earlier master on ``port``."""
     if cpus < 0:
         raise ValueError(f"--cpu_num must be >= 0 (0: a master without local slots), got {cpus}")
     load_secret(create=True)  # refuses a secret file that others can read
@@ -212,10 +224,12 @@ def _start(
             )
     kept = [s for s in records if s.master_slots and s.cluster_port == port]
     master_options = master_options or []
-    ssh = any(o.startswith("--hosts=") for o in master_options)
-    timeout = _SSH_READY_TIMEOUT_S if ssh else _READY_TIMEOUT_S
+    launches = any(o.startswith("--hosts=") for o in master_options)
+    timeout = _HOSTS_READY_TIMEOUT_S if launches else _READY_TIMEOUT_S
     log = f"xparl-{port}.log"
-    address, process = _spawn("master", host, str(port), 0, log, master_options, timeout)
+    address, process = _spawn(
+        "master", host, str(port), 0, log, master_options, timeout, master_daemon
+    )
     listen, port_number = control.parse_address(address)
     if (cpus or gpus) and not kept:
         where = address
@@ -249,7 +263,7 @@ def _start(
             f"--port {port}`, then start again)"
         )
     print(f"parl cluster started: master at {shown[0]}, {slots}")
-    if ssh:
+    if launches:
         for h in _ask_master(address, {"op": "status"})["hosts"]:
             if h.get("label"):
                 print(f"SSH host {h['label']}: host agent at {h['address']}, {h['slots']} slot(s)")
@@ -376,8 +390,10 @@ def _spawn(
     log_name: str,
     options: list[str],
     timeout: float = _READY_TIMEOUT_S,
+    module: str = DAEMON,
 ) -> tuple[str, subprocess.Popen]:
-    """Start a daemon in its own session; its address once it serves, and its process."""
+    """Start a daemon (``python -m module``) in its own session; its address once it serves,
+    and its process."""
     os.makedirs(os.path.join(state.parl_dir(), "logs"), mode=0o700, exist_ok=True)
     log_path = os.path.join(state.parl_dir(), "logs", log_name)
     ready_r, ready_w = os.pipe()
@@ -387,7 +403,7 @@ def _spawn(
             [
                 sys.executable,
                 "-m",
-                "parl.cluster.daemon",
+                module,
                 role,
                 host,
                 where,

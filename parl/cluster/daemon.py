@@ -20,22 +20,22 @@ first line of stdin instead, and the end of stdin (the SSH session closed) stops
 SIGTERM does; with ``--advertise=HOST:PORT``, an agent registers that address instead of its
 own (the caller's end of an SSH tunnel to it); with ``--label=NAME``, the master shows it by
 that name (its line in a hosts file). A master with ``--hosts=FILE`` (``xparl start --hosts``)
-also launches a host agent over SSH on every host of that file (:mod:`parl.ssh.launcher`;
-``--ssh_config=FILE``, ``--known_hosts=FILE``, ``--wheels=DIR``,
-``--accept_unknown_host_keys``): it holds their SSH connections, so they end with it. A launch
-that fails is its ``error`` line, with the message ``parl.connect(hosts=...)`` would raise.
+runs as ``python -m parl.ssh.daemon`` with the same arguments: that module gives :func:`main`
+the ``launch`` that starts a host agent over SSH on every host of the file; the master holds
+what it returns (their SSH connections), so they end with it. A launch that fails is its
+``error`` line, with the message ``parl.connect(hosts=...)`` would raise.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 from parl.cluster import control, state
 from parl.cluster.auth import SECRET_ENV, load_secret
@@ -51,7 +51,18 @@ _RETRY_MIN_S = 0.1
 _RETRY_MAX_S = 1.0
 
 
-def main(argv: list[str]) -> int:
+class Launch(Protocol):
+    """Host agents a master started elsewhere; closing it ends them."""
+
+    def close(self) -> None: ...
+
+
+# (master's server, cluster secret, the --key=value options, --accept_unknown_host_keys)
+Launcher = Callable[[Server, bytes, dict[str, str], bool], Launch]
+
+
+def main(argv: list[str], launch: Launcher | None = None) -> int:
+    """Run the daemon of ``argv``; ``launch`` starts the hosts of a master's ``--hosts``."""
     role, host, where, cpus, ready_fd = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     # options after the positional arguments: --cache_dir=PATH, --gpus=0,1 (others not ours)
     options = dict(a[2:].split("=", 1) for a in argv[5:] if a.startswith("--") and "=" in a)
@@ -91,10 +102,12 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the xparl command that waits
         _ready(ready_fd, control.error_line(str(exc)))
         return 1
-    launch = None
+    launched: Launch | None = None
     if role == "master" and options.get("hosts"):
         try:
-            launch = _launch_hosts(server, secret, options, "--accept_unknown_host_keys" in argv)
+            if launch is None:
+                raise ValueError("--hosts needs a launcher of hosts: run python -m parl.ssh.daemon")
+            launched = launch(server, secret, options, "--accept_unknown_host_keys" in argv)
         except Exception as exc:  # noqa: BLE001 - the same message parl.connect(hosts=) gives
             server.close()
             _ready(ready_fd, control.error_line(str(exc)))
@@ -106,8 +119,8 @@ def main(argv: list[str]) -> int:
         stop.wait()
     finally:
         log.info("stopping")
-        if launch is not None:
-            launch.close()  # the SSH-launched agents end (and stop their workers)
+        if launched is not None:
+            launched.close()  # the launched agents end (and stop their workers)
         server.close()
         if agent is not None:
             agent.close()
@@ -135,23 +148,6 @@ def _run_master(
         master.monitoring = True
     server.start()
     return server, _state("master", server.address, server.address, server.port)
-
-
-def _launch_hosts(server: Server, secret: bytes, options: dict[str, str], accept: bool) -> Any:
-    """Host agents over SSH on the hosts of ``options["hosts"]``, registered with ``server``'s
-    master (imported here: only a master with hosts needs paramiko)."""
-    from parl.ssh.client import SSHOptions
-    from parl.ssh.hosts import read_hosts
-    from parl.ssh.launcher import Launch
-
-    ssh = SSHOptions(accept_unknown_host_keys=accept)
-    if options.get("ssh_config"):
-        ssh = dataclasses.replace(ssh, config=options["ssh_config"])
-    if options.get("known_hosts"):
-        ssh = dataclasses.replace(ssh, known_hosts=(options["known_hosts"],))
-    specs = read_hosts(options["hosts"])
-    wheels = options.get("wheels") or None
-    return Launch(specs, ssh, progress=False, cluster=server, secret=secret, wheels=wheels)
 
 
 def _run_agent(

@@ -3,7 +3,7 @@
 A caller first opens a *control* connection (op ``caller``): output lines of its actors and
 their exit notices come back on it, and its end (the caller exited or was killed) stops every
 worker it had. Then, for each actor, the caller opens a connection of its own (op ``actor``):
-the agent has the local fork server (:class:`parl.shm.pool.ForkServer`) fork a worker that
+the agent has the local fork server (:class:`parl.workers.ForkServer`) fork a worker that
 receives *that* socket, answers ``started``, and drops its own copy. From then on the socket
 is the actor's connection, straight between caller and worker, with inline buffers.
 
@@ -25,14 +25,12 @@ from dataclasses import dataclass, field
 import psutil
 
 from parl.cluster import control
-from parl.cluster.deploy import CodeCache
 from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler
-from parl.cluster.versions import local_versions
-from parl.shm.output import OutputForwarder, clip
-from parl.shm.pool import ForkServer
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
+from parl.cluster.upload import CodeCache
+from parl.deploy.versions import local_versions
 from parl.wire.framing import FrameSocket, wait_readable
+from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, clip
 
 LAST_LINES = 100  # lines of output kept per actor
 Report = Callable[[control.Received], None]

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-import parl
+from parl._version import __version__
 from parl.cluster import control
 from parl.cluster.hostagent import Report
 from parl.cluster.monitor import ClusterView
@@ -379,7 +379,7 @@ class Master:
         """What the monitor page shows (see :mod:`parl.cluster.monitor`)."""
         with self._lock:
             hosts = [dict(h.describe(), id=h.hid) for h in self._hosts.values()]
-        return self.view.snapshot(hosts, parl.__version__)
+        return self.view.snapshot(hosts, __version__)
 
     def status(self) -> control.Message:
         with self._lock:

@@ -211,7 +211,7 @@ class Stop(TypedDict):
     pid: int
 
 
-# -- uploads of code (see parl.cluster.deploy) --------------------------------------------------
+# -- uploads of code (see parl.cluster.upload) --------------------------------------------------
 
 
 class Code(TypedDict):

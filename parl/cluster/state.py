@@ -44,15 +44,22 @@ SAME_START_S = 2.0
 
 def same_process(process: psutil.Process, started: float) -> bool:
     """Whether ``process`` is the daemon a state file recorded, not another process that got
-    its pid: it started when the file says and runs ``parl.cluster.daemon``. psutil derives
+    its pid: it started when the file says and runs a daemon module of parl
+    (``parl.cluster.daemon``, or the master that launches hosts over SSH). psutil derives
     the start from the boot time, which moves when the clock is stepped (NTP on a VM): allow
     ``SAME_START_S`` (a pid is not reused that fast)."""
     try:
         if abs(process.create_time() - started) >= SAME_START_S:
             return False
-        return any("parl.cluster.daemon" in part for part in process.cmdline())
+        return any(_daemon_module(part) for part in process.cmdline())
     except psutil.Error:
         return False
+
+
+def _daemon_module(word: str) -> bool:
+    """``parl.<package>.daemon``: the module a daemon of parl runs as (``python -m``)."""
+    parts = word.split(".")
+    return len(parts) == 3 and parts[0] == "parl" and parts[2] == "daemon"
 
 
 def parl_dir() -> str:

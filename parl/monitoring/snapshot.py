@@ -18,10 +18,10 @@ from typing import Any
 
 import psutil
 
-import parl
-from parl.shm.output import recent_lines
+from parl._version import __version__
 from parl.wire import caller
 from parl.wire.caller import Connection
+from parl.workers import recent_lines
 
 HISTORY_S = 300  # seconds of CPU and memory history per host
 _GONE_KEPT = 200  # actors no longer referenced, kept in the listing as "closed" or "dead"
@@ -153,7 +153,7 @@ class LocalSource:
             actors = sorted(self._seen.values(), key=lambda r: (r["class"], r["pid"] or 0))
         running = sum(1 for a in actors if a["state"] in ("idle", "busy"))
         return {
-            "version": parl.__version__,
+            "version": __version__,
             "mode": "local",
             "started": self.started,
             "uptime_s": round(now - self.started, 1),

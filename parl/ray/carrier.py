@@ -34,8 +34,8 @@ from parl.errors import ActorDiedError, ClusterError, DeploymentError
 from parl.ray.code import CodeShipper
 from parl.ray.connection import RayConnection
 from parl.ray.host import ParlActor
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire.contract import RemoteOptions
+from parl.workers import DEFAULT_STOP_TIMEOUT_S
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 log = logging.getLogger("parl.ray")

@@ -1,7 +1,7 @@
 """Shipping code to Ray workers: the cluster's packer, delivered through Ray's ``runtime_env``.
 
 The project (the entry script's folder, filtered and size-capped, plus ``distributed_files``)
-and this ``parl`` package are packed by :mod:`parl.cluster.packer`, exactly as for a cluster,
+and this ``parl`` package are packed by :mod:`parl.deploy.packer`, exactly as for a cluster,
 and the same gzip tar archives are stored in Ray's GCS under content-named URIs
 (``gcs://_ray_pkg_<digest>.tar.gz``). Each actor's ``runtime_env`` names them:
 ``working_dir`` (workers run in the project folder, which is on ``sys.path``) and
@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from parl.cluster.deploy import outside_modules
-from parl.cluster.packer import Pack, pack_parl, pack_project, project_root
+from parl.deploy.packer import Pack, outside_modules, pack_parl, pack_project, project_root
 from parl.errors import DeploymentError
 from parl.wire import classes
 

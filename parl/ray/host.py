@@ -20,13 +20,13 @@ import types
 from typing import Any, NamedTuple
 
 from parl.errors import SerializationError, SharedHandleError
-from parl.shm.afterfork import limit_threads
 from parl.shm.handles import refuse_handles
 from parl.wire.dispatch import ClassRef
 from parl.wire.failure import ChainedFailure, failure_of
 from parl.wire.hiding import HiddenMethods
 from parl.wire.protocol import MethodRef, RemoteFailure
 from parl.wire.serialization import reduce_exception
+from parl.workers import limit_threads
 
 READ_ONLY_HINT = (
     "arrays that arrive through Ray are read-only (Ray reads them zero-copy from its object "

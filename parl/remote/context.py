@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.remote.options import (
     DEFAULT_MAX_FRAME,
     DEFAULT_SLOT_TIMEOUT_S,
@@ -20,7 +21,6 @@ from parl.remote.options import (
     ConnectOptions,
     connect_options,
 )
-from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S, LocalCarrier
 from parl.shm.link import DEFAULT_THRESHOLD
 from parl.wire.contract import ActorConnection, Carrier
 

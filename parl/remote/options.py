@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from parl.shm.carrier import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S
+from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S
 from parl.shm.link import DEFAULT_THRESHOLD
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Local workers and shared memory.
+"""Shared memory: segments and their allocator, the links that carry a message's buffers
+through them to local workers (:mod:`parl.workers`), and shared arrays.
 
 The public part is the explicit shared-array API. Arrays made here are *shared handles*: they
 live in shared memory from the start, handing one to an actor (as an argument, a return value or

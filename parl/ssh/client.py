@@ -100,7 +100,7 @@ def resolve(spec: HostSpec, options: SSHOptions) -> Target:
     )
 
 
-class Connection:
+class SSHConnection:
     """An authenticated SSH connection to one host; ``close()`` is idempotent.
 
     ``jump`` (internal): the hops before this host when it is itself a hop of a ``ProxyJump
@@ -122,7 +122,7 @@ class Connection:
             self.target = dataclasses.replace(self.target, jump=jump)
         self.shown = spec.name
         self._chain = (*chain, spec.name)
-        self._jump: Connection | None = None
+        self._jump: SSHConnection | None = None
         self._lock = threading.Lock()
         self.global_lock = threading.Lock()  # one global request at a time (see keepalive)
         self._closed = False
@@ -169,7 +169,7 @@ class Connection:
                 f"{t.hostname} port {t.port} ({exc})"
             ) from None
 
-    def _hop(self, jump: str) -> Connection:
+    def _hop(self, jump: str) -> SSHConnection:
         """The connection to the last hop of ``jump`` (``a,b``: b, itself reached through a;
         a single hop through its own ProxyJump, as OpenSSH does), each hop's host key checked
         as this host's is."""
@@ -193,7 +193,7 @@ class Connection:
                 f"{' -> '.join(reversed((*self._chain, spec.name)))}; fix ~/.ssh/config"
             )
         before = ",".join(hops[:-1]) or None
-        return Connection(spec, self.options, jump=before, chain=self._chain)
+        return SSHConnection(spec, self.options, jump=before, chain=self._chain)
 
     def _handshake(self, sock: socket.socket | paramiko.Channel) -> paramiko.Transport:
         t = self.target
@@ -350,7 +350,7 @@ class Connection:
         if self._jump is not None:
             self._jump.drop_in_child()
 
-    def __enter__(self) -> Connection:
+    def __enter__(self) -> SSHConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:

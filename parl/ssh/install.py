@@ -22,7 +22,7 @@ import paramiko
 
 from parl.errors import RemoteEnvironmentError
 from parl.ssh import remote
-from parl.ssh.client import Connection, quote
+from parl.ssh.client import SSHConnection, quote
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -76,7 +76,7 @@ def pip_command(python: str, pins: list[str], wheelhouse: str | None) -> str:
 
 
 def ensure_venv(
-    conn: Connection,
+    conn: SSHConnection,
     python: str,
     probe: remote.Probe,
     mine: dict[str, str | None],
@@ -111,12 +111,12 @@ def ensure_venv(
     return venv_python, _probe(conn, venv_python, probe.base, digests), pins
 
 
-def _probe(conn: Connection, python: str, base: str, digests: list[str]) -> remote.Probe:
+def _probe(conn: SSHConnection, python: str, base: str, digests: list[str]) -> remote.Probe:
     done = conn.run(remote.probe_command(python, base, digests))
     return remote.parse_probe(conn.shown, python, done.status, done.stdout, done.stderr)
 
 
-def _upload_wheels(conn: Connection, wheels: str, base: str) -> str:
+def _upload_wheels(conn: SSHConnection, wheels: str, base: str) -> str:
     """The files of the local folder ``wheels``, in ``<base>/wheels`` on the host (one that is
     there with the same size is not sent again); that folder."""
     folder = posixpath.join(base, "wheels")

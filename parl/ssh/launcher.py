@@ -2,7 +2,7 @@
 
 For each host, in parallel (:mod:`parl.ssh.session`): connect (:mod:`parl.ssh.client`),
 probe its Python and cache (:mod:`parl.ssh.remote`), upload by SFTP the code archives it lacks
-(this package and the caller's project, :mod:`parl.cluster.packer`) and unpack them. Then a master starts here, on
+(this package and the caller's project, :mod:`parl.deploy.packer`) and unpack them. Then a master starts here, on
 an address the hosts reach, and each host starts ``python -m parl.cluster.daemon agent`` in
 its session, reading the per-launch secret from stdin (never on a command line or in the
 environment). When the session ends (``close``, the caller exiting or being killed), the
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from parl.cluster import control
 from parl.cluster.master import Master
-from parl.cluster.packer import pack_parl, pack_project, project_root
 from parl.cluster.server import Server
+from parl.deploy.packer import pack_parl, pack_project, project_root
 from parl.errors import SSHError
 from parl.monitoring.server import MonitorServer
 from parl.ssh import remote

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from importlib import metadata
 
-from parl.cluster import cachedir, codecheck
+from parl.deploy import cachedir, codecheck
 from parl.errors import RemoteEnvironmentError, VersionMismatchError
 from parl.ssh.client import quote
 
@@ -27,7 +27,7 @@ REQUIRED = ("numpy", "cloudpickle", "psutil")
 MATCHED = ("numpy", "cloudpickle", "torch")
 """Packages whose version must be the caller's: their objects cross in pickles."""
 
-# PROBE runs after the source of parl.cluster.cachedir's and parl.cluster.codecheck's checks
+# PROBE runs after the source of parl.deploy.cachedir's and parl.deploy.codecheck's checks
 # (see probe_command): the host agent judges its cache folder and cached code with the same code.
 
 PROBE = """\
@@ -88,7 +88,7 @@ for archive, digest in zip(jobs[::2], jobs[1::2]):
         bootstrap(archive, dest)
     else:
         sys.path.insert(0, os.path.join(base, parl_digest))
-        from parl.cluster.packer import unpack
+        from parl.deploy.packer import unpack
         with open(archive, "rb") as file:
             unpack(file.read(), dest)
     os.unlink(archive)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import paramiko
 
 from parl.cluster.control import parse_address, ready_error
-from parl.cluster.packer import Pack
+from parl.deploy.packer import Pack
 from parl.errors import DeploymentError, SSHError
 from parl.ssh import install, remote
-from parl.ssh.client import Connection, SSHOptions
+from parl.ssh.client import SSHConnection, SSHOptions
 from parl.ssh.hosts import HostSpec
 from parl.ssh.tunnel import LocalForward, remote_forward
 
@@ -54,7 +54,7 @@ class HostSession:
     spec: HostSpec
     options: SSHOptions
     report: HostReport
-    conn: Connection | None = None
+    conn: SSHConnection | None = None
     base: str = ""
     channel: paramiko.Channel | None = None
     forward: LocalForward | None = None
@@ -71,7 +71,7 @@ class HostSession:
         """Connect, check the Python (with install=venv: complete it in an environment),
         upload and unpack what the host's cache lacks."""
         started = time.monotonic()
-        self.conn = Connection(self.spec, self.options)
+        self.conn = SSHConnection(self.spec, self.options)
         base = self.spec.workdir or DEFAULT_CACHE
         digests = [p.digest for p in packs]
         self.python = self.spec.python

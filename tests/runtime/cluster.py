@@ -26,7 +26,7 @@ def free_port() -> int:
 
 def xparl(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "parl.cluster.cli", *args],
+        [sys.executable, "-m", "parl.ssh.xparl", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -113,7 +113,9 @@ class Cluster:
 def _name(process: psutil.Process | None) -> str:
     try:
         return (
-            "forkserver" if process and "parl.shm.forkserver" in " ".join(process.cmdline()) else ""
+            "forkserver"
+            if process and "parl.workers.forkserver" in " ".join(process.cmdline())
+            else ""
         )
     except psutil.Error:
         return ""

@@ -44,8 +44,8 @@ def test_no_free_slot_waits_then_fails_naming_the_slots(on_cluster, caplog):
 
 
 def test_after_disconnect_new_actors_run_on_local_workers(on_cluster):
+    from parl.local import LocalCarrier
     from parl.remote.context import actors_share_memory, current
-    from parl.shm.carrier import LocalCarrier
 
     remote = Sampler()
     assert remote.pid() in {w.pid for w in on_cluster.workers()}

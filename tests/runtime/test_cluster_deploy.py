@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 import parl
-from parl.cluster import control, deploy, packer, versions
+from parl.cluster import control
+from parl.deploy import cache as deploy
+from parl.deploy import packer, versions
 from tests.runtime import cluster as clusters
 
 READER = """

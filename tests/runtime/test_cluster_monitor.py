@@ -19,7 +19,7 @@ import parl
 from parl.cluster import control
 from parl.cluster.hostagent import _Worker
 from parl.cluster.monitor import host_stats, monitor_token
-from parl.shm.output import LINE_CHARS
+from parl.workers import LINE_CHARS
 from tests.runtime import cluster as clusters
 from tests.runtime.actors import Talker
 from tests.runtime.browser import ARTIFACTS, CHROMIUM, browser

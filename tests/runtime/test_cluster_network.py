@@ -24,7 +24,7 @@ import pytest
 
 import parl
 from parl.cluster import control
-from parl.shm.output import BackgroundWriter
+from parl.workers import BackgroundWriter
 from tests.runtime import cluster as clusters
 from tests.runtime.actors import Mover
 from tests.runtime.conftest import wait_until

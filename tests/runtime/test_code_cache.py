@@ -1,4 +1,4 @@
-"""A host agent's code cache (parl.cluster.deploy.CodeCache): callers' working folders are
+"""A host agent's code cache (parl.deploy.cache.CodeCache): callers' working folders are
 copies of the cached code, the finished ones are pruned, old digests are evicted, and nothing
 a caller's actors write reaches the cache. Driven directly (no cluster): the policies, with
 small limits; tests/runtime/test_cluster_deploy.py checks the same through a real cluster."""
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from parl.cluster import codecheck, deploy, linking, packer
+from parl.deploy import cache as deploy
+from parl.deploy import codecheck, linking, packer
 from parl.errors import DeploymentError
 
 DAY = 86400.0
@@ -165,7 +166,8 @@ def test_what_a_killed_unpack_or_upload_left_behind_goes_after_a_day(tmp_path):
 
 
 def _cache_with_code(tmp_path, root="cache"):
-    from parl.cluster import deploy, packer
+    from parl.deploy import cache as deploy
+    from parl.deploy import packer
 
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
@@ -195,7 +197,7 @@ def test_a_long_runs_job_folder_is_not_pruned_while_its_caller_is_there(tmp_path
     cache.job_folder("done0000", digest)
     cache.job_done("done0000")
     assert (long / "checkpoint.pt").exists()
-    from parl.cluster import deploy
+    from parl.deploy import cache as deploy
 
     other = deploy.CodeCache(cache.root)  # another cluster's agent, same cache folder
     other.job_folder("other000", digest)
@@ -209,7 +211,7 @@ def test_a_caller_that_reconnects_keeps_its_folder_while_it_runs(tmp_path, monke
     caller id) went on in its job folder, which still carried the 'finished' marker of the
     first connection: the next callers' ends pruned it while its actors were running in it.
     Expected: a folder in use again is not a finished one."""
-    from parl.cluster import deploy
+    from parl.deploy import cache as deploy
 
     monkeypatch.setattr(deploy, "KEEP_JOBS", 1)
     cache, digest = _cache_with_code(tmp_path)

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from parl.errors import ParlError
-from parl.shm.pool import ForkServer
+from parl.workers import ForkServer
 
 
 def test_a_fork_server_with_another_parl_refuses_to_serve(capfd):

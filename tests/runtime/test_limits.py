@@ -118,7 +118,7 @@ for a in actors:
 def test_creating_an_actor_at_the_descriptor_limit_raises_a_clear_error(tmp_path):
     """Expected (as for receiving arrays, parl/shm/segment.py limit_error): a ParlError that
     names the descriptor limit and what to do. Observed: ``OSError: [Errno 24] Too many open
-    files`` from ``os.pipe()`` in LocalCarrier._start (parl/shm/carrier.py, the socketpair and
+    files`` from ``os.pipe()`` in LocalCarrier._start (parl/local/carrier.py, the socketpair and
     the two pipes are created before the try that closes them)."""
     script = tmp_path / "create.py"
     script.write_text(_CREATE_AT_LIMIT)

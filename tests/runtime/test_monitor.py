@@ -22,8 +22,8 @@ import urllib.request
 import pytest
 
 import parl
-from parl.shm.output import LINE_CHARS
 from parl.wire import caller
+from parl.workers import LINE_CHARS
 from tests.runtime.actors import Talker
 from tests.runtime.conftest import wait_until
 

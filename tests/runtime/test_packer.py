@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from parl.cluster import packer
-from parl.cluster.packer import pack_parl, pack_project, unpack
+from parl.deploy import packer
+from parl.deploy.packer import pack_parl, pack_project, unpack
 from parl.errors import DeploymentError
 
 
@@ -66,7 +66,7 @@ def test_same_content_in_another_folder_with_another_umask_same_digest(tmp_path)
     here = pack_project(_project(tmp_path / "a"))
     script = (
         "import os, sys; os.umask(0o077); from tests.runtime.test_packer import _project;"
-        "from parl.cluster.packer import pack_project; from pathlib import Path;"
+        "from parl.deploy.packer import pack_project; from pathlib import Path;"
         "print(pack_project(_project(Path(sys.argv[1]))).digest)"
     )
     there = subprocess.run(
@@ -191,19 +191,19 @@ def test_a_glob_matching_nothing_names_itself(tmp_path):
 def test_pack_parl_holds_this_package():
     pack = pack_parl()
     names = _names(pack.data)
-    assert "parl/__init__.py" in names and "parl/cluster/packer.py" in names
+    assert "parl/__init__.py" in names and "parl/deploy/packer.py" in names
     assert not any("__pycache__" in name for name in names)
 
 
 def test_project_root_is_the_entry_scripts_folder(tmp_path):
     script = tmp_path / "sub" / "train.py"
     script.parent.mkdir()
-    script.write_text("from parl.cluster.packer import project_root; print(project_root())")
+    script.write_text("from parl.deploy.packer import project_root; print(project_root())")
     out = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout.strip()
     assert out == str(script.parent.resolve())
-    code = "from parl.cluster.packer import project_root; print(project_root())"
+    code = "from parl.deploy.packer import project_root; print(project_root())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout.strip()
@@ -288,7 +288,7 @@ def test_concurrent_unpacks_of_one_digest_give_one_complete_folder(tmp_path):
     pack = pack_project(_project(tmp_path / "p"))
     (tmp_path / "pack").write_bytes(pack.data)
     script = (
-        "import sys; from parl.cluster.packer import unpack;"
+        "import sys; from parl.deploy.packer import unpack;"
         "unpack(open(sys.argv[1], 'rb').read(), sys.argv[2])"
     )
     dest = tmp_path / "cache" / pack.digest

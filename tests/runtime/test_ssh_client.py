@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from parl.errors import HostKeyError, HostUnreachableError, SSHAuthenticationError, SSHError
-from parl.ssh.client import Connection
+from parl.ssh.client import SSHConnection
 from parl.ssh.hosts import HostSpec, parse_host
 from tests.runtime.conftest import wait_until
 from tests.runtime.sshd import _free_port
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.ssh
 
 
 def test_a_command_runs_on_the_host_with_its_input(lab):
-    with Connection(lab.spec(0), lab.options()) as conn:
+    with SSHConnection(lab.spec(0), lab.options()) as conn:
         done = conn.run(
             "cat; echo; echo $PARL_SSH_LAB; echo ~; echo oops >&2; exit 3", stdin=b"hello"
         )
@@ -30,7 +30,7 @@ def test_a_command_runs_on_the_host_with_its_input(lab):
 
 
 def test_an_ssh_config_alias_gives_address_port_user_and_key(lab):
-    with Connection(HostSpec("h2"), lab.options()) as conn:
+    with SSHConnection(HostSpec("h2"), lab.options()) as conn:
         assert conn.target.hostname == "127.0.0.3"
         assert conn.target.port == lab.hosts[1].port
         assert conn.target.identities == (lab.client_key,)
@@ -38,7 +38,7 @@ def test_an_ssh_config_alias_gives_address_port_user_and_key(lab):
 
 
 def test_proxyjump_reaches_a_host_through_another(lab):
-    with Connection(HostSpec("hop3"), lab.options()) as conn:
+    with SSHConnection(HostSpec("hop3"), lab.options()) as conn:
         assert conn.target.jump == "h1"
         assert conn.local_address is None  # no direct socket: a channel of h1
         out = conn.run("echo $SSH_CONNECTION").stdout.decode().split()
@@ -49,7 +49,7 @@ def test_proxyjump_reaches_a_host_through_another(lab):
 def test_an_unreachable_host_is_named(lab):
     port = _free_port("127.0.0.2")  # nothing listens there
     with pytest.raises(HostUnreachableError) as caught:
-        Connection(HostSpec("127.0.0.2", port=port, identity=lab.client_key), lab.options())
+        SSHConnection(HostSpec("127.0.0.2", port=port, identity=lab.client_key), lab.options())
     message = str(caught.value)
     assert f"host 127.0.0.2:{port} is unreachable" in message
     assert "Connection refused" in message
@@ -59,7 +59,7 @@ def test_a_refused_key_says_what_was_tried_and_how_to_fix(lab, tmp_path):
     stranger = str(tmp_path / "stranger")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", stranger], check=True)
     with pytest.raises(SSHAuthenticationError) as caught:
-        Connection(lab.spec(0, identity=stranger), lab.options())
+        SSHConnection(lab.spec(0, identity=stranger), lab.options())
     message = str(caught.value)
     assert f"authentication refused for user {lab.user!r}" in message
     assert f"tried: {stranger}" in message
@@ -71,14 +71,14 @@ def test_an_unknown_host_key_is_refused_with_the_command_that_adds_it(lab, tmp_p
     empty.write_text("")
     port = lab.hosts[0].port
     with pytest.raises(HostKeyError) as caught:
-        Connection(lab.spec(0), lab.options(known_hosts=(str(empty),)))
+        SSHConnection(lab.spec(0), lab.options(known_hosts=(str(empty),)))
     message = str(caught.value)
     assert f"[127.0.0.2]:{port}" in message and "is unknown" in message
     assert f"ssh-keyscan -p {port} 127.0.0.2 >> {empty}" in message
     assert "accept_unknown_host_keys=True" in message
     # the explicit opt-in connects, and writes nothing
     options = lab.options(known_hosts=(str(empty),), accept_unknown_host_keys=True)
-    with Connection(lab.spec(0), options) as conn:
+    with SSHConnection(lab.spec(0), options) as conn:
         assert conn.run("echo ok").stdout == b"ok\n"
     assert empty.read_text() == ""
 
@@ -90,13 +90,13 @@ def test_a_changed_host_key_names_the_file_and_line(lab, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text("# mine\n" + lines[0] + "\n" + forged + "\n")
     with pytest.raises(HostKeyError) as caught:
-        Connection(lab.spec(1), lab.options(known_hosts=(str(known),)))
+        SSHConnection(lab.spec(1), lab.options(known_hosts=(str(known),)))
     message = str(caught.value)
     assert "CHANGED" in message and f"{known} line 3" in message
     assert f"ssh-keygen -R '[127.0.0.3]:{lab.hosts[1].port}' -f {known}" in message
     # opting in to unknown keys does not let a changed one through
     with pytest.raises(HostKeyError, match="CHANGED"):
-        Connection(
+        SSHConnection(
             lab.spec(1), lab.options(known_hosts=(str(known),), accept_unknown_host_keys=True)
         )
 
@@ -106,7 +106,7 @@ def test_hashed_known_hosts_entries_match(lab, tmp_path):
     hashed.write_text(open(lab.known_hosts).read())
     subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(hashed)], check=True, capture_output=True)
     assert "|1|" in hashed.read_text() and "127.0.0.2" not in hashed.read_text()
-    with Connection(lab.spec(0), lab.options(known_hosts=(str(hashed),))) as conn:
+    with SSHConnection(lab.spec(0), lab.options(known_hosts=(str(hashed),))) as conn:
         assert conn.run("echo ok").stdout == b"ok\n"
     os.unlink(str(hashed) + ".old")
 
@@ -135,14 +135,14 @@ def test_the_agents_keys_come_first(lab, tmp_path, monkeypatch):
         subprocess.run(["ssh-add", "-q", lab.client_key], env=env, check=True, capture_output=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", sock)
         # the identity file is refused by the host; the agent's key is accepted, and tried first
-        with Connection(lab.spec(0, identity=stranger), lab.options(allow_agent=True)) as conn:
+        with SSHConnection(lab.spec(0, identity=stranger), lab.options(allow_agent=True)) as conn:
             assert conn.run("echo ok").stdout == b"ok\n"
         # IdentitiesOnly in the ssh config keeps the agent's keys out, as in OpenSSH
         config = tmp_path / "config"
         config.write_text("Host 127.0.0.2\n  IdentitiesOnly yes\n")
         options = lab.options(allow_agent=True, config=str(config))
         with pytest.raises(SSHAuthenticationError, match=f"tried: {stranger}\\. "):
-            Connection(lab.spec(0, identity=stranger), options)
+            SSHConnection(lab.spec(0, identity=stranger), options)
     finally:
         agent.terminate()
         agent.wait()
@@ -153,7 +153,7 @@ def test_a_revoked_host_key_is_refused(lab, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text(lines[0] + "\n" + "@revoked " + lines[0] + "\n")
     with pytest.raises(HostKeyError, match=f"is REVOKED: {known} line 2 marks it @revoked"):
-        Connection(lab.spec(0), lab.options(known_hosts=(str(known),)))
+        SSHConnection(lab.spec(0), lab.options(known_hosts=(str(known),)))
 
 
 def chain_config(lab, tmp_path) -> str:
@@ -178,7 +178,7 @@ def test_several_proxyjump_hops_each_with_its_host_key_checked(lab, tmp_path, al
     """127.0.0.2 -> 127.0.0.3 -> 127.0.0.4, as one ProxyJump list or as a hop's own ProxyJump;
     a hop whose key known_hosts lacks is refused as the final host would be."""
     config = chain_config(lab, tmp_path)
-    with Connection(HostSpec(alias), lab.options(config=config)) as conn:
+    with SSHConnection(HostSpec(alias), lab.options(config=config)) as conn:
         hops = []
         hop = conn._jump
         while hop is not None:
@@ -191,7 +191,7 @@ def test_several_proxyjump_hops_each_with_its_host_key_checked(lab, tmp_path, al
     known = tmp_path / "known_hosts"  # the middle hop's key (h2, 127.0.0.3) is missing
     known.write_text(lines[0] + "\n" + lines[2] + "\n")
     with pytest.raises(HostKeyError) as caught:
-        Connection(HostSpec(alias), lab.options(config=config, known_hosts=(str(known),)))
+        SSHConnection(HostSpec(alias), lab.options(config=config, known_hosts=(str(known),)))
     assert f"[127.0.0.3]:{lab.hosts[1].port}" in str(caught.value)
     assert "is unknown" in str(caught.value)
     # every connection of the failed chain is closed: none of ours is left open
@@ -210,7 +210,7 @@ def test_several_proxyjump_hops_each_with_its_host_key_checked(lab, tmp_path, al
 def test_a_loop_of_proxyjumps_is_named(lab, tmp_path):
     config = chain_config(lab, tmp_path)
     with pytest.raises(SSHError, match="the ProxyJump settings make a loop: .*loopa"):
-        Connection(HostSpec("loopa"), lab.options(config=config))
+        SSHConnection(HostSpec("loopa"), lab.options(config=config))
 
 
 def test_keepalive_settings_of_the_ssh_config_reach_the_transport(lab, tmp_path):
@@ -222,15 +222,15 @@ def test_keepalive_settings_of_the_ssh_config_reach_the_transport(lab, tmp_path)
         "Host 127.0.0.4\n  ServerAliveInterval soon\n"
     )
     options = lab.options(config=str(config))
-    with Connection(lab.spec(0), options) as conn:
+    with SSHConnection(lab.spec(0), options) as conn:
         assert (conn.keepalive.interval, conn.keepalive.count) == (7, 5)
         # paramiko's own keepalive packets (what NAT boxes see) use the same interval
         assert conn.transport.packetizer._Packetizer__keepalive_interval == 7
-    with Connection(lab.spec(1), options) as conn:
+    with SSHConnection(lab.spec(1), options) as conn:
         assert (conn.keepalive.interval, conn.keepalive.count) == (15, 3)
         assert conn.transport.packetizer._Packetizer__keepalive_interval == 15
     with pytest.raises(SSHError, match="serveraliveinterval is 'soon': a whole number"):
-        Connection(lab.spec(2), options)
+        SSHConnection(lab.spec(2), options)
 
 
 def test_host_key_alias_names_the_key_in_known_hosts(lab, tmp_path):
@@ -246,13 +246,13 @@ def test_host_key_alias_names_the_key_in_known_hosts(lab, tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text(f"lab-box-1 {kind_key}\n")
     options = lab.options(config=str(config), known_hosts=(str(known),))
-    with Connection(HostSpec("aliased"), options) as conn:
+    with SSHConnection(HostSpec("aliased"), options) as conn:
         assert conn.target.key_name == "lab-box-1"
         assert conn.run("echo ok").stdout == b"ok\n"
     # the address's own entry does not stand for the alias
     options = lab.options(config=str(config))
     with pytest.raises(HostKeyError) as caught:
-        Connection(HostSpec("aliased"), options)
+        SSHConnection(HostSpec("aliased"), options)
     message = str(caught.value)
     assert "(lab-box-1, ssh-ed25519" in message and "is unknown" in message
     assert f"ssh-keyscan -p {first.port} 127.0.0.2 | sed 's/^[^ ]*/lab-box-1/' >> " in message
@@ -276,7 +276,9 @@ def test_a_hashed_entry_of_a_mixed_case_host_key_alias_is_found(lab, tmp_path):
         f"  IdentityFile {lab.client_key}\n  HostKeyAlias MyBox\n"
     )
     before = known.read_text()
-    with Connection(parse_host("box"), lab.options(config=str(config), known_hosts=(str(known),))):
+    with SSHConnection(
+        parse_host("box"), lab.options(config=str(config), known_hosts=(str(known),))
+    ):
         pass
     assert known.read_text() == before
 
@@ -289,5 +291,5 @@ def test_a_missing_identity_file_is_named_when_login_is_refused(lab, tmp_path):
 
     missing = str(tmp_path / "id_ed25591")
     with pytest.raises(SSHAuthenticationError) as caught:
-        Connection(lab.spec(0, identity=missing), lab.options())
+        SSHConnection(lab.spec(0, identity=missing), lab.options())
     assert f"tried: {missing} (no such file)" in str(caught.value)

@@ -23,7 +23,7 @@ import pytest
 
 import parl
 from parl.cluster import control
-from parl.cluster.packer import pack_parl
+from parl.deploy.packer import pack_parl
 from parl.errors import (
     RemoteEnvironmentError,
     SSHAuthenticationError,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from parl.cluster import packer
+from parl.deploy import packer
 from parl.errors import RemoteEnvironmentError
 from parl.ssh import remote
 from parl.ssh.launcher import _master_binds
@@ -142,7 +142,7 @@ def test_the_probe_judges_the_folders_above_the_cache_as_the_host_agent_does(tmp
     with pytest.raises(RemoteEnvironmentError) as raised:
         remote.parse_probe("h", sys.executable, done.returncode, done.stdout, done.stderr)
     assert f"lies in {parent}, which other users can write (mode 777)" in str(raised.value)
-    from parl.cluster import cachedir
+    from parl.deploy import cachedir
 
     assert cachedir.unsafe_folder(str(base)) in str(raised.value)  # the agent's words
 

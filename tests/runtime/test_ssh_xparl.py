@@ -48,7 +48,7 @@ def daemons(port: int) -> list[psutil.Process]:
     for process in psutil.process_iter():
         try:
             line = process.cmdline()
-            if "parl.cluster.daemon" in line and "master" in line and str(port) in line:
+            if "parl.ssh.daemon" in line and "master" in line and str(port) in line:
                 found.append(process)
         except psutil.Error:
             continue

@@ -1,11 +1,11 @@
-"""Shipping the caller's code to host agents: once per host and content digest.
+"""A host's cache of callers' code, and the per-caller job folders made from it.
 
-The caller packs its project at ``parl.connect`` (:mod:`parl.cluster.packer`). When it opens
-its control connection to a host agent it names the digest; the agent answers whether its
-cache holds it. If not, the caller opens one more connection (op ``code``, authenticated like
-every cluster connection) and sends the archive in chunks; the agent checks the size cap and
-the digest, unpacks it into ``<cache>/<digest>/`` (atomically) and answers ``stored``. Workers
-of that caller's actors then start in that folder, with it first on ``sys.path``.
+Callers' code arrives as archives (:mod:`parl.deploy.packer`), named by their digest: a
+cluster's caller uploads one to each host agent (:mod:`parl.cluster.upload`), the SSH launcher
+unpacks it on the host before the agent starts (:mod:`parl.ssh.remote`). :class:`CodeCache`
+keeps each under ``<cache>/<digest>/``, checks a folder before using it, makes each caller a
+working folder of its own from it (``<cache>/jobs/<caller>``), and evicts what is no longer
+used. Workers of that caller's actors then start in that folder, with it first on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -17,29 +17,22 @@ import os
 import re
 import secrets
 import shutil
-import site
 import stat
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
-from parl.cluster import control
-from parl.cluster.cachedir import private_cache
-from parl.cluster.codecheck import Checked
-from parl.cluster.linking import Sharer
-from parl.cluster.packer import Pack, digest_of, unpack
+from parl.deploy.cachedir import private_cache
+from parl.deploy.codecheck import Checked
+from parl.deploy.linking import Sharer
+from parl.deploy.packer import digest_of, unpack
 from parl.errors import DeploymentError
-from parl.wire.framing import FrameSocket
 
-log = logging.getLogger("parl.cluster")
+log = logging.getLogger("parl.cluster")  # its lines are the host agent's
 
 MAX_UPLOAD_BYTES = 1 << 30  # the largest (compressed) archive a host agent accepts
-CHUNK_BYTES = 512 << 10  # one frame of an upload, well under control.CONTROL_MAX_FRAME
-UPLOAD_TIMEOUT_S = 600.0
-PROGRESS_PERIOD_S = 5.0
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _JOB_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
 JOBS = "jobs"  # the callers' working folders, under the cache folder
@@ -64,16 +57,16 @@ class CodeCache:
     folders of its callers' actors under ``root/jobs``; counts the uploads it received
     (``uploads``), which tests and ``xparl status`` read.
 
-    ``root`` must be private (:func:`parl.cluster.cachedir.private_cache`: made with mode
+    ``root`` must be private (:func:`parl.deploy.cachedir.private_cache`: made with mode
     0700 when missing; DeploymentError naming the folder and the fix when others can write it
     or it is another user's). A digest folder is used only once proved to be the code of that
-    digest (:mod:`parl.cluster.codecheck`: hashed once per process, then compared by stat
+    digest (:mod:`parl.deploy.codecheck`: hashed once per process, then compared by stat
     before each use); one that is not (planted, changed, incomplete) is removed and reported
     missing, so the caller sends its code again.
 
     The cached code is never a working folder: each caller's actors on this host run in their
     own folder made from it (when the caller connects, or at its first actor here after it
-    sent the code; :mod:`parl.cluster.linking`: small files copied, large ones hard-linked or
+    sent the code; :mod:`parl.deploy.linking`: small files copied, large ones hard-linked or
     reflinked), so that what they write there (checkpoints, logs, a changed config) does not
     change the code that later callers start from. A caller's folder stays when it leaves; the
     oldest beyond ``KEEP_JOBS`` left ones go. Digest folders beyond the ``KEEP_CODES`` used
@@ -245,122 +238,21 @@ class CodeCache:
                     else:
                         path.unlink(missing_ok=True)
 
-    def receive(self, sock: FrameSocket, hello: control.Received) -> None:
-        """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""
-        try:
-            digest, size = hello.get("digest"), hello.get("size")
-            if not valid_digest(digest):
-                raise DeploymentError("an upload needs the archive's sha256 digest (64 hex)")
-            if not isinstance(size, int) or isinstance(size, bool) or not 0 < size:
-                raise DeploymentError("an upload needs its size in bytes")
-            if size > MAX_UPLOAD_BYTES:
-                raise DeploymentError(
-                    f"the code archive is {size} bytes, over this host's cap of "
-                    f"{MAX_UPLOAD_BYTES} bytes: move large data out of the project folder"
-                )
-            assert isinstance(digest, str)
-            if self.folder(digest) is None:
-                self._store(sock, digest, size)
-            control.send(sock, {"op": "stored", "digest": digest})
-        except DeploymentError as exc:
-            _answer(sock, {"op": "error", "message": str(exc)})
-        finally:
-            sock.close()
-
-    def _store(self, sock: FrameSocket, digest: str, size: int) -> None:
-        control.send(sock, {"op": "send"})
-        data = bytearray()
-        while len(data) < size:
-            frame = sock.recv()
-            if frame is None:
-                raise DeploymentError("the upload ended early")
-            if frame.bodies or frame.fds or len(data) + len(frame.meta) > size:
-                raise DeploymentError("the upload is not the size it announced")
-            data += frame.meta
-        if digest_of(bytes(data)) != digest:
+    def store(self, data: bytes, digest: str) -> None:
+        """Keep the archive ``data`` as the code folder of ``digest`` (an upload, say): it must
+        be the archive of that digest. Counted in ``uploads``; evicts what is no longer used."""
+        if digest_of(data) != digest:
             raise DeploymentError(
                 "the uploaded code archive does not match its digest; connect again"
             )
         path = self.root / digest
-        if unpack(bytes(data), path):
+        if unpack(data, path):
             self._checked.trust(path, digest)  # just unpacked from the archive checked above
         elif self.folder(digest) is None:  # another agent of this cache unpacked it meanwhile
             raise DeploymentError(f"the code folder {path} cannot be made; connect again")
         with self._lock:
             self.uploads += 1
         self.evict()
-
-
-def upload(
-    address: tuple[str, int],
-    secret: bytes,
-    what: str,
-    pack: Pack,
-    label: str = "code",
-    progress: Callable[[], None] | None = None,
-) -> None:
-    """Send ``pack`` to the host agent at ``address`` (``what`` names it in errors); a tqdm bar
-    shows an upload that takes more than a second. ``progress`` is called every
-    ``PROGRESS_PERIOD_S`` while chunks go out (the carrier renews its slot grant with it)."""
-    from tqdm import tqdm  # only for callers that upload
-
-    sock = control.dial(address, secret, what)
-    try:
-        hello = {"op": "code", "digest": pack.digest, "size": len(pack.data)}
-        answer = control.request(sock, hello, what, UPLOAD_TIMEOUT_S)
-        if answer["op"] == "send":
-            view = memoryview(pack.data)
-            with tqdm(
-                total=len(view),
-                unit="B",
-                unit_scale=True,
-                delay=1.0,
-                leave=False,
-                desc=f"parl: {label} to {what}",
-            ) as bar:
-                told = time.monotonic()
-                for start in range(0, len(view), CHUNK_BYTES):
-                    chunk = view[start : start + CHUNK_BYTES]
-                    sock.send(chunk)  # type: ignore[arg-type]  # any bytes-like meta
-                    bar.update(len(chunk))
-                    if progress is not None and time.monotonic() - told >= PROGRESS_PERIOD_S:
-                        progress()
-                        told = time.monotonic()
-            answer = control.recv(sock, UPLOAD_TIMEOUT_S) or {"op": "error", "message": "no answer"}
-        if answer["op"] != "stored":
-            raise DeploymentError(
-                f"{what} did not take this project's code: {answer.get('message', answer)}"
-            )
-    except OSError as exc:
-        raise DeploymentError(f"sending this project's code to {what} failed: {exc}") from None
-    finally:
-        sock.close()
-
-
-def outside_modules(root: Path, names: Iterable[str]) -> list[str]:
-    """Of the imported modules ``names``, those a host cannot import: their file lies neither
-    in the deployed project folder ``root`` nor in the Python installation (the standard
-    library, site-packages), and they are not parl. Their classes and functions must travel
-    by value, as those of ``__main__`` do."""
-    installed = [
-        os.path.realpath(p)
-        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
-    ]
-    user_site = site.getusersitepackages()
-    if isinstance(user_site, str):
-        installed.append(os.path.realpath(user_site))
-    keep = [os.path.realpath(root), *installed]
-    found = []
-    for name in names:
-        if name == "parl" or name.startswith("parl.") or name == "__main__":
-            continue
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if not isinstance(file, str):
-            continue  # built in, or a namespace package
-        path = os.path.realpath(file)
-        if not any(os.path.commonpath([path, k]) == k for k in keep):
-            found.append(name)
-    return found
 
 
 def _job_name(client: str) -> str:
@@ -457,10 +349,8 @@ def _remove(path: Path) -> None:
 
 
 def _parl_folder() -> Path:
-    """The folder holding the ``parl`` package this process imported."""
-    import parl
-
-    return Path(parl.__file__).resolve().parent.parent
+    """The folder holding the ``parl`` package this module belongs to (parl/deploy/cache.py)."""
+    return Path(__file__).resolve().parent.parent.parent
 
 
 def _mtime(path: Path) -> float:
@@ -475,10 +365,3 @@ def _touch(path: Path) -> None:
         os.utime(path)
     except OSError:
         pass  # a read-only cache still serves
-
-
-def _answer(sock: FrameSocket, message: control.Message) -> None:
-    try:
-        control.send(sock, message)
-    except OSError:
-        pass

@@ -15,7 +15,7 @@ import os
 import sys
 from importlib import metadata
 
-import parl
+from parl._version import __version__
 from parl.errors import VersionMismatchError
 
 FAKE_ENV = "PARL_TEST_FAKE_VERSIONS"
@@ -27,7 +27,7 @@ def local_versions() -> dict[str, str]:
     """This process's versions of everything in ``CHECKED``."""
     found = {
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "parl": parl.__version__,
+        "parl": __version__,
     }
     for name in CHECKED[2:]:
         try:

@@ -1,7 +1,7 @@
 """Checking that a cached code folder is what its name says: the unpacked archive of that digest.
 
 A code folder is named by the sha256 of the archive it came from, and the archive is
-deterministic (:mod:`parl.cluster.packer`), so anyone holding the code can compute the name;
+deterministic (:mod:`parl.deploy.packer`), so anyone holding the code can compute the name;
 a folder of that name proves nothing. :func:`folder_digest` proves it: it builds the archive
 that would unpack to the folder as it is now (the same headers as the packer's, file by file,
 into a hash, nothing kept in memory) and returns its digest. A file added, changed (content or
@@ -13,7 +13,7 @@ in the page cache, a 2-core test machine), more where they must come from disk. 
 pays it once per process and digest: afterwards a folder's files are compared with what was
 seen then (inode, size, mtime, mode and ctime: a stat per file, 23 ms for those 2,020 files),
 and only a difference brings a full check again. Checking once is enough because the cache
-folder is private (:mod:`parl.cluster.cachedir`): after the first check only this user's own
+folder is private (:mod:`parl.deploy.cachedir`): after the first check only this user's own
 processes can change it, and every change they make moves the ctime, which no program can set
 (``shutil.copy2`` of one cached file over another of the same size writes in place and then
 sets the mtime back to the source's: only the ctime shows it). Hard-linking a file into a
@@ -31,7 +31,7 @@ import tarfile
 import threading
 from pathlib import Path
 
-from parl.cluster.packer import DERIVED, member_header
+from parl.deploy.packer import DERIVED, member_header
 from parl.errors import DeploymentError
 
 # name -> (inode, size, mtime_ns, mode, ctime_ns)

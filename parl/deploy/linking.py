@@ -11,7 +11,7 @@ Each file of the checked code folder reaches the working folder in the cheapest 
 A hard link is shared with the cache: an actor that opens one for writing in place (``"w"``
 truncates the inode; ``chmod`` too) changes it for the cache, and permissions cannot forbid it
 (an agent running as root ignores them). So the cache never trusts a file it shared: before a
-working folder is made, and when a caller leaves, :class:`parl.cluster.codecheck.Checked` looks
+working folder is made, and when a caller leaves, :class:`parl.deploy.codecheck.Checked` looks
 at each cached file's inode, size, mtime, mode and ctime, and a changed folder is removed and
 sent again by the next caller (a full hash check decides when only a time moved). Later callers
 thus always start from the code of their digest. Callers of one digest that run at the same

@@ -5,7 +5,7 @@ last one is gone, so nothing of ours runs while no actor exists. Each actor gets
 pair for the protocol (shared-memory segments travel on it as descriptors) and two pipes for its
 stdout and stderr.
 
-A closed actor's worker finishes on its own (see :mod:`parl.shm.worker`); the fork server kills
+A closed actor's worker finishes on its own (see :mod:`parl.workers.worker`); the fork server kills
 it if it is still there ``stop_timeout`` seconds later, and stopping the fork server waits for
 its workers, so that at the caller's exit what the actors wrote is complete.
 """
@@ -20,15 +20,13 @@ import sys
 import threading
 from typing import Any
 
-from parl.errors import ActorDiedError, ActorMemoryError, ParlError
+from parl.errors import ParlError
 from parl.shm.link import DEFAULT_THRESHOLD, ShmLink
-from parl.shm.output import OutputForwarder
-from parl.shm.pool import ForkServer
 from parl.shm.segment import limit_error, segment_table
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S, EXIT_MAX_MEMORY
 from parl.wire.caller import Connection
 from parl.wire.contract import RemoteOptions
 from parl.wire.framing import FrameSocket, wait_readable
+from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, worker_death_error
 
 _EXIT_WAIT_S = 1.0  # how long a dead actor's error waits for the exit status
 DEFAULT_LINGER_S = 1.0
@@ -283,28 +281,6 @@ class _WorkerLiveness:
             os.close(self._pidfd)
             self._pidfd = None
         self._carrier._actor_gone()
-
-
-def worker_death_error(label: str, code: int | None, max_memory: Any) -> ParlError:
-    """The error of every call to an actor whose worker ended with exit status ``code``
-    (negative: killed by that signal; None: unknown), whatever carrier it was on."""
-    if code == EXIT_MAX_MEMORY:
-        return ActorMemoryError(
-            f"actor {label} exceeded its max_memory of {max_memory} MB and was "
-            "stopped; raise max_memory in @parl.remote_class or use less memory"
-        )
-    if code is None:
-        how = "ended (exit status unknown)"
-    elif code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with status {code}"
-    return ActorDiedError(
-        f"the worker process of actor {label} {how}; the actor is gone, create a new one"
-    )
 
 
 def _raise_fd_limit() -> None:

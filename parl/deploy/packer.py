@@ -1,7 +1,7 @@
 """Packing the caller's project (and parl itself) into a deterministic archive, and unpacking one
 safely into a host's cache.
 
-Pure: no network, no cluster state. The cluster carrier and the SSH launcher ship ``Pack.data``
+Pure: no network, no cluster state. The cluster carrier, the SSH launcher and the Ray carrier ship ``Pack.data``
 to hosts that lack ``Pack.digest``; hosts unpack it into ``<cache>/<digest>/``.
 
 Determinism: the same file content gives the same digest on every machine, whatever the
@@ -26,11 +26,11 @@ import stat
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parl.cluster import ignore as ignoring
+from parl.deploy import ignore as ignoring
 from parl.errors import DeploymentError
 
 log = logging.getLogger("parl.cluster")
@@ -53,7 +53,7 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 """Names (fnmatch patterns, matched against each file's and folder's own name) never packed.
 A folder holding ``pyvenv.cfg`` (a virtual environment of any name) is skipped too, and so is
 what the project's ``.gitignore`` files ignore and what looks like a credential
-(:mod:`parl.cluster.ignore`)."""
+(:mod:`parl.deploy.ignore`)."""
 
 DERIVED = "__pycache__"
 """Never packed, even inside a ``distributed_files`` folder: Python makes these folders where
@@ -186,6 +186,32 @@ def pack_parl() -> Pack:
     package = Path(__file__).resolve().parent.parent
     files = {f"parl/{name}": path for name, path in _walk(package, DEFAULT_IGNORE)}
     return _pack(files)
+
+
+def outside_modules(root: Path, names: Iterable[str]) -> list[str]:
+    """Of the imported modules ``names``, those a host cannot import: their file lies neither
+    in the deployed project folder ``root`` nor in the Python installation (the standard
+    library, site-packages), and they are not parl. Their classes and functions must travel
+    by value, as those of ``__main__`` do."""
+    installed = [
+        os.path.realpath(p)
+        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    ]
+    user_site = site.getusersitepackages()
+    if isinstance(user_site, str):
+        installed.append(os.path.realpath(user_site))
+    keep = [os.path.realpath(root), *installed]
+    found = []
+    for name in names:
+        if name == "parl" or name.startswith("parl.") or name == "__main__":
+            continue
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(file, str):
+            continue  # built in, or a namespace package
+        path = os.path.realpath(file)
+        if not any(os.path.commonpath([path, k]) == k for k in keep):
+            found.append(name)
+    return found
 
 
 def unpack(data: bytes, dest: str | Path, *, max_bytes: int = MAX_UNPACKED_BYTES) -> bool:

@@ -30,10 +30,10 @@ import sys
 import time
 import traceback
 
-from parl.shm.worker import DEFAULT_STOP_TIMEOUT_S
 from parl.wire.framing import FrameSocket, wait_readable
+from parl.workers.exits import DEFAULT_STOP_TIMEOUT_S, EXIT_OTHER_PARL
 
-_PRELOAD = ("numpy", "parl.wire.dispatch", "parl.shm.link", "parl.shm.worker")
+_PRELOAD = ("numpy", "parl.wire.dispatch", "parl.shm.link", "parl.workers.worker")
 # imported while idle, so that the first spawn requests need not wait for them (a worker forked
 # before then imports what it needs itself)
 _WHEN_IDLE = ("cloudpickle",)
@@ -41,14 +41,9 @@ _KILL_WAIT_S = 1.0  # how long a SIGKILLed child may take to be reaped
 STOP_RECORD = struct.Struct("<q")  # one pid on the stop pipe
 
 
-EXIT_OTHER_PARL = 3  # the server imported another installation of parl than its caller
-
-
 def main() -> None:
     ctrl_fd, caller_parl = int(sys.argv[1]), sys.argv[2]
-    import parl
-
-    ours = os.path.dirname(os.path.abspath(parl.__file__))
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # parl/workers/..
     if ours != caller_parl:  # e.g. an editable install of another checkout takes precedence
         print(
             f"parl fork server: this interpreter imports parl from {ours}, but the caller runs "
@@ -104,7 +99,7 @@ def main() -> None:
                         os.close(fd)
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    from parl.shm import worker
+                    from parl.workers import worker
 
                     sock_fd, out_fd, err_fd = frame.fds
                     code = worker.run(sock_fd, out_fd, err_fd, options)

@@ -1,4 +1,4 @@
-"""The caller's handle on the fork server (see :mod:`parl.shm.forkserver`)."""
+"""The caller's handle on the fork server (see :mod:`parl.workers.forkserver`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ import time
 import weakref
 from typing import Any
 
-import parl
 from parl.errors import ParlError
-from parl.shm import afterfork
-from parl.shm.forkserver import EXIT_OTHER_PARL, STOP_RECORD
 from parl.wire.framing import FrameSocket, wait_readable
+from parl.workers import afterfork
+from parl.workers.exits import EXIT_OTHER_PARL
+from parl.workers.forkserver import STOP_RECORD
 
 _START_TIMEOUT_S = 60.0
+# the folder of the parl package this module belongs to (parl/workers/pool.py: two up)
+_PARL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ForkServer:
@@ -34,7 +36,7 @@ class ForkServer:
         os.set_blocking(self._stop_w, False)
         # closed when nobody can write to it any more (never at exit, where stops are sent)
         weakref.finalize(self, os.close, self._stop_w).atexit = False
-        self.parl_dir = parl_dir or os.path.dirname(os.path.abspath(parl.__file__))
+        self.parl_dir = parl_dir or _PARL_DIR
         package_root = os.path.dirname(self.parl_dir)
         env = afterfork.server_environment(dict(os.environ))
         env["PYTHONPATH"] = os.pathsep.join(
@@ -45,7 +47,7 @@ class ForkServer:
                 [
                     sys.executable,
                     "-c",
-                    "from parl.shm.forkserver import main; main()",
+                    "from parl.workers.forkserver import main; main()",
                     str(child.fileno()),
                     self.parl_dir,
                     str(stop_r),
