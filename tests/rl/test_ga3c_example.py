@@ -33,8 +33,11 @@ def test_ga3c_runs_end_to_end_with_two_local_simulators(
     assert (
         result["sample_steps"] // 128 - 1 <= result["train_steps"] <= result["sample_steps"] // 128
     )
-    learner_keys = {"waiting", "gathering", "predicting", "answering", "batching", "training"}
-    assert learner_keys <= set(result["learner_times"]), result["learner_times"]
+    # "waiting" shows only when every simulator was still stepping: not on every machine
+    learner_keys = {"gathering", "predicting", "answering", "batching", "training"}
+    assert learner_keys <= set(result["learner_times"]) <= learner_keys | {"waiting"}, result[
+        "learner_times"
+    ]
     assert result["actor_times"]["simulating"] > 0, result["actor_times"]
     assert result["actor_times"]["waiting for a prediction"] > 0, result["actor_times"]
     assert "learner time (of" in result["log"] and "simulator time, 2 simulators" in result["log"]
