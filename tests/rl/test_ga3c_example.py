@@ -35,9 +35,7 @@ def test_ga3c_runs_end_to_end_with_two_local_simulators(
     )
     # "waiting" shows only when every simulator was still stepping: not on every machine
     learner_keys = {"gathering", "predicting", "answering", "batching", "training"}
-    assert learner_keys <= set(result["learner_times"]) <= learner_keys | {"waiting"}, result[
-        "learner_times"
-    ]
+    assert learner_keys <= set(result["learner_times"]), result["learner_times"]
     assert result["actor_times"]["simulating"] > 0, result["actor_times"]
     assert result["actor_times"]["waiting for a prediction"] > 0, result["actor_times"]
     assert "learner time (of" in result["log"] and "simulator time, 2 simulators" in result["log"]
