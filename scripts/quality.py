@@ -134,6 +134,21 @@ EXPERIMENTS = {
                       "value": 4419},
         ),
         Experiment(
+            "GA3C", "ga3c", "GA3C", "CartPole-v1", 100_000, 10_000,
+            "mean return of 10 greedy evaluation episodes",
+            "the example's CartPole preset, 2 simulators of 4 envs",
+            flags=("--target_return", "1000"),
+            note="which simulators share a prediction batch depends on timing, so a run differs "
+            "from another at the same seed; --target_return 1000 keeps a solved run going",
+        ),
+        Experiment(
+            "MAPPO", "mappo", "MAPPO", "simple_speaker_listener", 1_000_000, 50_000,
+            "mean over the agents of the summed return of 10 greedy evaluation episodes",
+            "PARL's settings, 32 envs in 1 actor",
+            flags=("--env_num", "32", "--num_workers", "1", "--eval_episodes", "10"),
+            baseline={"name": "PARL's published curve at 1M steps", "value": -12},
+        ),
+        Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
             "mean return of 3 greedy evaluation episodes (the preset's)",
             "the example's CartPole preset, 2 actors",
