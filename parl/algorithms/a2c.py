@@ -29,7 +29,7 @@ from parl.algorithms.action_dists import (
 )
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_bool, check_float
+from parl.validation import check_bool, check_float
 
 __all__ = ["A2C"]
 

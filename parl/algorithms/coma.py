@@ -16,7 +16,7 @@ from parl.algorithms.offpolicy import clip_grad_norm, make_target
 from parl.core.algorithm import Algorithm
 from parl.core.model import sync_module_weights
 from parl.utils.device import get_device
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["COMA", "exploration_probs", "td_lambda_targets"]
 

@@ -13,7 +13,7 @@ from torch import nn
 from parl.algorithms.ddpg import ActorCriticBase
 from parl.algorithms.offpolicy import as_flat, make_adam
 from parl.algorithms.sac import LogAlpha, squashed_gaussian_sample
-from parl.utils.validation import check_bool, check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 __all__ = ["CQL", "squashed_gaussian_log_prob"]
 

@@ -19,7 +19,7 @@ from parl.algorithms.offpolicy import (
 )
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["DDPG", "ActorCriticBase"]
 

@@ -16,7 +16,7 @@ from parl.algorithms.offpolicy import (
 )
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["DQN"]
 
@@ -53,7 +53,7 @@ class DQN(Algorithm):
         device: str | torch.device = "auto",
     ) -> None:
         name = type(self).__name__
-        self.gamma = check_float("gamma", gamma, low=0.0, high=1.0, owner=name)
+        self.gamma = check_float("gamma", gamma, low=0, high=1, owner=name)
         self.lr = check_float("lr", lr, low=0.0, low_open=True, owner=name)
         if loss not in _LOSSES:
             raise ValueError(f"{name}: loss must be one of {_LOSSES}, got {loss!r}")
@@ -130,8 +130,4 @@ class DQN(Algorithm):
 
     def sync_target(self, decay: float = 0.0) -> None:
         """``target = decay * target + (1 - decay) * model``; the default copies (PARL's DQN)."""
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)):
-            raise TypeError(f"sync_target: decay must be a float in [0, 1], got {decay!r}")
-        if not 0.0 <= float(decay) <= 1.0:
-            raise ValueError(f"sync_target: decay must be a float in [0, 1], got {decay!r}")
-        self._target_sync(float(decay))
+        self._target_sync(check_float("decay", decay, low=0, high=1, owner="sync_target"))

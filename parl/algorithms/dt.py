@@ -12,7 +12,7 @@ from torch import nn
 
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["DecisionTransformer", "warmup_factor"]
 

@@ -20,8 +20,8 @@ from torch import nn
 from parl.algorithms.es_noise import SharedNoiseTable
 from parl.algorithms.es_optimizers import ESOptimizer, make_optimizer
 from parl.core.algorithm import Algorithm
-from parl.utils.validation import check_float
 from parl.utils.weight_sync import flat_parameters, load_flat_parameters, parameter_count
+from parl.validation import check_float
 
 __all__ = ["ES", "ESLearnResult", "compute_centered_ranks"]
 

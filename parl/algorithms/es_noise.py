@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from parl.utils.validation import check_int
+from parl.validation import check_int
 
 __all__ = ["SharedNoiseTable"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["SGD", "Adam", "ESOptimizer", "Momentum", "make_optimizer"]
 

@@ -31,7 +31,7 @@ from parl.algorithms.action_dists import (
 from parl.algorithms.vtrace import VTraceReturns, from_log_probs
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_bool, check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 __all__ = ["IMPALA", "VTraceLoss"]
 

@@ -14,7 +14,7 @@ from torch import nn
 from parl.algorithms.offpolicy import TargetSync, as_flat, make_adam, make_target
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["EXP_ADV_MAX", "IQL", "expectile_loss"]
 

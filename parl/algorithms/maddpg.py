@@ -15,7 +15,7 @@ from torch import nn
 from parl.algorithms.ddpg import ActorCriticBase
 from parl.algorithms.offpolicy import as_flat, clip_grad_norm
 from parl.core.torch.policy_distribution import SoftCategoricalDistribution
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["MADDPG"]
 

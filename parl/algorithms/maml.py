@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from parl.core.algorithm import Algorithm
-from parl.utils.validation import check_bool, check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 __all__ = ["MAML", "cosine_annealing_lr", "multi_step_loss_weights"]
 

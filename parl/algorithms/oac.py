@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from parl.algorithms.sac import SAC
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["OAC", "optimistic_shift"]
 

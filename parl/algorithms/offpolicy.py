@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from parl.core.model import sync_module_weights
+from parl.validation import check_float
 
 __all__ = [
     "TargetSync",
@@ -65,11 +66,9 @@ def soft_update_decay(decay: float | None, tau: float) -> float:
     """PARL's convention: ``decay=None`` means ``1 - tau``; otherwise a float in ``[0, 1]``."""
     if decay is None:
         return 1.0 - tau
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)):
-        raise TypeError(f"sync_target: decay must be a float in [0, 1] or None, got {decay!r}")
-    if not 0.0 <= float(decay) <= 1.0:
-        raise ValueError(f"sync_target: decay must be a float in [0, 1] or None, got {decay!r}")
-    return float(decay)
+    return check_float(
+        "decay", decay, low=0, high=1, owner="sync_target", what="a float in [0, 1] or None"
+    )
 
 
 class TargetSync:

@@ -8,7 +8,7 @@ from torch import nn
 
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["PolicyGradient"]
 

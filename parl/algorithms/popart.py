@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["PopArt"]
 

@@ -14,7 +14,7 @@ from parl.algorithms.offpolicy import make_target
 from parl.core.algorithm import Algorithm, require_model_methods
 from parl.core.model import sync_module_weights
 from parl.utils.device import get_device
-from parl.utils.validation import check_bool, check_float
+from parl.validation import check_bool, check_float, check_int
 
 __all__ = ["QMIX"]
 
@@ -119,12 +119,11 @@ class QMIX(Algorithm):
         name = type(self).__name__
         require_model_methods(agent_model, ("init_hidden", "forward"), name, "agent_model")
         require_model_methods(qmixer_model, ("forward",), name, "qmixer_model")
-        n_agents = getattr(qmixer_model, "n_agents", None)
-        if isinstance(n_agents, bool) or not isinstance(n_agents, int) or n_agents < 1:
-            raise TypeError(
-                f"{name}: qmixer_model must have an int attribute n_agents >= 1 (the number of "
-                f"agents it mixes), got {n_agents!r}; set self.n_agents in its __init__"
-            )
+        n_agents = check_int(
+            "qmixer_model.n_agents", getattr(qmixer_model, "n_agents", None), low=1, owner=name,
+            what="an int >= 1 (the number of agents it mixes)",
+            hint="set self.n_agents in its __init__",
+        )  # fmt: skip
         self.double_q = check_bool("double_q", double_q, owner=name)
         self.gamma = check_float("gamma", gamma, low=0.0, high=1.0, owner=name)
         self.lr = check_float("lr", lr, low=0.0, low_open=True, owner=name)

@@ -12,7 +12,7 @@ from torch import nn
 
 from parl.algorithms.ddpg import ActorCriticBase
 from parl.algorithms.offpolicy import as_flat, make_adam
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["SAC"]
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from parl.algorithms.ddpg import ActorCriticBase
 from parl.algorithms.offpolicy import as_flat
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["TD3"]
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from parl.core.model import Model
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["CausalBlock", "TrajectoryModel"]
 

@@ -6,7 +6,6 @@ The weight helpers are module-level functions so that ``parl.Algorithm`` can app
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from parl.errors import WeightsMismatchError
+from parl.validation import check_float
 
 __all__ = [
     "Model",
@@ -105,11 +105,7 @@ def set_module_weights(module: nn.Module, weights: Mapping[str, Any]) -> None:
 
 
 def _check_decay(decay: object) -> float:
-    if isinstance(decay, bool) or not isinstance(decay, numbers.Real):
-        raise TypeError(f"decay must be a float in [0, 1], got {decay!r} ({type(decay).__name__})")
-    if not 0.0 <= float(decay) <= 1.0:  # also rejects NaN
-        raise ValueError(f"decay must be a float in [0, 1], got {decay!r}")
-    return float(decay)
+    return check_float("decay", decay, low=0, high=1)
 
 
 def sync_module_weights(source: nn.Module, target: nn.Module, decay: float = 0.0) -> None:

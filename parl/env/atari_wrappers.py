@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
 
 from parl.env.compat_wrapper import CompatWrapper
+from parl.validation import check_int
 
 __all__ = [
     "EpisodicLifeEnv",
@@ -211,10 +212,7 @@ class EvaluationGames(gymnasium.Wrapper):
     """
 
     def __init__(self, env: gymnasium.Env, test_episodes: int = 3) -> None:
-        if isinstance(test_episodes, bool) or not isinstance(test_episodes, int):
-            raise TypeError(f"test_episodes must be an int >= 1, got {test_episodes!r}")
-        if test_episodes < 1:
-            raise ValueError(f"test_episodes must be >= 1, got {test_episodes}")
+        test_episodes = check_int("test_episodes", test_episodes, low=1)
         super().__init__(env)
         monitor = get_wrapper_by_cls(env, MonitorEnv)
         if monitor is None:

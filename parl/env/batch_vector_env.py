@@ -25,6 +25,7 @@ from gymnasium.vector.utils import batch_space
 
 from parl.env.env_batch import EnvBatch, EnvList, Infos, per_env_values, reset_seeds
 from parl.env.fast_envs import fast_builder
+from parl.validation import check_int
 
 __all__ = ["BatchVectorEnv"]
 
@@ -62,8 +63,7 @@ class BatchVectorEnv(gymnasium.vector.VectorEnv):
     ) -> None:
         if not isinstance(env_id, str):
             raise TypeError(f"env_id must be a registered gymnasium id (str), got {env_id!r}")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        num_envs = check_int("num_envs", num_envs, low=1)
         mode = _check_mode(autoreset_mode)
         gymnasium.spec(env_id)  # gymnasium's error for an unknown id, here
         build = fast_builder(env_id, num_envs, kwargs) if vectorize else None

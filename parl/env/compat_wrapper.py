@@ -27,6 +27,8 @@ from typing import Any, SupportsFloat
 import gymnasium
 import numpy as np
 
+from parl.validation import check_int
+
 __all__ = [
     "CompatWrapper",
     "V_GYM_CHANGED",
@@ -116,8 +118,8 @@ class CompatWrapper(gymnasium.Wrapper):
 
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed the next ``reset`` and the action and observation spaces; returns ``[seed]``."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        if seed is not None:
+            seed = check_int("seed", seed, what="an int or None")
         self._next_seed = seed
         if seed is not None:
             self.env.action_space.seed(seed)

@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from parl.env.multiagent_scenarios import open_env
+from parl.validation import check_bool, check_int
 
 __all__ = ["MAenv"]
 
@@ -68,12 +69,9 @@ class MAenv:
         max_cycles: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(continuous_actions, (bool, np.bool_)):
-            raise TypeError(f"continuous_actions must be a bool, got {continuous_actions!r}")
-        if max_cycles is not None and (
-            isinstance(max_cycles, bool) or not isinstance(max_cycles, int) or max_cycles < 1
-        ):
-            raise ValueError(f"max_cycles must be a positive int or None, got {max_cycles!r}")
+        check_bool("continuous_actions", continuous_actions)
+        if max_cycles is not None:
+            max_cycles = check_int("max_cycles", max_cycles, low=1, what="an int >= 1 or None")
         opened = open_env(scenario_name, bool(continuous_actions), max_cycles, kwargs)
         self.scenario_name = scenario_name
         self.env = opened.env
@@ -252,10 +250,7 @@ class MAenv:
         Args:
             agent_id: the agent's index in ``agents_name``.
         """
-        if isinstance(agent_id, bool) or not isinstance(agent_id, (int, np.integer)):
-            raise TypeError(f"agent_id must be an int in [0, {self.n}), got {agent_id!r}")
-        if not 0 <= agent_id < self.n:
-            raise ValueError(f"agent_id must be in [0, {self.n}), got {agent_id}")
+        agent_id = check_int("agent_id", agent_id, low=0, high=self.n - 1)
         if self._masks is None:
             return np.ones(self.act_shape_n[agent_id], dtype=bool)
         return self._masks()[agent_id]

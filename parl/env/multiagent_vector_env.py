@@ -32,6 +32,7 @@ from parl.env.env_worker import Builder
 from parl.env.multiagent_env import _SLACK, MAenv
 from parl.env.multiagent_scenarios import check_env_id
 from parl.env.remote_vector_env import RemoteVectorEnv, _check_common, _split
+from parl.validation import check_int
 
 __all__ = ["MAEnvList", "MultiAgentVectorEnv"]
 
@@ -266,8 +267,7 @@ class MultiAgentVectorEnv(RemoteVectorEnv):
             **kwargs: more arguments of :class:`MAenv` (``max_cycles=``, scenario settings).
         """
         check_env_id(env_id)
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        num_envs = check_int("num_envs", num_envs, low=1)
         fn = functools.partial(MAenv, env_id, continuous_actions, **kwargs)
         return cls([fn] * num_envs, num_workers, autoreset_mode, transport)
 

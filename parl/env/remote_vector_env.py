@@ -34,8 +34,9 @@ import parl
 from parl.env.env_batch import EnvList, Infos, check_same_spaces, per_env_values, reset_seeds
 from parl.env.env_worker import Builder, RemoteEnvWorker
 from parl.env.fast_envs import fast_builder
-from parl.remote.context import actors_share_memory
+from parl.remote import actors_share_memory
 from parl.shm.doorbell import DONE, INFOS, CallerBell, answers
+from parl.validation import check_int
 
 __all__ = ["RemoteVectorEnv"]
 
@@ -63,8 +64,7 @@ def _close_workers(workers: list[Any], bells: list[CallerBell]) -> None:
 
 def _check_common(num_workers: int, transport: str | None) -> str:
     """Checks the arguments ``__init__`` and ``make`` share; returns the transport to use."""
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+    check_int("num_workers", num_workers, low=1)
     if transport is None:
         transport = "shm" if actors_share_memory() else "values"
     if transport not in ("shm", "values"):
@@ -133,8 +133,7 @@ class RemoteVectorEnv(gymnasium.vector.VectorEnv):
         """
         if not isinstance(env_id, str):
             raise TypeError(f"env_id must be a registered gymnasium id (str), got {env_id!r}")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        num_envs = check_int("num_envs", num_envs, low=1)
         transport = _check_common(num_workers, transport)
         gymnasium.spec(env_id)  # raises gymnasium's error for an unknown id, here
         ranges = _split(num_envs, min(num_workers, num_envs))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from parl.monitoring.server import MonitorServer
+from parl.validation import check_int
 
 __all__ = ["Monitor", "MonitorServer", "monitor"]
 
@@ -92,11 +93,11 @@ def monitor(
         The running :class:`Monitor`; close it (or leave its ``with`` block) to stop serving.
 
     Raises:
-        ValueError: ``port`` is not an int from 0 to 65535, or ``token`` is too short.
+        TypeError: ``port`` is not an int.
+        ValueError: ``port`` is not from 0 to 65535, or ``token`` is too short.
         OSError: ``host:port`` cannot be bound (e.g. the port is taken).
     """
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int between 0 and 65535, got {port!r}")
+    check_int("port", port, low=0, high=65535)
     if token is not None and len(token) < 12:
         raise ValueError("a monitor's token must have at least 12 characters")
     return Monitor(host, port, token, token_required)

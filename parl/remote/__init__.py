@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parl.remote.context import connect, disconnect
+from parl.remote.context import actors_share_memory, connect, disconnect
 from parl.remote.decorator import remote_class
 from parl.remote.exceptions import (  # PARL's names, as its parl.remote exported them
     FutureFunctionError,
@@ -29,6 +29,7 @@ __all__ = [
     "RemoteSerializeError",
     "ResourceError",
     "GetTimeoutError",
+    "actors_share_memory",
     "close_actor",
     "connect",
     "disconnect",

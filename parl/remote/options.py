@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S
 from parl.shm.link import DEFAULT_THRESHOLD
+from parl.validation import check_float, check_int
 
 if TYPE_CHECKING:
     from parl.ssh.client import SSHOptions
@@ -165,30 +166,13 @@ def connect_options(
 def _check_numbers(
     slot_timeout: float, max_frame: int, shm_threshold: int, linger: float, stop_timeout: float
 ) -> None:
-    """ValueError for a numeric option out of its range (or not a number)."""
-    if (
-        isinstance(slot_timeout, bool)
-        or not isinstance(slot_timeout, (int, float))
-        or not (0 <= slot_timeout < float("inf"))
-    ):
-        raise ValueError(
-            f"slot_timeout must be a finite number of seconds >= 0, got {slot_timeout!r}"
-        )
-    if isinstance(max_frame, bool) or not isinstance(max_frame, int) or max_frame < 1 << 16:
-        raise ValueError(f"max_frame must be an int of at least 65536 (bytes), got {max_frame!r}")
-    if not isinstance(shm_threshold, int) or shm_threshold < 0:
-        raise ValueError(f"shm_threshold must be an int >= 0 (bytes), got {shm_threshold!r}")
-    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or not linger >= 0:
-        raise ValueError(f"linger must be a number of seconds >= 0, got {linger!r}")
-    if (
-        isinstance(stop_timeout, bool)
-        or not isinstance(stop_timeout, (int, float))
-        or not 0 <= stop_timeout < float("inf")
-    ):
-        raise ValueError(
-            f"stop_timeout must be a finite number of seconds >= 0 (e.g. stop_timeout=5), "
-            f"got {stop_timeout!r}"
-        )
+    """TypeError for a numeric option that is not a number, ValueError for one out of range."""
+    seconds = "a finite number of seconds >= 0"
+    check_float("slot_timeout", slot_timeout, low=0, what=seconds)
+    check_int("max_frame", max_frame, low=1 << 16, what="an int of at least 65536 (bytes)")
+    check_int("shm_threshold", shm_threshold, low=0, what="an int >= 0 (bytes)")
+    check_float("linger", linger, low=0, finite=False, what="a number of seconds >= 0")
+    check_float("stop_timeout", stop_timeout, low=0, what=seconds, hint="e.g. stop_timeout=5")
 
 
 def _ssh_options(
@@ -221,10 +205,7 @@ def _ssh_options(
     ssh = ssh if ssh is not None else SSHOptions()
     if accept_unknown_host_keys:
         ssh = dataclasses.replace(ssh, accept_unknown_host_keys=True)
-    if isinstance(monitor_port, bool) or not isinstance(monitor_port, int):
-        raise TypeError(f"monitor_port must be an int (0: no page), got {monitor_port!r}")
-    if not 0 <= monitor_port < 65536:
-        raise ValueError(f"monitor_port must be between 0 and 65535, got {monitor_port}")
+    check_int("monitor_port", monitor_port, low=0, high=65535, hint="0: no page")
     if install not in (None, "venv", "no"):
         raise ValueError(f"install must be 'venv', 'no' or None, got {install!r}")
     return ssh, wheelhouse(wheels)

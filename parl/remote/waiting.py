@@ -13,6 +13,7 @@ from typing import Any
 
 from parl.errors import ParlError
 from parl.remote.future import Future
+from parl.validation import check_float, check_int
 from parl.wire.framing import wait_readable
 
 _POLL_S = 0.25  # re-check at least this often (a reply read by another thread wakes nobody)
@@ -49,13 +50,10 @@ def wait(
         ValueError: ``num_returns`` is out of range, or ``timeout`` is negative.
     """
     futures = _check(futures, "wait")
-    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
-        raise TypeError(f"num_returns must be an int, got {num_returns!r}")
-    if not 0 <= num_returns <= len(futures):
-        raise ValueError(
-            f"num_returns must be between 0 and the number of futures ({len(futures)}), got "
-            f"{num_returns}"
-        )
+    num_returns = check_int(
+        "num_returns", num_returns, low=0, high=len(futures),
+        what=f"between 0 and the number of futures ({len(futures)})",
+    )  # fmt: skip
     deadline = None if timeout is None else time.monotonic() + _check_timeout(timeout)
     while True:
         done = [f for f in futures if not f.empty()]
@@ -130,6 +128,6 @@ def _check(futures: Any, name: str) -> list[Future]:
 
 
 def _check_timeout(timeout: Any) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
+    return check_float(
+        "timeout", timeout, low=0, finite=False, what="None or a number of seconds >= 0"
+    )

@@ -13,6 +13,9 @@ own.) ::
 
 The memory is reclaimed when the last view of it (here or in any actor) is dropped.
 
+For loops whose data already sits in shared arrays, :mod:`parl.shm.doorbell` (public too)
+replaces a remote call per round by one byte each way between the caller and a local actor.
+
 Handles are shared with local workers only: an actor on a cluster, on SSH hosts or on Ray
 cannot map this memory, so sending it one there (or it sending one back) raises
 :class:`parl.SharedHandleError` instead of passing a copy (:mod:`parl.shm.handles`).

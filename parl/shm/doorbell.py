@@ -17,6 +17,13 @@ are open, so nothing is left in the file system. End of stream on either side me
 side is gone: the caller then reports the actor's own error (its death, or the exception
 :meth:`ActorBell.serve` raised), the actor returns from :meth:`ActorBell.serve`. Actors on
 another host cannot open the FIFOs; ``RemoteVectorEnv`` then keeps to ordinary calls.
+
+The order of a session: the caller makes a :class:`CallerBell`; the actor, in a remote call,
+makes an :class:`ActorBell` from the caller's ``paths``; the caller then calls
+:meth:`CallerBell.connect`, starts the actor's long :meth:`ActorBell.serve` call (a future it
+does not wait for), and from then on each round is :meth:`CallerBell.ring` and
+:meth:`CallerBell.answer` (or :func:`answers` for several actors). :meth:`CallerBell.stop` ends
+the serving call, after which the actor takes ordinary calls again.
 """
 
 from __future__ import annotations
@@ -118,9 +125,11 @@ class CallerBell:
             self.unlink()
 
     def unlink(self) -> None:
+        """Remove the FIFOs' folder (the open ends keep working)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def ring(self) -> None:
+        """Tell the actor to run its step once; :meth:`answer` waits for it."""
         os.write(self.request, GO)
 
     def answer(self, may_spin: bool = False) -> tuple[bytes, Any]:
@@ -145,6 +154,7 @@ class CallerBell:
             pass
 
     def close(self) -> None:
+        """Close the caller's ends: a serving actor sees the end of the stream and returns."""
         self.unlink()
         for fd in (self.request, self.reply):
             if fd >= 0:
@@ -192,5 +202,6 @@ class ActorBell:
                 write(reply, DONE)
 
     def close(self) -> None:
+        """Close the actor's ends: the caller's next answer is (b"", None)."""
         for fd in (self.request, self.reply):
             os.close(fd)

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from parl.utils.replay_memory import ReplayMemory, Shape
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["PrioritizedReplayMemory", "PrioritizedTransitions", "SumTree"]
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from parl.utils import logger
-from parl.utils.validation import check_int
+from parl.validation import check_int
 
 __all__ = ["ReplayMemory", "Transitions"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from parl.utils.validation import check_float
+from parl.validation import check_float
 
 __all__ = ["calc_discount_sum_rewards", "calc_gae"]
 

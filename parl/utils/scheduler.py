@@ -11,7 +11,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["LinearDecayScheduler", "PiecewiseScheduler"]
 

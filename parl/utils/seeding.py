@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from parl.utils.validation import check_int
+from parl.validation import check_int
 
 __all__ = ["seed_env", "set_seed", "worker_seed"]
 

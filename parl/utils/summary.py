@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat
 import numpy as np
 
 from parl.utils import logger
+from parl.validation import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch.utils.tensorboard import SummaryWriter
@@ -72,9 +73,7 @@ def _check_tag(tag: object) -> str:
 def _check_step(global_step: object) -> int | None:
     if global_step is None:
         return None
-    if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
-        raise TypeError(f"global_step must be an int or None, got {global_step!r}")
-    return int(global_step)
+    return check_int("global_step", global_step, what="an int or None")
 
 
 def add_scalar(

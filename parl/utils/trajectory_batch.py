@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from parl.utils.validation import check_float, check_int
+from parl.validation import check_float, check_int
 
 __all__ = ["TrajectoryBatch", "TrajectorySampler", "returns_to_go", "trajectory_window"]
 

@@ -14,12 +14,12 @@ an abandoned call), shared by every connection.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError
+from parl.validation import check_float, check_int
 
 
 class CallTimeout(ParlError, TimeoutError):
@@ -40,11 +40,7 @@ class RemoteOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.wait, bool):
             raise TypeError(f"wait must be True or False, got {self.wait!r}")
-        if isinstance(self.n_gpu, bool) or not isinstance(self.n_gpu, int) or self.n_gpu < 0:
-            raise ValueError(
-                f"n_gpu must be an int >= 0 (GPUs the actor takes on a cluster host), got "
-                f"{self.n_gpu!r}"
-            )
+        check_int("n_gpu", self.n_gpu, low=0, hint="the GPUs the actor takes on a cluster host")
         for name in ("num_cpus", "num_gpus"):
             _check_resource(name, getattr(self, name))
         if self.num_gpus is not None and self.n_gpu and self.num_gpus != self.n_gpu:
@@ -57,42 +53,27 @@ class RemoteOptions:
 
 
 def _check_resource(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{name} must be a number (Ray's resource for the actor, e.g. {name}=0.5), got "
-            f"{type(value).__name__} {value!r}"
-        )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if value is not None:
+        check_float(
+            name, value, low=0, what="a finite number >= 0",
+            hint=f"Ray's resource for the actor, e.g. {name}=0.5",
+        )  # fmt: skip
 
 
 def _check_threads(threads: object) -> None:
-    if threads is None:
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError(
-            f"num_threads must be a positive int (threads per worker, e.g. "
-            f"num_threads=4), got {type(threads).__name__} {threads!r}"
-        )
-    if threads < 1:
-        raise ValueError(
-            f"num_threads must be at least 1, got {threads!r}; leave it out for the "
-            "default of one thread per worker"
-        )
+    if threads is not None:
+        check_int(
+            "num_threads", threads, low=1, what="a positive int (threads per worker)",
+            hint="e.g. num_threads=4; leave it out for the default of one thread per worker",
+        )  # fmt: skip
 
 
 def _check_memory(memory: object) -> None:
-    if memory is None:
-        return
-    if isinstance(memory, bool) or not isinstance(memory, (int, float)):
-        raise TypeError(
-            f"max_memory must be a number of megabytes (e.g. max_memory=1024), got "
-            f"{type(memory).__name__} {memory!r}"
-        )
-    if not math.isfinite(memory) or memory <= 0:
-        raise ValueError(f"max_memory must be a positive number of megabytes, got {memory!r}")
+    if memory is not None:
+        check_float(
+            "max_memory", memory, low=0, low_open=True,
+            what="a positive number of megabytes", hint="e.g. max_memory=1024",
+        )  # fmt: skip
 
 
 class ActorConnection(Protocol):

@@ -157,7 +157,7 @@ def test_evaluation_games_counts_games_from_its_monitor() -> None:
                        (True, [3.0, 3.0])]  # fmt: skip
     with pytest.raises(ValueError, match="needs a MonitorEnv inside env"):
         EvaluationGames(CountingEnv())
-    with pytest.raises(ValueError, match="test_episodes must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="test_episodes must be an int >= 1, got 0"):
         EvaluationGames(MonitorEnv(CountingEnv()), test_episodes=0)
 
 

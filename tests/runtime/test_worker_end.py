@@ -161,9 +161,13 @@ def test_the_fork_servers_exit_handlers_do_not_run_in_workers(tmp_path, monkeypa
     assert len(logged) == 1  # the fork server's own, at its own exit
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1, "5", True])
-def test_stop_timeout_must_be_a_finite_number(bad):
-    with pytest.raises(ValueError, match="stop_timeout"):
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(float("nan"), ValueError), (float("inf"), ValueError), (-1, ValueError), ("5", TypeError),
+     (True, TypeError)],
+)  # fmt: skip
+def test_stop_timeout_must_be_a_finite_number(bad, error):
+    with pytest.raises(error, match="stop_timeout must be a finite number of seconds >= 0"):
         parl.connect(stop_timeout=bad)
 
 

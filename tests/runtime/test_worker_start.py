@@ -42,7 +42,9 @@ def test_the_callers_omp_num_threads_applies_unless_the_class_says(monkeypatch):
 
 @pytest.mark.parametrize("bad", [0, -2])
 def test_num_threads_must_be_positive(bad):
-    with pytest.raises(ValueError, match=f"num_threads must be at least 1, got {bad}"):
+    with pytest.raises(
+        ValueError, match=rf"num_threads must be a positive int \(threads per worker\), got {bad}"
+    ):
         parl.remote_class(num_threads=bad)
 
 
