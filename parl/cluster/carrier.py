@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.cluster.auth import load_secret
 from parl.cluster.monitor import ACTORS_PERIOD_S, Every, actors_report
 from parl.cluster.upload import PROGRESS_PERIOD_S, upload
@@ -140,9 +140,7 @@ class ClusterCarrier:
                 classes.send_by_value(name)
             self._modules_seen |= new
 
-    def _start(
-        self, class_name: str, options: RemoteOptions, grant: control.Received
-    ) -> Connection:
+    def _start(self, class_name: str, options: RemoteOptions, grant: messages.Placed) -> Connection:
         # "": the master's own host agent, reached at the master's address
         where = (str(grant["host"]) or self._master_host, int(grant["port"]))
         # an SSH host's name in its hosts file: its agent's address may be a tunnel's end here
@@ -150,20 +148,20 @@ class ClusterCarrier:
         what = f"the host agent{of} at {where[0]}:{where[1]} ({grant.get('hostname')})"
         channel = self._channel(where, what, grant["token"])
         sock = control.dial(where, self._secret, what, self.max_frame)
-        request = {
-            "op": "actor",
-            "client": self._client_id,
-            "token": grant["token"],
-            "label": class_name,
-            "code": self._pack.digest,
-            "max_frame": self.max_frame,
-            "options": {
+        request = messages.Actor(
+            op="actor",
+            client=self._client_id,
+            token=grant["token"],
+            label=class_name,
+            code=self._pack.digest,
+            max_frame=self.max_frame,
+            options={
                 "max_memory": options.max_memory,
                 "num_threads": options.num_threads,
                 "n_gpu": options.n_gpu,
                 "stop_timeout": self.stop_timeout,
             },
-        }
+        )
         try:
             answer = control.request(sock, request, what, _START_TIMEOUT_S)
             if answer["op"] != "started":
@@ -195,7 +193,7 @@ class ClusterCarrier:
         finally:
             self._master_lock.release()
 
-    def _place(self, n_gpu: int = 0) -> control.Received:
+    def _place(self, n_gpu: int = 0) -> messages.Placed:
         """A grant of a free slot from the master, waiting up to ``slot_timeout`` for one. A
         master that went away (and maybe came back: a restart) is connected to once more; one
         that stopped answering (its machine or the network to it is gone) is an error at once,
@@ -221,9 +219,9 @@ class ClusterCarrier:
             except _MasterLost as exc:
                 raise ClusterError(str(exc)) from None
 
-    def _ask_for_slot(self, n_gpu: int) -> control.Received:
+    def _ask_for_slot(self, n_gpu: int) -> messages.Placed:
         try:
-            ask = {"op": "place", "timeout": self.slot_timeout, "n_gpu": n_gpu}
+            ask = messages.Place(op="place", timeout=self.slot_timeout, n_gpu=n_gpu)
             control.send(self._master, ask)
             while True:
                 answer = control.recv(self._master, self.slot_timeout + 10.0)
@@ -252,12 +250,13 @@ class ClusterCarrier:
         except OSError as exc:
             raise _MasterLost(f"lost the connection to {self._what}: {exc}") from exc
 
-    @staticmethod
-    def _granted(answer: control.Received) -> control.Received:
+    def _granted(self, answer: messages.ControlMessage) -> messages.Placed:
         if answer["op"] == "error":
             if answer.get("reason") == "no_slot":
                 raise ResourceError(str(answer.get("message")))
             raise ClusterError(str(answer.get("message")))
+        if answer["op"] != "placed":
+            raise ClusterError(f"{self._what} answered {answer['op']!r}, not 'placed'")
         return answer
 
     def _release(self, token: object) -> None:

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from parl.cluster import control, state
+from parl.cluster import control, messages, state
 from parl.cluster.auth import SECRET_ENV, load_secret, secret_path
 from parl.cluster.monitor import monitor_token
-from parl.errors import ParlError
+from parl.errors import ClusterError, ParlError
 
 _READY_TIMEOUT_S = 30.0
 _CACHE_HELP = (
@@ -520,15 +520,18 @@ def _status_json() -> int:
 
 
 def _ask_master(
-    address: str, request: control.Message, secret: bytes | None = None
-) -> control.Received:
-    """One request to the master at ``address``, and its answer."""
+    address: str, request: messages.Status, secret: bytes | None = None
+) -> messages.Status:
+    """One ``status`` request to the master at ``address``, and its answer."""
     secret = secret if secret is not None else load_secret()
     sock = control.dial(control.parse_address(address), secret, address)
     try:
-        return control.request(sock, request, address, 5.0)
+        answer = control.request(sock, request, address, 5.0)
     finally:
         sock.close()
+    if answer["op"] != "status":
+        raise ClusterError(f"the master at {address} answered {answer['op']!r}, not 'status'")
+    return answer
 
 
 def _stop(port: int | None) -> int:

@@ -42,8 +42,7 @@ KEEPALIVE_INTERVAL_S = 1
 KEEPALIVE_COUNT = 3
 USER_TIMEOUT_MS = 4000
 
-Message = dict[str, Any]  # a message to send
-Received = Mapping[str, Any]  # a received message, as a handler of any op reads it
+Message = dict[str, Any]  # a message to send, built as a plain dict
 AUTO_HOST = "auto"  # a host agent's ``--host`` default: where its link to the master leaves from
 
 
@@ -145,7 +144,7 @@ def allow_zero_window(sock: socket.socket) -> None:
             pass
 
 
-def send(sock: FrameSocket, message: Received) -> None:
+def send(sock: FrameSocket, message: Mapping[str, object]) -> None:
     sock.send(json.dumps(message, separators=(",", ":")).encode())
 
 
@@ -192,7 +191,7 @@ def dial(
 
 
 def request(
-    sock: FrameSocket, message: Message, what: str, timeout: float
+    sock: FrameSocket, message: Mapping[str, object], what: str, timeout: float
 ) -> messages.ControlMessage:
     """Send ``message`` and wait for the answer; an ``error`` answer raises ClusterError."""
     send(sock, message)

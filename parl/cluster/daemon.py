@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from parl.cluster import control, state
+from parl.cluster import control, messages, state
 from parl.cluster.auth import SECRET_ENV, load_secret
 from parl.cluster.hostagent import HostAgent
 from parl.cluster.master import Master
@@ -182,15 +182,15 @@ def _run_agent(
         port = server.port
         if advertise is not None:
             advertised, port = control.parse_address(advertise)
-        hello = {
-            "op": "register",
-            "host": advertised,
-            "port": port,
-            "hostname": agent.hostname,
-            "slots": cpus,
-            "gpus": len(agent.gpus),
-            "versions": agent.versions,
-        }
+        hello = messages.Register(
+            op="register",
+            host=advertised,
+            port=port,
+            hostname=agent.hostname,
+            slots=cpus,
+            gpus=len(agent.gpus),
+            versions=agent.versions,
+        )
         if label:
             hello["label"] = label
         master = MasterLink(where, secret, hello, agent, stop)
@@ -236,7 +236,7 @@ class MasterLink:
         self,
         where: tuple[str, int],
         secret: bytes,
-        hello: control.Message,
+        hello: messages.Register,
         agent: HostAgent,
         stop: threading.Event,
     ) -> None:
@@ -252,12 +252,12 @@ class MasterLink:
             control.request(link, self.hello, self.what, 10.0)
             with self._lock:
                 self._link = link
-            self.report({"op": "used", **self.agent.usage(), "token": None})
+            self.report({**self.agent.usage(), "token": None})
         except BaseException:
             link.close()
             raise
 
-    def report(self, message: control.Received) -> None:
+    def report(self, message: messages.Used | messages.Stats) -> None:
         """Send a report to the master; dropped while there is none (re-sent at registering)."""
         with self._lock:
             if self._link is None:

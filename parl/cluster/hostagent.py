@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
-from parl.cluster.server import Handler
+from parl.cluster.server import Handler, Route, by_op
 from parl.cluster.upload import CodeCache
 from parl.deploy.versions import local_versions
 from parl.wire.framing import FrameSocket, wait_readable
 from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, clip
 
 LAST_LINES = 100  # lines of output kept per actor
-Report = Callable[[control.Received], None]
+Report = Callable[[messages.Used | messages.Stats], None]  # where the agent's reports go
 
 
 @dataclass
@@ -56,7 +56,7 @@ class _Client:
         self.lock = threading.Lock()
         self.gone = False
 
-    def send(self, message: control.Message) -> None:
+    def send(self, message: messages.ControlMessage) -> None:
         with self.lock:
             if self.gone:
                 return
@@ -102,24 +102,26 @@ class HostAgent:
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return {
-            "caller": self._serve_caller,
-            "actor": self._start_actor,
-            "host": self._status,
-            "code": self.cache.receive,
-        }
+        return by_op(
+            Route(messages.Caller, self._serve_caller),
+            Route(messages.Actor, self._start_actor),
+            Route(messages.Host, self._status),
+            Route(messages.Code, self.cache.receive),
+        )
 
     @property
     def used(self) -> int:
         return self._used
 
-    def usage(self) -> control.Message:
-        """Used CPU slots and GPUs, as the master's ``used`` report carries them."""
-        return {"used": self._used, "gpu_used": len(self.gpus) - len(self._free_gpus)}
+    def usage(self) -> messages.Used:
+        """Used CPU slots and GPUs: the master's ``used`` report (with no grant token)."""
+        return messages.Used(
+            op="used", used=self._used, gpu_used=len(self.gpus) - len(self._free_gpus)
+        )
 
     # -- callers ------------------------------------------------------------------------------
 
-    def _serve_caller(self, sock: FrameSocket, hello: control.Received) -> None:
+    def _serve_caller(self, sock: FrameSocket, hello: messages.Caller) -> None:
         """A caller's control connection, until it ends; then its workers are stopped."""
         cid = str(hello.get("client", ""))
         client = _Client(cid, sock, bool(hello.get("forward", True)))
@@ -133,13 +135,13 @@ class HostAgent:
             return
         code = hello.get("code")
         client.send(
-            {
-                "op": "welcome",
-                "host": self.hostname,
-                "slots": self.slots,
-                "versions": self.versions,
-                "has_code": code is None or self.cache.prepare(cid, str(code)),
-            }
+            messages.Welcome(
+                op="welcome",
+                host=self.hostname,
+                slots=self.slots,
+                versions=self.versions,
+                has_code=code is None or self.cache.prepare(cid, str(code)),
+            )
         )
         try:
             while True:
@@ -160,7 +162,7 @@ class HostAgent:
                 self._stop_worker(pid, cid)
             self.cache.job_done(cid)
 
-    def _start_actor(self, sock: FrameSocket, request: control.Received) -> None:
+    def _start_actor(self, sock: FrameSocket, request: messages.Actor) -> None:
         """Fork a worker that takes over ``sock`` as its actor connection."""
         try:
             with self._lock:
@@ -184,7 +186,7 @@ class HostAgent:
         _answer(sock, {"op": "started", "pid": pid, "host": self.hostname})
         sock.close()  # the worker holds the connection now
 
-    def _take(self, request: control.Received) -> list[str]:
+    def _take(self, request: messages.Actor) -> list[str]:
         """Take a CPU slot, or the GPUs the request asks for (their ids); lock held."""
         n_gpu = (request.get("options") or {}).get("n_gpu") or 0
         if not isinstance(n_gpu, int) or n_gpu < 0:
@@ -214,7 +216,7 @@ class HostAgent:
                 self._used -= 1
 
     def _spawn(
-        self, sock: FrameSocket, client: _Client, request: control.Received, gpus: list[str]
+        self, sock: FrameSocket, client: _Client, request: messages.Actor, gpus: list[str]
     ) -> int:
         options = request.get("options") or {}
         label = str(request.get("label", "actor"))
@@ -291,7 +293,7 @@ class HostAgent:
             workers = list(self._workers.values())
         self.report(host_stats(workers, self.hostname))
 
-    def _status(self, sock: FrameSocket, request: control.Received) -> None:
+    def _status(self, sock: FrameSocket, request: messages.Host) -> None:
         with self._lock:
             actors = [
                 {"pid": w.pid, "label": w.label, "client": w.client, "lines": list(w.lines)}
@@ -341,11 +343,11 @@ class HostAgent:
             client.send({"op": "exited", "pid": worker.pid, "code": code})
         self._report_used(None)
 
-    def _report_used(self, token: object) -> None:
+    def _report_used(self, token: str | None) -> None:
         """Tell the master how many slots are used. The count is read under the report lock,
         so that of two reports racing, the one sent last carries the count as it is now."""
         with self._report_lock:
-            self.report({"op": "used", **self.usage(), "token": token})
+            self.report({**self.usage(), "token": token})
 
     def close(self) -> None:
         """Stop every worker (the fork server waits for them) and the agent's threads."""

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from parl._version import __version__
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.cluster.hostagent import Report
 from parl.cluster.monitor import ClusterView
-from parl.cluster.server import Handler
+from parl.cluster.server import Handler, Route, by_op
 from parl.wire.framing import FrameSocket
 
 GRANT_TTL_S = 30.0  # a grant that no actor used by then is a free slot again
@@ -91,11 +91,11 @@ class Master:
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return {
-            "register": self._serve_host,
-            "client": self._serve_client,
-            "status": self._serve_status,
-        }
+        return by_op(
+            Route(messages.Register, self._serve_host),
+            Route(messages.Client, self._serve_client),
+            Route(messages.Status, self._serve_status),
+        )
 
     # -- hosts --------------------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ class Master:
             self._hosts[hid] = record
             self._changed.notify_all()
 
-        def report(message: control.Received) -> None:
+        def report(message: messages.Used | messages.Stats) -> None:
             self._update(record, message)
 
         return hid, report
@@ -128,11 +128,9 @@ class Master:
             self._changed.notify_all()
         self.view.host_gone(hid)
 
-    def _update(self, record: _Host, message: control.Received) -> None:
-        if message.get("op") == "stats":
+    def _update(self, record: _Host, message: messages.Used | messages.Stats) -> None:
+        if message["op"] == "stats":
             self.view.host_stats(record.hid, message)
-            return
-        if message.get("op") != "used":
             return
         used, gpu_used = message.get("used"), message.get("gpu_used", 0)
         if not _is_int(used) or used < 0 or not _is_int(gpu_used) or gpu_used < 0:
@@ -145,7 +143,7 @@ class Master:
                 record.pending.pop(str(token), None)
             self._changed.notify_all()
 
-    def _serve_host(self, sock: FrameSocket, hello: control.Received) -> None:
+    def _serve_host(self, sock: FrameSocket, hello: messages.Register) -> None:
         """A remote host agent's connection: its reports, until it ends (the host is gone)."""
         port, slots, gpus = hello["port"], hello["slots"], hello.get("gpus", 0)
         if (
@@ -176,12 +174,13 @@ class Master:
             str(hello.get("label") or "")[:200],
         )
         try:
-            control.send(sock, {"op": "registered", "id": hid})
+            control.send(sock, messages.Registered(op="registered", id=hid))
             while True:
                 message = control.recv(sock)
                 if message is None:
                     break
-                report(message)
+                if message["op"] in ("used", "stats"):  # another op: a newer agent's, ignored
+                    report(message)
         finally:
             self.remove_host(hid)
             sock.close()
@@ -215,7 +214,7 @@ class Master:
 
     # -- callers ------------------------------------------------------------------------------
 
-    def _serve_client(self, sock: FrameSocket, hello: control.Received) -> None:
+    def _serve_client(self, sock: FrameSocket, hello: messages.Client) -> None:
         with self._lock:
             self._clients += 1
         grants: set[str] = set()  # this caller's grants: dropped when it goes
@@ -224,7 +223,7 @@ class Master:
         try:
             with self._lock:
                 hosts = [h.describe() for h in self._hosts.values()]
-            control.send(sock, {"op": "welcome", "hosts": hosts, "monitor": self.monitoring})
+            control.send(sock, messages.Welcome(op="welcome", hosts=hosts, monitor=self.monitoring))
             while True:
                 message = control.recv(sock)
                 if message is None:
@@ -280,7 +279,7 @@ class Master:
             for token in grants & record.pending.keys():
                 record.pending[token] = (now + GRANT_TTL_S, record.pending[token][1])
 
-    def _serve_status(self, sock: FrameSocket, request: control.Received) -> None:
+    def _serve_status(self, sock: FrameSocket, request: messages.Status) -> None:
         """``xparl status``: one answer, then the connection ends (with ``full``: the monitor
         page's data too, for ``xparl status --json``)."""
         try:
@@ -299,6 +298,7 @@ class Master:
         free; wait up to ``timeout`` for one."""
         deadline = time.monotonic() + timeout
         told = False
+        grant: messages.Placed | messages.Error
         gpu = n_gpu > 0
         need = max(n_gpu, 1)
         with self._changed:
@@ -312,25 +312,26 @@ class Master:
                     live = {t for h in self._hosts.values() for t in h.pending}
                     grants.intersection_update(live)  # forget the grants used by now
                     grants.add(token)
-                    grant = {
-                        "op": "placed",
-                        "host": best.host,
-                        "port": best.port,
-                        "hostname": best.hostname,
-                        "token": token,
-                        **({"label": best.label} if best.label else {}),
-                    }
+                    grant = messages.Placed(
+                        op="placed",
+                        host=best.host,
+                        port=best.port,
+                        hostname=best.hostname,
+                        token=token,
+                    )
+                    if best.label:
+                        grant["label"] = best.label
                     break
                 slots, used = self._totals(now, gpu, local)
                 if now >= deadline:
-                    grant = {
-                        "op": "error",
-                        "message": self._none_free(timeout, n_gpu, now, local),
-                        "reason": "no_slot",
-                    }
+                    grant = messages.Error(
+                        op="error",
+                        message=self._none_free(timeout, n_gpu, now, local),
+                        reason="no_slot",
+                    )
                     break
                 if not told:
-                    control.send(sock, {"op": "waiting", "slots": slots, "used": used})
+                    control.send(sock, messages.Waiting(op="waiting", slots=slots, used=used))
                     told = True
                 # this connection is not read while it waits here, so an ``extend`` from
                 # another thread of the caller (uploading under an earlier grant) would not
@@ -381,13 +382,13 @@ class Master:
             hosts = [dict(h.describe(), id=h.hid) for h in self._hosts.values()]
         return self.view.snapshot(hosts, __version__)
 
-    def status(self) -> control.Message:
+    def status(self) -> messages.Status:
         with self._lock:
-            return {
-                "op": "status",
-                "hosts": [h.describe() for h in self._hosts.values()],
-                "clients": self._clients,
-            }
+            return messages.Status(
+                op="status",
+                hosts=[h.describe() for h in self._hosts.values()],
+                clients=self._clients,
+            )
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -58,9 +58,15 @@ class Used(TypedDict):
 
 
 class Stats(TypedDict):
-    """A host agent's figures for the monitor page (see :mod:`parl.cluster.monitor`)."""
+    """A host agent's figures for the monitor page (see :mod:`parl.cluster.monitor`): the
+    machine's CPU use, load, CPU count and memory in bytes, and each worker's."""
 
     op: Literal["stats"]
+    cpu_percent: NotRequired[float]
+    load: NotRequired[list[float]]
+    cpus: NotRequired[int]
+    memory_used: NotRequired[int]
+    memory_total: NotRequired[int]
     workers: NotRequired[list[Any]]
 
 
@@ -128,11 +134,14 @@ class Extend(TypedDict):
 
 
 class Status(TypedDict):
-    """``xparl status``'s request (``full``: the monitor's data too), and the answer."""
+    """``xparl status``'s request (``full``: the monitor's data too), and the answer: the
+    hosts, how many callers are connected, and with ``full`` the monitor page's data."""
 
     op: Literal["status"]
     full: NotRequired[bool]
     hosts: NotRequired[list[Any]]
+    clients: NotRequired[int]
+    monitor: NotRequired[dict[str, Any]]
 
 
 class Host(TypedDict):
@@ -142,9 +151,13 @@ class Host(TypedDict):
 
 
 class Actors(TypedDict):
-    """A caller's report of its actors to a monitoring master."""
+    """A caller's report of its actors to a monitoring master (``client``: its id;
+    ``hostname`` and ``pid``: where the caller runs)."""
 
     op: Literal["actors"]
+    client: NotRequired[str]
+    hostname: NotRequired[str]
+    pid: NotRequired[int]
     actors: NotRequired[list[Any]]
 
 
@@ -246,7 +259,7 @@ ControlMessage = (
     Register | Registered | Used | Stats | Client | Welcome | Place | Waiting | Placed
     | Release | Extend | Status | Host | Actors | Error | Caller | Actor | Started | Output
     | Exited | Stop | Code | Send | Stored
-)
+)  # fmt: skip
 
 
 class MessageError(ConnectionError):
@@ -277,6 +290,12 @@ def check(message: object) -> TypeGuard[ControlMessage]:
     return True
 
 
+def op_of(kind: type) -> str:
+    """The op of a message class above (``Register`` -> ``"register"``)."""
+    (op,) = get_args(get_type_hints(kind)["op"])
+    return str(op)
+
+
 _JSON_NAMES = {int: "an int", float: "a number", str: "a string", bool: "true or false",
                dict: "an object", list: "a list", type(None): "null"}  # fmt: skip
 _checks: dict[str, tuple[tuple[str, tuple[type, ...]], ...]] | None = None
@@ -291,8 +310,7 @@ def _required() -> dict[str, tuple[tuple[str, tuple[type, ...]], ...]]:
         checks = {}
         for cls in MESSAGES:
             hints = get_type_hints(cls, include_extras=True)
-            (op,) = get_args(hints["op"])
-            checks[op] = tuple(
+            checks[op_of(cls)] = tuple(
                 (name, _kinds(hint))
                 for name, hint in hints.items()
                 if name != "op" and get_origin(hint) is not NotRequired

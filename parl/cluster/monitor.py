@@ -19,12 +19,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeGuard
 
 import psutil
 
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.monitoring.snapshot import HISTORY_S, actor_record, resident_memory
 
 STATS_PERIOD_S = 1.0
@@ -43,7 +43,7 @@ def monitor_token(secret: bytes) -> str:
 # -- host agents --------------------------------------------------------------------------------
 
 
-def host_stats(workers: list[Any], hostname: str) -> dict[str, Any]:
+def host_stats(workers: list[Any], hostname: str) -> messages.Stats:
     """A host agent's ``stats`` report: this machine and each of ``workers`` (its _Worker
     records: pid, label, client, lines that carry the actor's prefix). Fewer lines per worker
     when they would not fit in half a control frame: a report the master refuses would stop
@@ -56,7 +56,7 @@ def host_stats(workers: list[Any], hostname: str) -> dict[str, Any]:
         shown //= 2
 
 
-def _host_stats(workers: list[Any], hostname: str, shown: int) -> dict[str, Any]:
+def _host_stats(workers: list[Any], hostname: str, shown: int) -> messages.Stats:
     memory = psutil.virtual_memory()
     return {
         "op": "stats",
@@ -107,7 +107,7 @@ class Every:
 # -- callers ------------------------------------------------------------------------------------
 
 
-def actors_report(client: str, connections: list[Any]) -> dict[str, Any]:
+def actors_report(client: str, connections: list[Any]) -> messages.Actors:
     """A caller's ``actors`` report: its cluster actors as it sees them."""
     now = time.time()
     return {
@@ -128,16 +128,17 @@ class ClusterView:
     def __init__(self) -> None:
         self.started = time.time()
         self._lock = threading.Lock()
-        self._stats: dict[int, Mapping[str, Any]] = {}
+        self._stats: dict[int, messages.Stats] = {}
         self._history: dict[int, tuple[deque[float], deque[float]]] = {}
-        self._clients: dict[str, tuple[float, Mapping[str, Any]]] = {}
+        self._clients: dict[str, tuple[float, messages.Actors]] = {}
         # (host id, pid) -> the last lines a worker printed, kept after it ended: a dead
         # actor's last words are what its user wants to see
         self._lines: dict[tuple[int, int], list[str]] = {}
 
-    def host_stats(self, hid: int, message: Mapping[str, Any]) -> None:
-        cpu, used, total = (message.get(k) for k in ("cpu_percent", "memory_used", "memory_total"))
-        if not all(isinstance(v, (int, float)) for v in (cpu, used, total)) or not total:
+    def host_stats(self, hid: int, message: messages.Stats) -> None:
+        cpu = message.get("cpu_percent")
+        used, total = message.get("memory_used"), message.get("memory_total")
+        if not (_is_number(cpu) and _is_number(used) and _is_number(total)) or not total:
             return
         with self._lock:
             self._stats[hid] = message
@@ -150,15 +151,15 @@ class ClusterView:
             history = self._history.setdefault(
                 hid, (deque(maxlen=HISTORY_S), deque(maxlen=HISTORY_S))
             )
-            history[0].append(round(float(cpu), 1))  # type: ignore[arg-type]
-            history[1].append(round(100.0 * used / total, 1))  # type: ignore[operator]
+            history[0].append(round(float(cpu), 1))
+            history[1].append(round(100.0 * used / total, 1))
 
     def host_gone(self, hid: int) -> None:
         with self._lock:
             self._stats.pop(hid, None)
             self._history.pop(hid, None)
 
-    def client_actors(self, key: str, message: Mapping[str, Any]) -> None:
+    def client_actors(self, key: str, message: messages.Actors) -> None:
         if isinstance(message.get("actors"), list):
             with self._lock:
                 self._clients[key] = (time.monotonic(), message)
@@ -174,12 +175,12 @@ class ClusterView:
             stats = dict(self._stats)
             kept = dict(self._lines)
             history = {hid: (list(c), list(m)) for hid, (c, m) in self._history.items()}
-            clients = [(at, dict(m)) for at, m in self._clients.values()]
+            clients = [(at, m.copy()) for at, m in self._clients.values()]
         workers: dict[tuple[str, int], dict[str, Any]] = {}
         last_words: dict[tuple[str, int], list[str]] = {}
         host_rows = []
         for host in hosts:
-            own = stats.get(host["id"], {})
+            own = stats.get(host["id"], messages.Stats(op="stats"))
             for (hid, pid), lines in kept.items():
                 if hid == host["id"]:
                     last_words[(host["hostname"], pid)] = lines
@@ -233,3 +234,8 @@ class ClusterView:
             "hosts": host_rows,
             "clients": client_rows,
         }
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    """Whether a figure of a report is a JSON number (an int or a float)."""
+    return isinstance(value, (int, float))

@@ -5,6 +5,10 @@ Each accepted connection gets a thread. The thread runs the handshake of
 chooses the handler) and runs the handler, which owns the connection from then on. A peer
 that fails the handshake, sends garbage or an oversized frame loses its connection; the
 server goes on serving.
+
+Each handler is registered for the message class of its op (:class:`Route`), so that it
+reads the first message as that class: ``Route(messages.Register, serve_host)`` has mypy
+check that ``serve_host`` takes a :class:`parl.cluster.messages.Register`.
 """
 
 from __future__ import annotations
@@ -13,14 +17,45 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.cluster.auth import HANDSHAKE_TIMEOUT_S, serve_handshake
 from parl.wire.framing import FrameSocket
 
-Handler = Callable[[FrameSocket, control.Received], None]
 log = logging.getLogger("parl.cluster")
+M = TypeVar("M", bound=messages.ControlMessage)
+
+
+class Handler(Protocol):
+    """Serves the connections whose first message has op ``op``: from that message on, the
+    connection is the handler's."""
+
+    op: str
+
+    def __call__(self, sock: FrameSocket, hello: messages.ControlMessage, /) -> None: ...
+
+
+class Route(Generic[M]):
+    """``handle`` as the :class:`Handler` of the op of message class ``kind``."""
+
+    def __init__(self, kind: type[M], handle: Callable[[FrameSocket, M], None]) -> None:
+        self.op = messages.op_of(kind)
+        self._handle = handle
+
+    def __call__(self, sock: FrameSocket, hello: messages.ControlMessage, /) -> None:
+        if not self._takes(hello):
+            raise ValueError(f"a {hello['op']!r} message came to the {self.op!r} handler")
+        self._handle(sock, hello)
+
+    def _takes(self, hello: messages.ControlMessage) -> TypeGuard[M]:
+        # the op is the class's (op_of), and control.recv has checked the op's fields
+        return hello["op"] == self.op
+
+
+def by_op(*handlers: Handler) -> dict[str, Handler]:
+    """``handlers`` keyed by their ops, as :class:`Server` takes them."""
+    return {handler.op: handler for handler in handlers}
 
 
 class Server:

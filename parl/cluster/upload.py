@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from parl.cluster import control
+from parl.cluster import control, messages
 from parl.deploy import cache
 from parl.deploy.packer import Pack
 from parl.errors import DeploymentError
@@ -29,7 +29,7 @@ class CodeCache(cache.CodeCache):
     """A host agent's code cache (:class:`parl.deploy.cache.CodeCache`) that also takes the
     archives callers upload to it (the ``code`` op)."""
 
-    def receive(self, sock: FrameSocket, hello: control.Received) -> None:
+    def receive(self, sock: FrameSocket, hello: messages.Code) -> None:
         """The ``code`` handler: an archive of ``hello["size"]`` bytes, in raw frames."""
         try:
             digest, size = hello.get("digest"), hello.get("size")
@@ -80,7 +80,7 @@ def upload(
 
     sock = control.dial(address, secret, what)
     try:
-        hello = {"op": "code", "digest": pack.digest, "size": len(pack.data)}
+        hello = messages.Code(op="code", digest=pack.digest, size=len(pack.data))
         answer = control.request(sock, hello, what, UPLOAD_TIMEOUT_S)
         if answer["op"] == "send":
             view = memoryview(pack.data)
