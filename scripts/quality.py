@@ -59,6 +59,8 @@ class Experiment:
     note: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     variant: str = ""  # tells apart two experiments of one example on one task
+    lower_is_better: bool = False  # a loss: the best evaluation is the smallest
+    every_flag: str = ""  # the example's flag for ``every``, where it is not the usual one
 
     @property
     def name(self) -> str:
@@ -68,9 +70,11 @@ class Experiment:
         """The example's command line for ``seed``."""
         script = f"examples/{self.example}/train.py"
         if self.unit == "episodes":
-            budget = ["--max_episodes", str(steps), "--eval_every", str(self.every)]
+            every = self.every_flag or "--eval_every"
+            budget = ["--max_episodes", str(steps), every, str(self.every)]
         else:
-            budget = ["--train_total_steps", str(steps), "--test_every_steps", str(self.every)]
+            every = self.every_flag or "--test_every_steps"
+            budget = ["--train_total_steps", str(steps), every, str(self.every)]
         return ["python", script, "--env", self.env, "--seed", str(seed), *budget, *self.flags,
                 "--logdir", logdir, "--torch_threads", "1", "--no_progress"]  # fmt: skip
 
@@ -147,6 +151,30 @@ EXPERIMENTS = {
             "PARL's settings, 32 envs in 1 actor",
             flags=("--env_num", "32", "--num_workers", "1", "--eval_episodes", "10"),
             baseline={"name": "PARL's published curve at 1M steps", "value": -12},
+        ),
+        Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
+            "mean of 3 evaluation episodes' return summed over the agents",
+            "PARL's settings, discrete actions", unit="episodes",
+            every_flag="--test_every_episodes",
+            baseline={"name": "PARL's published figure (discrete actions)", "value": -35},
+            note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple", 25_000, 1_000,
+            "mean of 3 evaluation episodes' return summed over the agents",
+            "PARL's settings, discrete actions", unit="episodes",
+            every_flag="--test_every_episodes",
+            baseline={"name": "PARL's published figure (discrete actions)", "value": -20},
+            note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
+            "MAML++", "maml", "MAML", "sine", 40_000, 500,
+            "test MSE on 10,000 held-out 5-shot tasks (lower is better)",
+            "PARL's full protocol: 80 epochs of 500 meta-updates of 16 tasks",
+            flags=("--algo", "maml++"), tag="test/loss", seeds=(0,), lower_is_better=True,
+            baseline={"name": "PARL's published MAML++ figure", "value": 0.34},
+            note="one seed; a step is one meta-update",
         ),
         Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
@@ -227,7 +255,7 @@ def finished(
         runs.append({
             "seed": seed,
             "final": points[-1][1],
-            "best": max(value for _, value in points),
+            "best": (min if experiment.lower_is_better else max)(value for _, value in points),
             "wall_seconds": None if first is None else round(last - first, 1),
             "evaluations": [[step, round(value, 2)] for step, value in points],
         })  # fmt: skip
