@@ -95,8 +95,7 @@ def connect(
         wheels: (SSH hosts only.) A folder of wheel files for ``install="venv"``.
 
     Raises:
-        TypeError: ``address`` is not a string, ``distributed_files`` not a list of globs, or
-            a numeric option not a number.
+        TypeError: ``address``, ``distributed_files`` or a numeric option of the wrong type.
         ValueError: A malformed ``"host:port"``, an option out of range, or an SSH-only option
             (``monitor_port``, ``install``, ``wheels``) without ``hosts``.
         parl.errors.HostsFileError: ``address`` has no port and names no file.
