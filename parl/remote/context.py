@@ -108,7 +108,7 @@ def connect(
         slot_timeout=slot_timeout, max_frame=max_frame, hosts=hosts, ssh=ssh,
         accept_unknown_host_keys=accept_unknown_host_keys, monitor_port=monitor_port,
         install=install, wheels=wheels,
-    )
+    )  # fmt: skip
     _switch_to(options)
 
 

@@ -44,7 +44,7 @@ def test_a_well_formed_message_passes(message):
         ({"op": "register", "host": 3, "port": 1, "slots": 1}, "field 'host' must be a string, got 3"),
         ({"op": "started", "pid": 1.5}, "control message 'started': field 'pid' must be an int"),
     ],
-)
+)  # fmt: skip
 def test_a_malformed_message_names_the_op_and_the_field(message, words):
     with pytest.raises(MessageError) as info:
         messages.check(message)
