@@ -83,7 +83,9 @@ def build_agent(config: dict[str, Any], obs_space: gym.Space, action_space: gym.
     assert obs_space.shape is not None
     act_dim = int(action_space.n)
     if config["env_name"].startswith("CartPole"):
-        model: parl.Model = CartpoleModel(int(obs_space.shape[0]), act_dim)
+        model: parl.Model = CartpoleModel(
+            int(obs_space.shape[0]), act_dim, value_scale=config.get("value_scale", 1.0)
+        )
     else:
         model = AtariModel(act_dim, config.get("env_dim", 42))
     lr = config["lr_scheduler"][0][1]

@@ -20,6 +20,7 @@ cartpole_config: dict[str, Any] = {
     "lr_scheduler": [(0, 1e-3)],  # (update, learning rate)
     "entropy_coeff_scheduler": [(0, -0.01)],  # (update, coefficient); negative: a bonus
     "vf_loss_coeff": 0.5,
+    "value_scale": 10.0,  # the critic's output x 10: returns reach 100 (see model.py)
     "eval_episodes": 10,
     "test_every_steps": 10_000,
 }

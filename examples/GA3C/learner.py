@@ -144,6 +144,18 @@ class Predictor:
         }
 
 
+def bootstrap_time_limits(
+    rewards: np.ndarray, truncated_obs: dict[int, np.ndarray], values: np.ndarray, gamma: float
+) -> np.ndarray:
+    """``rewards (env_num,)`` with ``gamma * V(last obs)`` added for the episodes a time limit
+    cut (``truncated_obs``' envs, ``values`` in its order): the step is marked done, so GAE
+    does not look past it, but its return goes on. An episode that terminated gets nothing."""
+    rewards = rewards.copy()
+    for env, value in zip(truncated_obs, values, strict=True):
+        rewards[env] += gamma * value
+    return rewards
+
+
 class Segment:
     """One simulator's last ``t_max`` steps, time-major ``(t_max, env_num)``."""
 
@@ -273,9 +285,9 @@ class Learner:
                 self.config["t_max"], len(reply["obs"]), reply["obs"]
             )
         else:
-            rewards = reply["rewards"].copy()
-            for env, value in zip(reply["truncated_obs"], cut_values, strict=True):
-                rewards[env] += gamma * value  # bootstrap through a time limit
+            rewards = bootstrap_time_limits(
+                reply["rewards"], reply["truncated_obs"], cut_values, gamma
+            )
             segment.outcome(rewards, reply["dones"])
             self.sample_steps += len(rewards)
             self.episode_returns.extend(reply["episodes"])

@@ -1,10 +1,11 @@
 """The GA3C example with real simulator processes: it trains end to end on CartPole with 2
 local simulators and reports where the time went; its predictor answers several simulators in
 one batch, serves them oldest call first (none starved) and never waits for a straggler; a
-segment's advantages match numbers worked by hand; the Atari preset trains on Pong; an env it
-cannot run is named. A killed simulator, a resumed run, the flags and Ray are tested with the
-other distributed examples (``test_distributed_examples.py``, ``test_example_flags.py``,
-``test_examples_on_ray.py``)."""
+segment's advantages match numbers worked by hand; a time limit bootstraps where a fallen
+pole does not; the CartPole critic learns returns up to 100 rather than one value for every
+state; the Atari preset trains on Pong; an env it cannot run is named. A killed simulator, a
+resumed run, the flags and Ray are tested with the other distributed examples
+(``test_distributed_examples.py``, ``test_example_flags.py``, ``test_examples_on_ray.py``)."""
 
 from __future__ import annotations
 
@@ -156,6 +157,90 @@ def test_segments_bootstrap_from_the_next_value_and_batches_keep_the_rest(
     assert "SEGMENT [3.5, 5.0] [4.5, 7.0] [1, 0] [7.0, 8.0] 0" in lines, proc.stdout
     assert lines.count("READY False") == 2 and "READY True" in lines
     assert "BATCH 0 127 128 22 False 128" in lines, proc.stdout
+
+
+TIME_LIMIT_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {folder!r})
+from learner import bootstrap_time_limits
+from simulator import Simulator
+
+# two CartPole envs in one simulator: env 0 cut by a 3-step time limit, env 1 pushed right
+# until its pole falls
+sim = Simulator._original({{"env_name": "CartPole-v1", "env_num": 2}}, 0)
+sim.envs.envs[0].env._max_episode_steps = 3
+sim.reset()
+for t in range(50):
+    before = sim.envs.envs[0].unwrapped.state.copy()
+    out = sim.step(np.array([t % 2, 1]))
+    rewards = bootstrap_time_limits(out["rewards"], out["truncated_obs"],
+                                    np.full(len(out["truncated_obs"]), 10.0), 0.5)
+    if t == 2:  # the time limit: done, bootstrapped from the last observation (not the reset one)
+        last = out["truncated_obs"][0]
+        print("CUT", out["dones"].tolist(), list(out["truncated_obs"]), rewards.tolist(),
+              bool(np.abs(last - before).max() < 0.5), bool(np.array_equal(last, out["obs"][0])))
+    if out["dones"][1]:  # the pole fell: done, no bootstrap
+        print("FELL", out["dones"][1], 1 in out["truncated_obs"], rewards[1])
+        break
+"""
+
+
+def test_a_time_limit_bootstraps_from_the_last_value_and_a_fallen_pole_does_not(
+    run_python: RunPython,
+) -> None:
+    """CartPole's 500-step limit truncates a balanced pole: that step ends the segment's GAE
+    (done) but its reward gets ``gamma * V(last observation)``, the observation before the
+    reset, so the critic learns returns of up to 100 rather than a countdown to the limit.
+    An episode that terminated gets no bootstrap (reward 1, gamma 0.5, value 10 here)."""
+    proc = run_python(TIME_LIMIT_SCRIPT.format(folder=str(GA3C_DIR)), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CUT [True, False] [0] [6.0, 1.0] True False" in proc.stdout, proc.stdout
+    assert "FELL True False 1.0" in proc.stdout, proc.stdout
+
+
+CRITIC_SCRIPT = """
+import sys
+import gymnasium as gym
+import numpy as np
+import torch
+sys.path.insert(0, {folder!r})
+torch.set_num_threads(1)
+from agent import build_agent
+from ga3c_config import cartpole_config
+
+torch.manual_seed(0)
+rng = np.random.default_rng(0)
+env = gym.make("CartPole-v1")
+agent = build_agent(cartpole_config, env.observation_space, env.action_space)
+high = np.array([2.4, 1.0, 0.21, 1.0], np.float32)
+
+def batch(n):  # returns from 100 (upright pole) down to 10 (about to fall)
+    obs = rng.uniform(-1, 1, (n, 4)).astype(np.float32) * high
+    return obs, (100 - 90 * np.abs(obs[:, 2]) / high[2]).astype(np.float32)
+
+for _ in range({updates}):  # the critic alone: zero advantages
+    obs, target = batch(128)
+    agent.learn(obs, np.zeros(128, np.int64), np.zeros(128, np.float32), target)
+obs, target = batch(1000)
+values = agent.alg.value(torch.as_tensor(obs)).numpy()
+print("EXPLAINED", 1 - np.var(target - values) / np.var(target))
+print("SPREAD", values.max() - values.min())
+"""
+
+
+def test_the_cartpole_critic_learns_returns_up_to_100_instead_of_a_constant(
+    run_python: RunPython,
+) -> None:
+    """The preset's critic, trained as the example trains it (sums, Adam at 1e-3, clipped to a
+    norm of 40) for 800 updates (the updates of 100,000 steps), on returns of 10 to 100: it
+    follows them. An unscaled tanh network saturates at one value for every state here (about
+    54, as it did in training), which left GA3C's policy gradient without a baseline."""
+    proc = run_python(CRITIC_SCRIPT.format(folder=str(GA3C_DIR), updates=800), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = {ln.split()[0]: float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln}
+    assert lines["EXPLAINED"] > 0.9, proc.stdout
+    assert lines["SPREAD"] > 50, proc.stdout
 
 
 def test_ga3c_trains_on_pong_with_42_pixel_frames(run_python: RunPython, tmp_path: Path) -> None:
