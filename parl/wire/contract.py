@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError
-from parl.validation import check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 
 class CallTimeout(ParlError, TimeoutError):
@@ -38,8 +38,7 @@ class RemoteOptions:
     num_gpus: float | None = None  # Ray's GPUs for the actor (None: n_gpu); others ignore it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.wait, bool):
-            raise TypeError(f"wait must be True or False, got {self.wait!r}")
+        wait = check_bool("wait", self.wait)
         n_gpu = check_int(
             "n_gpu", self.n_gpu, low=0, hint="the GPUs the actor takes on a cluster host"
         )
@@ -52,8 +51,9 @@ class RemoteOptions:
                 "places the actor on a cluster, num_gpus on Ray, where n_gpu counts too)"
             )
         # the checked values replace the given ones: a numpy int would reach the cluster's JSON
-        # messages (n_gpu, num_threads, max_memory) unconverted
+        # messages (n_gpu, num_threads, max_memory) unconverted, a numpy bool fail `wait is False`
         checked = {
+            "wait": wait,
             "n_gpu": n_gpu,
             "num_cpus": num_cpus,
             "num_gpus": num_gpus,

@@ -153,9 +153,10 @@ def test_checked_numbers_are_kept_as_python_numbers():
     from parl.wire.contract import RemoteOptions
 
     given = RemoteOptions(
-        n_gpu=np.int64(1), num_threads=np.int32(2), max_memory=np.float32(512),
-        num_cpus=np.float64(0.5), num_gpus=np.int64(1),
+        wait=np.bool_(False), n_gpu=np.int64(1), num_threads=np.int32(2),
+        max_memory=np.float32(512), num_cpus=np.float64(0.5), num_gpus=np.int64(1),
     )  # fmt: skip
+    assert given.wait is False
     assert [type(getattr(given, name)) for name in ("n_gpu", "num_threads")] == [int, int]
     assert [type(getattr(given, n)) for n in ("max_memory", "num_cpus", "num_gpus")] == [float] * 3
     options = connect_options(
