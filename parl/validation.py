@@ -75,7 +75,10 @@ def check_float(
     expected = what or f"a float{_range_text(low, high, low_open, high_open)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(_message(name, expected, _shown(value), owner, hint))
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond float's range: an infinity of its sign
+        result = math.inf if value > 0 else -math.inf  # type: ignore[operator]  # (Real compares)
     bad = (
         math.isnan(result)
         or (finite and math.isinf(result))

@@ -140,6 +140,13 @@ class ClusterView:
         used, total = message.get("memory_used"), message.get("memory_total")
         if not (_is_number(cpu) and _is_number(used) and _is_number(total)) or not total:
             return
+        # the figures every snapshot reads again: one of the wrong type would fail each
+        # snapshot (the page, xparl status --json) for as long as the report is the last
+        load, cpus = message.get("load", []), message.get("cpus", 1)
+        if not (isinstance(load, list) and all(_is_number(x) for x in load)):
+            return
+        if isinstance(cpus, bool) or not isinstance(cpus, int):
+            return
         with self._lock:
             self._stats[hid] = message
             for worker in message.get("workers") or ():

@@ -134,7 +134,9 @@ def connect_options(
         # checked before any secret is read or any socket opened
         _check_cluster_address(str(address))
     specs = _host_specs(hosts) if hosts is not None else None
-    _check_numbers(slot_timeout, max_frame, shm_threshold, linger, stop_timeout)
+    slot_timeout, max_frame, shm_threshold, linger, stop_timeout = _numbers(
+        slot_timeout, max_frame, shm_threshold, linger, stop_timeout
+    )
     modules = _module_names(preload)
     if isinstance(distributed_files, str) or not all(
         isinstance(name, str) for name in distributed_files
@@ -143,36 +145,46 @@ def connect_options(
             f"distributed_files must be a list of globs (e.g. ['data/*.npz']), got "
             f"{distributed_files!r}"
         )
-    ssh, wheels = _ssh_options(specs, ssh, accept_unknown_host_keys, monitor_port, install, wheels)
+    ssh, wheels, monitor_port = _ssh_options(
+        specs, ssh, accept_unknown_host_keys, monitor_port, install, wheels
+    )
     return ConnectOptions(
         address=None if address in LOCAL_NAMES or specs is not None else address,
         ray=ray,
         distributed_files=tuple(distributed_files),
         forward_output=bool(forward_output),
-        stop_timeout=float(stop_timeout),
+        stop_timeout=stop_timeout,
         preload=modules,
         shm_threshold=shm_threshold,
-        linger=float(linger),
-        slot_timeout=float(slot_timeout),
+        linger=linger,
+        slot_timeout=slot_timeout,
         max_frame=max_frame,
         hosts=None if specs is None else tuple(specs),
         ssh=ssh,
-        monitor_port=monitor_port if specs is not None else 0,
+        monitor_port=monitor_port,
         install=install if specs is not None else None,
         wheels=wheels,
     )
 
 
-def _check_numbers(
-    slot_timeout: float, max_frame: int, shm_threshold: int, linger: float, stop_timeout: float
-) -> None:
-    """TypeError for a numeric option that is not a number, ValueError for one out of range."""
+def _numbers(
+    slot_timeout: object,
+    max_frame: object,
+    shm_threshold: object,
+    linger: object,
+    stop_timeout: object,
+) -> tuple[float, int, int, float, float]:
+    """The numeric options as Python's float and int (a numpy int kept as given would reach
+    the cluster's JSON messages); TypeError for one that is not a number, ValueError for one
+    out of range."""
     seconds = "a finite number of seconds >= 0"
-    check_float("slot_timeout", slot_timeout, low=0, what=seconds)
-    check_int("max_frame", max_frame, low=1 << 16, what="an int of at least 65536 (bytes)")
-    check_int("shm_threshold", shm_threshold, low=0, what="an int >= 0 (bytes)")
-    check_float("linger", linger, low=0, finite=False, what="a number of seconds >= 0")
-    check_float("stop_timeout", stop_timeout, low=0, what=seconds, hint="e.g. stop_timeout=5")
+    return (
+        check_float("slot_timeout", slot_timeout, low=0, what=seconds),
+        check_int("max_frame", max_frame, low=1 << 16, what="an int of at least 65536 (bytes)"),
+        check_int("shm_threshold", shm_threshold, low=0, what="an int >= 0 (bytes)"),
+        check_float("linger", linger, low=0, finite=False, what="a number of seconds >= 0"),
+        check_float("stop_timeout", stop_timeout, low=0, what=seconds, hint="e.g. stop_timeout=5"),
+    )
 
 
 def _ssh_options(
@@ -182,9 +194,10 @@ def _ssh_options(
     monitor_port: int,
     install: str | None,
     wheels: str | os.PathLike[str] | None,
-) -> tuple[SSHOptions | None, str | None]:
-    """The SSH options and the wheels folder for ``specs``' launch, checked (None, None
-    without hosts); ValueError for an SSH-only option given without hosts."""
+) -> tuple[SSHOptions | None, str | None, int]:
+    """The SSH options, the wheels folder and the monitor's port for ``specs``' launch,
+    checked (None, None, 0 without hosts); ValueError for an SSH-only option given without
+    hosts."""
     if specs is None:
         if monitor_port:
             raise ValueError(
@@ -198,17 +211,17 @@ def _ssh_options(
                 "cluster, install the packages on its machines (or give the hosts file "
                 "install=venv)"
             )
-        return None, None
+        return None, None, 0
     from parl.ssh.client import SSHOptions
     from parl.ssh.install import wheelhouse
 
     ssh = ssh if ssh is not None else SSHOptions()
     if accept_unknown_host_keys:
         ssh = dataclasses.replace(ssh, accept_unknown_host_keys=True)
-    check_int("monitor_port", monitor_port, low=0, high=65535, hint="0: no page")
+    port = check_int("monitor_port", monitor_port, low=0, high=65535, hint="0: no page")
     if install not in (None, "venv", "no"):
         raise ValueError(f"install must be 'venv', 'no' or None, got {install!r}")
-    return ssh, wheelhouse(wheels)
+    return ssh, wheelhouse(wheels), port
 
 
 def _check_hosts_file(address: str) -> None:

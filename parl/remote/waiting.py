@@ -46,13 +46,14 @@ def wait(
         ``num_returns`` futures in ``done`` and all the others in ``pending``.
 
     Raises:
-        TypeError: ``futures`` is not a list of futures, or ``num_returns`` is not an int.
-        ValueError: ``num_returns`` is out of range, or ``timeout`` is negative.
+        TypeError: ``futures`` is not a list of futures, ``num_returns`` not an int, or
+            ``timeout`` not a number.
+        ValueError: ``num_returns`` is out of range, or ``timeout`` is negative or NaN.
     """
     futures = _check(futures, "wait")
     num_returns = check_int(
         "num_returns", num_returns, low=0, high=len(futures),
-        what=f"between 0 and the number of futures ({len(futures)})",
+        what=f"an int between 0 and the number of futures ({len(futures)})",
     )  # fmt: skip
     deadline = None if timeout is None else time.monotonic() + _check_timeout(timeout)
     while True:

@@ -8,9 +8,12 @@ Only ``(count, mean, M2)`` travels, never observations.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
+
+from parl.validation import check_float, check_int
 
 __all__ = ["MeanStdFilter", "RunningStat"]
 
@@ -57,8 +60,10 @@ class MeanStdFilter:
     """
 
     def __init__(self, shape: int | tuple[int, ...], clip: float = 10.0) -> None:
-        self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        self.clip = clip
+        owner = "MeanStdFilter"
+        dims = tuple(shape) if isinstance(shape, Iterable) else (shape,)  # (numpy's ints too)
+        self.shape = tuple(check_int("shape", d, low=1, owner=owner) for d in dims)
+        self.clip = check_float("clip", clip, low=0.0, low_open=True, owner=owner)
         self.state = RunningStat.empty(self.shape)
         self.buffer = RunningStat.empty(self.shape)
 

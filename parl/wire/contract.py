@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from parl.errors import ActorClosedError, ParlError
-from parl.validation import check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 
 class CallTimeout(ParlError, TimeoutError):
@@ -38,42 +38,57 @@ class RemoteOptions:
     num_gpus: float | None = None  # Ray's GPUs for the actor (None: n_gpu); others ignore it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.wait, bool):
-            raise TypeError(f"wait must be True or False, got {self.wait!r}")
-        check_int("n_gpu", self.n_gpu, low=0, hint="the GPUs the actor takes on a cluster host")
-        for name in ("num_cpus", "num_gpus"):
-            _check_resource(name, getattr(self, name))
-        if self.num_gpus is not None and self.n_gpu and self.num_gpus != self.n_gpu:
+        wait = check_bool("wait", self.wait)
+        n_gpu = check_int(
+            "n_gpu", self.n_gpu, low=0, hint="the GPUs the actor takes on a cluster host"
+        )
+        num_cpus, num_gpus = (
+            _check_resource(name, getattr(self, name)) for name in ("num_cpus", "num_gpus")
+        )
+        if num_gpus is not None and n_gpu and num_gpus != n_gpu:
             raise ValueError(
                 f"n_gpu={self.n_gpu} and num_gpus={self.num_gpus} disagree: give one (n_gpu "
                 "places the actor on a cluster, num_gpus on Ray, where n_gpu counts too)"
             )
-        _check_threads(self.num_threads)
-        _check_memory(self.max_memory)
+        # the checked values replace the given ones: a numpy int would reach the cluster's JSON
+        # messages (n_gpu, num_threads, max_memory) unconverted, a numpy bool fail `wait is False`
+        checked = {
+            "wait": wait,
+            "n_gpu": n_gpu,
+            "num_cpus": num_cpus,
+            "num_gpus": num_gpus,
+            "num_threads": _check_threads(self.num_threads),
+            "max_memory": _check_memory(self.max_memory),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # (frozen: the dataclass's own way round)
 
 
-def _check_resource(name: str, value: object) -> None:
-    if value is not None:
-        check_float(
-            name, value, low=0, what="a finite number >= 0",
-            hint=f"Ray's resource for the actor, e.g. {name}=0.5",
-        )  # fmt: skip
+def _check_resource(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    return check_float(
+        name, value, low=0, what="a finite number >= 0",
+        hint=f"Ray's resource for the actor, e.g. {name}=0.5",
+    )  # fmt: skip
 
 
-def _check_threads(threads: object) -> None:
-    if threads is not None:
-        check_int(
-            "num_threads", threads, low=1, what="a positive int (threads per worker)",
-            hint="e.g. num_threads=4; leave it out for the default of one thread per worker",
-        )  # fmt: skip
+def _check_threads(threads: object) -> int | None:
+    if threads is None:
+        return None
+    return check_int(
+        "num_threads", threads, low=1, what="a positive int (threads per worker)",
+        hint="e.g. num_threads=4; leave it out for the default of one thread per worker",
+    )  # fmt: skip
 
 
-def _check_memory(memory: object) -> None:
-    if memory is not None:
-        check_float(
-            "max_memory", memory, low=0, low_open=True,
-            what="a positive number of megabytes", hint="e.g. max_memory=1024",
-        )  # fmt: skip
+def _check_memory(memory: object) -> float | None:
+    if memory is None:
+        return None
+    return check_float(
+        "max_memory", memory, low=0, low_open=True,
+        what="a positive number of megabytes", hint="e.g. max_memory=1024",
+    )  # fmt: skip
 
 
 class ActorConnection(Protocol):

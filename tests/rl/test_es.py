@@ -178,3 +178,13 @@ def test_es_refuses_non_finite_returns() -> None:
         es.learn(rewards, np.array([0, 5]))
     for p, b in zip(model.parameters(), before, strict=True):
         assert torch.equal(p, b)
+
+
+def test_mean_std_filter_takes_numpy_sizes_and_names_a_bad_one():
+    assert MeanStdFilter(np.int64(4)).shape == (4,)
+    assert MeanStdFilter((np.int64(2), 3)).shape == MeanStdFilter([2, 3]).shape == (2, 3)
+    assert type(MeanStdFilter(np.int64(4)).shape[0]) is int
+    with pytest.raises(ValueError, match="MeanStdFilter: shape must be an int >= 1, got 0"):
+        MeanStdFilter(0)
+    with pytest.raises(ValueError, match="MeanStdFilter: clip must be a float > 0"):
+        MeanStdFilter(4, clip=-1.0)

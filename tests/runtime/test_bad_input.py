@@ -142,3 +142,35 @@ def test_connect_refuses_a_bad_address_before_the_secret_or_the_network(
         parl.connect(address)
     assert "secret" not in str(caught.value)
     assert opened == []
+
+
+def test_checked_numbers_are_kept_as_python_numbers():
+    """numpy's numbers pass the checks and come out as int and float: the options travel in
+    JSON control messages and are compared with Python's numbers."""
+    import numpy as np
+
+    from parl.remote.options import connect_options
+    from parl.wire.contract import RemoteOptions
+
+    given = RemoteOptions(
+        wait=np.bool_(False), n_gpu=np.int64(1), num_threads=np.int32(2),
+        max_memory=np.float32(512), num_cpus=np.float64(0.5), num_gpus=np.int64(1),
+    )  # fmt: skip
+    assert given.wait is False
+    assert [type(getattr(given, name)) for name in ("n_gpu", "num_threads")] == [int, int]
+    assert [type(getattr(given, n)) for n in ("max_memory", "num_cpus", "num_gpus")] == [float] * 3
+    options = connect_options(
+        "localhost:8010", [], forward_output=True, preload=(), shm_threshold=np.int64(0),
+        linger=np.float32(1), stop_timeout=np.int64(3), slot_timeout=np.float64(2),
+        max_frame=np.int64(1 << 20), hosts=None, ssh=None, accept_unknown_host_keys=False,
+        monitor_port=0, install=None, wheels=None,
+    )  # fmt: skip
+    assert type(options.max_frame) is int and type(options.shm_threshold) is int
+    assert type(options.linger) is float and type(options.stop_timeout) is float
+
+
+def test_an_int_too_large_for_a_float_is_infinite_not_an_overflow():
+    with pytest.raises(ValueError, match="stop_timeout must be a finite number"):
+        parl.connect(stop_timeout=10**400)
+    parl.connect(linger=10**400)  # as linger=float("inf"): the pool stays
+    parl.connect(linger=0)

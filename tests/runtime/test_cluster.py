@@ -352,3 +352,28 @@ def test_a_forked_child_does_not_keep_a_killed_callers_actors_alive(on_cluster, 
         caller.wait()
         caller.stdin.close()
         caller.stdout.close()
+
+
+class Pid:
+    """A class each test decorates with the options it tries."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_numpy_numbers_as_options_reach_the_cluster_as_json(on_cluster):
+    """The checks accept numpy's ints and floats; what they pass on is Python's, since the
+    cluster's control messages are JSON (a numpy int is not JSON-serializable)."""
+    import numpy as np
+
+    parl.connect(on_cluster.address, linger=0, max_frame=np.int64(1 << 20))
+    options = [
+        {"n_gpu": np.int64(0)},
+        {"num_threads": np.int64(1)},
+        {"max_memory": np.float32(2048)},
+        {"max_memory": np.int64(2048)},
+    ]
+    for kwargs in options:
+        actor = parl.remote_class(**kwargs)(Pid)()
+        assert actor.pid() != os.getpid(), kwargs
+        parl.close_actor(actor)

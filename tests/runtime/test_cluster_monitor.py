@@ -201,3 +201,21 @@ def test_long_lines_keep_a_cluster_host_reporting(monitored, capfd):
     assert wait_until(lambda: len(lines()) == 20, timeout=15)
     assert all(len(line) < LINE_CHARS + 50 for line in lines())
     capfd.readouterr()
+
+
+@pytest.mark.parametrize(
+    "figures", [{"load": ["x"]}, {"load": 5}, {"load": [1.0, None]}, {"cpus": "8"}, {"cpus": 2.5}]
+)
+def test_a_report_with_figures_of_the_wrong_type_is_ignored(figures):
+    """A host's report is kept for every later snapshot: one whose load or CPU count has the
+    wrong type would make each snapshot (the page, xparl status --json) fail until the next."""
+    from parl.cluster.monitor import ClusterView
+
+    view = ClusterView()
+    host = {"id": 1, "hostname": "node1", "address": "10.0.0.2:8011", "slots": 2, "used": 0}
+    good = {"op": "stats", "cpu_percent": 5.0, "load": [0.5, 0.25, 0.125], "cpus": 4,
+            "memory_used": 1, "memory_total": 4}  # fmt: skip
+    view.host_stats(1, good)
+    view.host_stats(1, {**good, **figures, "cpu_percent": 50.0})
+    (row,) = view.snapshot([host], "0")["hosts"]
+    assert (row["load"], row["cpus"], row["cpu_history"]) == ([0.5, 0.25, 0.12], 4, [5.0])

@@ -94,8 +94,10 @@ def test_bad_arguments_are_named(actors):
         parl.wait(future)
     with pytest.raises(TypeError, match="item 1 is a int"):
         parl.get([future, 3])
-    with pytest.raises(ValueError, match="num_returns must be between 0 and"):
+    with pytest.raises(ValueError, match="num_returns must be an int between 0 and"):
         parl.wait([future], num_returns=2)
+    with pytest.raises(TypeError, match=r"num_returns must be an int between .*got 1.0 \(float\)"):
+        parl.wait([future], num_returns=1.0)
     with pytest.raises(ValueError, match="timeout must be"):
         parl.wait([future], timeout=-1)
     assert future.get() == 2
