@@ -135,7 +135,7 @@ class CallerBell:
     def answer(self, may_spin: bool = False) -> tuple[bytes, Any]:
         """Wait for the actor's answer: (DONE, None), (INFOS, value), (FAILED, None), or
         (b"", None) when the actor is gone. ``may_spin``: the caller found the machine not
-        crowded (see :func:`parl.wire.framing.crowded`; one look serves several bells)."""
+        crowded (see ``parl.wire.framing.crowded``; one look serves several bells)."""
         _wait_readable(self._poller, self._spin, may_spin)
         kind = os.read(self.reply, 1)
         if kind != INFOS:
