@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> float:
     set_seed(args.seed)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     model = MujocoModel(obs_dim, action_dim, args.hidden)
-    algorithm = IQL(model, max_steps=args.train_total_steps, device=args.device)
+    algorithm = IQL(model, max_steps=args.train_total_steps, beta=args.beta, device=args.device)
     agent = MujocoAgent(algorithm)
     rpm = ReplayMemory(max_size=len(dataset["rewards"]), obs_dim=obs_dim, act_dim=action_dim)
     rpm.load_from_d4rl(dataset)
@@ -165,6 +165,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch_size", default=BATCH_SIZE, type=int, help="transitions per update")
     parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument(
+        "--beta",
+        default=3.0,
+        type=float,
+        help="inverse temperature of the policy's advantage weights; 0 weighs every transition "
+        "alike, which is behaviour cloning (default: 3.0, PARL's and the paper's for MuJoCo)",
+    )
     return parser
 
 

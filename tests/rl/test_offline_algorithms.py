@@ -185,3 +185,26 @@ def test_same_seed_same_result_and_save_restore_same_actions(
     assert not np.array_equal(fresh.predict(obs), first.predict(obs))
     fresh.restore(tmp_path / "model.ckpt")
     np.testing.assert_array_equal(fresh.predict(obs), first.predict(obs))
+
+
+def test_iql_with_beta_zero_is_behaviour_cloning(single_thread: None) -> None:
+    """``beta=0`` weighs every sample by ``exp(0) = 1``: the policy takes exactly the Adam step
+    of maximum likelihood on the dataset's actions, whatever the critics say."""
+    torch.manual_seed(0)
+    model = IQLModel()
+    clone = IQLModel()
+    clone.load_state_dict(model.state_dict())
+    alg = IQL(model, max_steps=10, lr=1e-3, beta=0.0, device="cpu")
+    data = bandit_dataset()
+    batch = [torch.as_tensor(data[key][:BATCH]) for key in
+             ("observations", "actions", "rewards", "next_observations")]  # fmt: skip
+    obs, actions = batch[0], batch[1]
+    expected_loss = -clone.policy(obs).log_prob(actions).sum(dim=-1).mean()
+    optimizer = torch.optim.Adam(clone.get_actor_params(), lr=1e-3)
+    optimizer.zero_grad()
+    expected_loss.backward()
+    optimizer.step()
+    _, _, policy_loss = alg.learn(*batch, torch.ones(BATCH))
+    torch.testing.assert_close(policy_loss, expected_loss.detach())
+    for got, want in zip(model.get_actor_params(), clone.get_actor_params(), strict=True):
+        torch.testing.assert_close(got, want)
