@@ -6,7 +6,8 @@
 
 Each positional argument is a log folder (what ``parl.utils.summary.set_dir`` got, searched
 recursively for event files), optionally ``:label``. Every run becomes one line of ``tag``
-against the step, smoothed by a moving average of ``--smooth`` points.
+against the step, smoothed by a moving average of ``--smooth`` points (after ``--bin``, which
+first averages each bin of that many steps: a per-episode tag becomes one point per bin).
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ def read_scalars(folder: str, tag: str) -> Series:
     if not points:
         raise SystemExit(f"no scalar {tag!r} in any event file under {folder}")
     return sorted(points)
+
+
+def bin_points(points: Series, width: int) -> Series:
+    """The mean of the points in each bin of ``width`` steps, at the bin's last step:
+    ``(1000, mean of steps 1-1000)``, ``(2000, mean of steps 1001-2000)``, ..."""
+    sums: dict[int, list[float]] = {}
+    for step, value in points:
+        entry = sums.setdefault(int(math.ceil(step / width)), [0.0, 0])
+        entry[0] += value
+        entry[1] += 1
+    return [(index * width, total / count) for index, (total, count) in sorted(sums.items())]
 
 
 def smooth(points: Series, window: int) -> Series:
@@ -129,13 +141,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--x_title", default="environment steps")
     parser.add_argument("--y_title", default=None, help="default: the tag")
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window (points)")
+    parser.add_argument(
+        "--bin", type=int, default=0, help="average the points of each bin of this many steps"
+    )
     parser.add_argument("--out", required=True, help="the SVG file to write")
     args = parser.parse_args(argv)
     runs = []
     for spec in args.runs:
         folder, _, label = spec.partition(":")
-        runs.append((label or os.path.basename(folder.rstrip("/")),
-                     smooth(read_scalars(folder, args.tag), args.smooth)))  # fmt: skip
+        points = read_scalars(folder, args.tag)
+        if args.bin:
+            points = bin_points(points, args.bin)
+        runs.append((label or os.path.basename(folder.rstrip("/")), smooth(points, args.smooth)))
     svg = render(runs, args.title, args.x_title, args.y_title or args.tag)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

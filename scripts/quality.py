@@ -61,6 +61,7 @@ class Experiment:
     variant: str = ""  # tells apart two experiments of one example on one task
     lower_is_better: bool = False  # a loss: the best evaluation is the smallest
     every_flag: str = ""  # the example's flag for ``every``, where it is not the usual one
+    bin: int = 0  # a per-episode tag: one point per this many steps (the mean of the bin)
 
     @property
     def name(self) -> str:
@@ -79,6 +80,10 @@ class Experiment:
                 "--logdir", logdir, "--torch_threads", "1", "--no_progress"]  # fmt: skip
 
 
+PARL_MADDPG_METRIC = (
+    "mean return of the training episodes, summed over the agents, per 1,000 episodes (the "
+    "measure of PARL's published curves)"
+)
 MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
     e.name: e
@@ -154,18 +159,16 @@ EXPERIMENTS = {
         ),
         Experiment(
             "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
-            "mean of 3 evaluation episodes' return summed over the agents",
-            "PARL's settings, discrete actions", unit="episodes",
-            every_flag="--test_every_episodes",
-            baseline={"name": "PARL's published figure (discrete actions)", "value": -35},
+            PARL_MADDPG_METRIC, "PARL's settings, discrete actions", unit="episodes",
+            every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
+            baseline={"name": "PARL's published training curve (discrete actions)", "value": -35},
             note="the budget is PARL's 25,000 episodes of 25 steps",
         ),
         Experiment(
             "MADDPG", "maddpg", "MADDPG", "simple", 25_000, 1_000,
-            "mean of 3 evaluation episodes' return summed over the agents",
-            "PARL's settings, discrete actions", unit="episodes",
-            every_flag="--test_every_episodes",
-            baseline={"name": "PARL's published figure (discrete actions)", "value": -20},
+            PARL_MADDPG_METRIC, "PARL's settings, discrete actions", unit="episodes",
+            every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
+            baseline={"name": "PARL's published training curve (discrete actions)", "value": -20},
             note="the budget is PARL's 25,000 episodes of 25 steps",
         ),
         Experiment(
@@ -248,6 +251,10 @@ def finished(
                     if tag == experiment.tag:
                         points.append((int(event.step), float(event.value)))
         points.sort()
+        if experiment.bin:
+            import plot_curves
+
+            points = [(int(x), y) for x, y in plot_curves.bin_points(points, experiment.bin)]
         # the last episode may stop a few steps short of the budget, or run past it
         if not points or points[-1][0] < steps - experiment.every // 2:
             print(f"{experiment.name} seed {seed}: not finished under {folder}", flush=True)
@@ -287,7 +294,8 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
                             for run in runs), "--tag", experiment.tag, "--out", curve,
                           "--x_title", f"environment {unit}" if unit == "steps" else unit,
                           "--title", f"{experiment.algorithm} on {experiment.env}",
-                          "--y_title", experiment.metric])  # fmt: skip
+                          "--y_title", experiment.metric,
+                          *(["--bin", str(experiment.bin)] if experiment.bin else [])])  # fmt: skip
         curve = os.path.relpath(curve, ROOT)
     notes = [experiment.note] if experiment.note else []
     missing = len(args.seeds) - len(runs)

@@ -277,3 +277,11 @@ def test_a_stale_benchmark_block_is_rendered_anew() -> None:
     rendered = render_results.render_bench_file(text, "docs/x.md", records)
     assert "old figures" not in rendered
     assert rendered == render_results.render_bench_file(rendered, "docs/x.md", records)
+
+
+def test_a_per_episode_curve_becomes_one_mean_per_bin() -> None:
+    import plot_curves
+
+    points = [(step, float(step % 2)) for step in range(1, 2001)]  # 0, 1, 0, 1, ...
+    points.append((2001, 10.0))  # a last, partial bin
+    assert plot_curves.bin_points(points, 1000) == [(1000, 0.5), (2000, 0.5), (3000, 10.0)]
