@@ -117,9 +117,7 @@ class SelfPlayActor:
             other = LookaheadPlayer()
         elif isinstance(opponent, dict):
             self.opponent.set_weights(opponent)
-            other = MCTSPlayer(
-                self.opponent.predict, self.config.search, self.config.sampled_moves
-            )
+            other = MCTSPlayer(self.opponent.predict, self.config.search, self.config.sampled_moves)
         else:
             raise ValueError(f"opponent must be weights, 'random' or 'lookahead', got {opponent!r}")
         score = play_games(player, other, games, np.random.default_rng(seed), first)

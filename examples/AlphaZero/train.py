@@ -76,7 +76,9 @@ class Coach:
         self.iteration = 0
         self.result = TrainResult()
         self.checkpoint = os.path.join(args.logdir, CHECKPOINT)
-        search = SearchConfig(args.mcts_sims, args.c_puct, args.dirichlet_alpha, args.noise_fraction)
+        search = SearchConfig(
+            args.mcts_sims, args.c_puct, args.dirichlet_alpha, args.noise_fraction
+        )
         self.config = ActorConfig(args.channels, args.blocks, search, args.temperature_moves)
         if args.xparl_addr:
             parl.connect(args.xparl_addr)
@@ -94,9 +96,7 @@ class Coach:
             for i, (actor, games) in enumerate(self._split(self.args.games_per_iter))
         ]
         replies = [future.get() for future in futures]  # in actor order: the same every run
-        examples = Examples.concatenate(
-            [Examples(r["boards"], r["pis"], r["vs"]) for r in replies]
-        )
+        examples = Examples.concatenate([Examples(r["boards"], r["pis"], r["vs"]) for r in replies])
         games = sum(r["games"] for r in replies)
         return examples, games, time.perf_counter() - start
 
@@ -115,7 +115,11 @@ class Coach:
         return score
 
     def _split(self, total: int) -> list[tuple[Any, int]]:
-        return [(a, n) for a, n in zip(self.actors, shares(total, len(self.actors))) if n > 0]
+        return [
+            (a, n)
+            for a, n in zip(self.actors, shares(total, len(self.actors)), strict=True)
+            if n > 0
+        ]
 
     # -- one iteration ------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
