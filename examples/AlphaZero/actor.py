@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from agent import AlphaZeroAgent, build_agent
 from arena import LookaheadPlayer, MCTSPlayer, Player, RandomPlayer, play_games
-from connect4 import Connect4, symmetries
+from connect4 import ACTIONS, COLUMNS, ROWS, Connect4, symmetries
 from mcts import SearchConfig, choose_move, search
 
 import parl
@@ -69,8 +69,8 @@ def self_play_games(
                         pis.append(p)
                         vs.append(states[g].outcome(player))
     return {
-        "boards": np.array(boards, np.int8).reshape(-1, 6, 7),
-        "pis": np.array(pis, np.float32).reshape(-1, 7),
+        "boards": np.array(boards, np.int8).reshape(-1, ROWS, COLUMNS),
+        "pis": np.array(pis, np.float32).reshape(-1, ACTIONS),
         "vs": np.array(vs, np.float32),
         "games": games,
         "moves": moves,

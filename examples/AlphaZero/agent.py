@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from connect4 import ACTIONS, COLUMNS, ROWS
 from model import Connect4Model
 
 import parl
@@ -24,8 +25,8 @@ class Examples(NamedTuple):
 
     @staticmethod
     def empty() -> Examples:
-        return Examples(np.zeros((0, 6, 7), np.int8), np.zeros((0, 7), np.float32),
-                        np.zeros(0, np.float32))  # fmt: skip
+        return Examples(np.zeros((0, ROWS, COLUMNS), np.int8),
+                        np.zeros((0, ACTIONS), np.float32), np.zeros(0, np.float32))  # fmt: skip
 
     @staticmethod
     def concatenate(parts: list[Examples]) -> Examples:

@@ -36,7 +36,7 @@ class SearchConfig:
         noise_fraction: share of that noise in the root's priors (AlphaZero: 0.25); 0 for none.
     """
 
-    simulations: int = 30
+    simulations: int = 50
     c_puct: float = 4.0
     dirichlet_alpha: float = 1.0
     noise_fraction: float = 0.25

@@ -249,7 +249,7 @@ def make_parser() -> argparse.ArgumentParser:
         defaults={
             "train_total_steps": 30,
             "test_every_steps": 1,
-            "eval_episodes": 20,
+            "eval_episodes": 40,
             "logdir": os.path.join("train_log", "AlphaZero"),
         },
         help={
@@ -266,8 +266,8 @@ def make_parser() -> argparse.ArgumentParser:
     )
     own: Sequence[tuple[str, type, Any, str]] = (
         ("actors_num", int, 2, "self-play actors (PARL: 25)"),
-        ("games_per_iter", int, 40, "self-play games per iteration (PARL: 500)"),
-        ("mcts_sims", int, 30, "MCTS simulations per move (PARL: 800)"),
+        ("games_per_iter", int, 80, "self-play games per iteration (PARL: 500)"),
+        ("mcts_sims", int, 50, "MCTS simulations per move (PARL: 800)"),
         ("c_puct", float, 4.0, "weight of the prior in MCTS's PUCT score (PARL: 4)"),
         ("dirichlet_alpha", float, 1.0, "Dirichlet noise's concentration at the root (PARL: 1)"),
         ("noise_fraction", float, 0.25, "share of the noise in the root's priors (PARL: 0.25)"),
@@ -275,13 +275,13 @@ def make_parser() -> argparse.ArgumentParser:
          "visited is always played (PARL: 15)"),
         ("window_iterations", int, 10, "iterations whose examples make up the training window "
          "(PARL: 20)"),
-        ("epochs", int, 5, "passes over the window per iteration (PARL: 5)"),
+        ("epochs", int, 3, "passes over the window per iteration (PARL: 5)"),
         ("batch_size", int, 64, "examples per update (PARL: 64)"),
         ("lr", float, 1e-3, "Adam's learning rate (PARL: 1e-3)"),
         ("weight_decay", float, 1e-4, "L2 penalty of the weights (PARL: none)"),
         ("channels", int, 32, "width of the residual tower"),
         ("blocks", int, 2, "residual blocks"),
-        ("arena_games", int, 20, "games of the new network against the previous one (PARL: 50)"),
+        ("arena_games", int, 30, "games of the new network against the previous one (PARL: 50)"),
         ("update_threshold", float, 0.6, "share of the decided arena games the new network "
          "must win to be kept (PARL: 0.6)"),
         ("stop_after_steps", int, 0, "end this run after this many iterations, as if "
@@ -302,6 +302,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  "window_iterations", "channels", "blocks", "arena_games"):  # fmt: skip
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be 1 or more, got {getattr(args, name)}")
+    if args.seed < 0:
+        parser.error(f"--seed must be 0 or more, got {args.seed}")
     if not 0.0 <= args.update_threshold <= 1.0:
         parser.error(f"--update_threshold must be in [0, 1], got {args.update_threshold}")
     return args
