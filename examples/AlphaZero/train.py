@@ -80,6 +80,8 @@ class Coach:
             args.mcts_sims, args.c_puct, args.dirichlet_alpha, args.noise_fraction
         )
         self.config = ActorConfig(args.channels, args.blocks, search, args.temperature_moves)
+        if args.resume:  # before any actor starts: a missing checkpoint fails at once
+            self.restore()
         if args.xparl_addr:
             parl.connect(args.xparl_addr)
         else:  # the worker pool imports torch once; actors start in milliseconds
@@ -187,7 +189,12 @@ class Coach:
         )
 
     def restore(self) -> None:
-        state = self.agent.restore_checkpoint(self.checkpoint)
+        if not os.path.exists(self.checkpoint):
+            raise FileNotFoundError(
+                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
+                f"give the --logdir of the run to continue"
+            )
+        state = self.agent.restore_checkpoint(self.checkpoint, map_location=self.agent.device)
         self.iteration = int(state.counters["iteration"])
         self.result.accepted = int(state.counters["accepted"])
         self.agent.optimizer.load_state_dict(state.extra["optimizer"])
@@ -205,8 +212,6 @@ class Coach:
 def train(args: argparse.Namespace) -> TrainResult:
     coach = Coach(args)
     summary.set_dir(args.logdir)
-    if args.resume:
-        coach.restore()
     stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
     bar = tqdm(total=args.train_total_steps, initial=coach.iteration, disable=not args.progress)
     try:

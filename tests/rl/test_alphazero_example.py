@@ -186,3 +186,12 @@ def test_example_trains_with_two_local_actors_and_resumes_exactly(
     assert "resumed from" in log and "done: 2 iterations" in log
     for key, value in weights(straight).items():
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
+
+
+def test_resume_without_a_checkpoint_names_the_missing_file(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    logdir = tmp_path / "never_ran"
+    proc = run_python(args=[str(EXAMPLE / "train.py"), "--resume", "--logdir", str(logdir)])
+    assert proc.returncode != 0
+    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]
