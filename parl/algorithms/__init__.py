@@ -29,6 +29,7 @@ _ALGORITHMS: dict[str, str] = {
     "QMIX": "parl.algorithms.qmix",
     "COMA": "parl.algorithms.coma",
     "MAML": "parl.algorithms.maml",
+    "AlphaZero": "parl.algorithms.alphazero",
     "CQL": "parl.algorithms.cql",
     "IQL": "parl.algorithms.iql",
     "OAC": "parl.algorithms.oac",
@@ -37,6 +38,7 @@ _ALGORITHMS: dict[str, str] = {
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.algorithms.a2c import A2C
+    from parl.algorithms.alphazero import AlphaZero
     from parl.algorithms.coma import COMA
     from parl.algorithms.cql import CQL
     from parl.algorithms.ddpg import DDPG
@@ -78,6 +80,6 @@ __all__ = ["A2C", "PPO", "PolicyGradient"]
 __all__ += ["DQN", "DDQN", "DDPG", "TD3", "SAC"]
 __all__ += ["IMPALA", "ES"]
 __all__ += ["MADDPG", "MAPPO", "PopArt", "QMIX", "COMA"]
-__all__ += ["MAML"]
+__all__ += ["MAML", "AlphaZero"]
 __all__ += ["CQL", "IQL"]
 __all__ += ["OAC", "DecisionTransformer"]

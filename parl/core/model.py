@@ -97,7 +97,9 @@ def set_module_weights(module: nn.Module, weights: Mapping[str, Any]) -> None:
                 raise TypeError(
                     f"weights[{name!r}] must be a numeric numpy array, got dtype {array.dtype}"
                 )
-            value = torch.as_tensor(np.require(array, requirements="C"))
+            # torch warns on a read-only array (Ray's object store hands those out), though it
+            # is only read here: such an array is copied first
+            value = torch.as_tensor(np.require(array, requirements=["C", "W"]))
         sources.append(value)
     with torch.no_grad():
         for target, source in zip(targets.values(), sources, strict=True):

@@ -22,6 +22,7 @@ SCRIPTS["OAC"] = EXAMPLES / "OAC" / "train.py"
 SCRIPTS["GA3C"] = EXAMPLES / "GA3C" / "train.py"
 SCRIPTS["MADDPG"] = EXAMPLES / "MADDPG" / "train.py"
 SCRIPTS["MAML"] = EXAMPLES / "MAML" / "train.py"
+SCRIPTS["AlphaZero"] = EXAMPLES / "AlphaZero" / "train.py"
 SCRIPTS |= {name: EXAMPLES / name / "train.py" for name in ("CQL", "IQL", "DT", "COMA", "QMIX")}
 SCRIPTS["remote_hello"] = EXAMPLES / "remote_hello" / "count.py"
 
@@ -48,6 +49,8 @@ EXPECTED = {
     "MADDPG": OFF_POLICY - {"train_total_steps", "test_every_steps"},
     # regression tasks: no episodes to evaluate, one process
     "MAML": set(COMMON_FLAGS) - {"eval_episodes", "xparl_addr"},
+    # steps are iterations of self-play, training and arena; episodes are evaluation games
+    "AlphaZero": set(COMMON_FLAGS),
     "QuickStart": set(COMMON_FLAGS)
     - {"train_total_steps", "test_every_steps", "resume", "xparl_addr"},
     "remote_hello": {"xparl_addr"},
@@ -76,6 +79,7 @@ OLD_SPELLINGS |= {
     ],
     "IMPALA": [(["--max_sample_steps", "500"], ["--train_total_steps", "500"])],
     "GA3C": [(["--max_sample_steps", "500"], ["--train_total_steps", "500"])],
+    "AlphaZero": [(["--actor_num", "3"], ["--actors_num", "3"])],
 }
 MARKUP = re.compile(r"``|:[a-z]+:`|`[^`\s]+`")
 

@@ -64,6 +64,9 @@ CASES = {
            "--test_every_train_steps", "1", "--eval_episodes", "1"],
     "PPO": ["--env_num", "2", "--train_total_steps", "1024", "--test_every_steps", "512",
             "--eval_episode", "1", "--no_progress"],
+    "AlphaZero": ["--train_total_steps", "1", "--games_per_iter", "4", "--mcts_sims", "6",
+                  "--arena_games", "2", "--eval_episodes", "2", "--epochs", "1",
+                  "--channels", "8", "--blocks", "1", "--no_progress"],
 }  # fmt: skip
 EVIDENCE = {  # a line each script logs once it trained and evaluated
     "IMPALA": r"step \d+: evaluation -?\d",
@@ -71,6 +74,7 @@ EVIDENCE = {  # a line each script logs once it trained and evaluated
     "GA3C": r"step \d+: evaluation -?\d",
     "ES": r"update 2, step \d+: evaluation -?\d",
     "PPO": r"evaluation over 1 episodes",
+    "AlphaZero": r"iteration 1: against the lookahead player \d+-\d+-\d+",
 }
 
 

@@ -66,6 +66,21 @@ def test_set_weights_accepts_float64_and_casts() -> None:
     np.testing.assert_allclose(model.get_weights()["fc2.bias"], weights["fc2.bias"], rtol=1e-6)
 
 
+def test_set_weights_takes_read_only_arrays_without_a_warning() -> None:
+    """Ray's object store hands out read-only arrays; torch would warn on wrapping them."""
+    import warnings
+
+    source, target = PolicyNet(), PolicyNet()
+    weights = source.get_weights()
+    for array in weights.values():
+        array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target.set_weights(weights)
+    for name, array in weights.items():
+        np.testing.assert_array_equal(target.get_weights()[name], array, err_msg=name)
+
+
 def test_set_weights_wrong_shape_names_the_tensor_and_changes_nothing() -> None:
     model = PolicyNet()
     before = model.get_weights()
