@@ -14,6 +14,7 @@ an abandoned call), shared by every connection.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -85,10 +86,12 @@ def _check_threads(threads: object) -> int | None:
 def _check_memory(memory: object) -> float | None:
     if memory is None:
         return None
-    return check_float(
+    megabytes = check_float(
         "max_memory", memory, low=0, low_open=True,
         what="a positive number of megabytes", hint="e.g. max_memory=1024",
     )  # fmt: skip
+    # a whole number stays an int (numpy's too): messages say "max_memory of 100 MB"
+    return int(memory) if isinstance(memory, numbers.Integral) else megabytes
 
 
 class ActorConnection(Protocol):

@@ -172,7 +172,7 @@ def test_default_actors_start_while_every_cpu_is_held(on_ray):
 
 
 def test_resource_options_are_checked():
-    with pytest.raises(TypeError, match="num_cpus must be a number"):
+    with pytest.raises(TypeError, match="num_cpus must be a finite number >= 0, got '2' \\(str\\)"):
         parl.remote_class(num_cpus="2")
     with pytest.raises(ValueError, match="num_gpus must be a finite number >= 0"):
         parl.remote_class(num_gpus=-1)
