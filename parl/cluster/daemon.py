@@ -249,7 +249,13 @@ class MasterLink:
     def registered(self, link: control.FrameSocket) -> None:
         """Register on ``link`` (a fresh authenticated connection) and report the used slots."""
         try:
-            control.request(link, self.hello, self.what, 10.0)
+            # the slots in use go with the registration, so that a restarted master never
+            # counts them free before the first report
+            usage = self.agent.usage()
+            hello = messages.Register(**self.hello)
+            hello["used"] = usage.get("used", 0)
+            hello["gpu_used"] = usage.get("gpu_used", 0)
+            control.request(link, hello, self.what, 10.0)
             with self._lock:
                 self._link = link
             self.report({**self.agent.usage(), "token": None})

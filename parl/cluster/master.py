@@ -108,12 +108,18 @@ class Master:
         versions: object = None,
         gpus: int = 0,
         label: str = "",
+        used: object = 0,
+        gpu_used: object = 0,
     ) -> tuple[int, Report]:
-        """Register a host agent; returns its id and the function its reports go to."""
+        """Register a host agent; returns its id and the function its reports go to.
+        ``used``/``gpu_used``: what its actors hold already (an agent registering again with
+        a restarted master), counted from the start so that no caller is granted them."""
         known = {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
         with self._changed:
             hid = next(self._ids)
             record = _Host(hid, host, port, hostname, slots, known, gpus, label)
+            if _is_int(used) and _is_int(gpu_used) and used >= 0 and gpu_used >= 0:
+                record.used, record.gpu_used = used, gpu_used
             self._hosts[hid] = record
             self._changed.notify_all()
 
@@ -172,6 +178,8 @@ class Master:
             hello.get("versions"),
             gpus,
             str(hello.get("label") or "")[:200],
+            used=hello.get("used", 0),
+            gpu_used=hello.get("gpu_used", 0),
         )
         try:
             control.send(sock, messages.Registered(op="registered", id=hid))

@@ -29,7 +29,8 @@ from typing import (
 
 
 class Register(TypedDict):
-    """A host agent's first message to the master: where callers reach it, what it offers."""
+    """A host agent's first message to the master: where callers reach it, what it offers, and
+    what its actors use already (an agent registering again with a restarted master)."""
 
     op: Literal["register"]
     host: str
@@ -39,6 +40,8 @@ class Register(TypedDict):
     hostname: NotRequired[str]
     versions: NotRequired[dict[str, Any]]
     label: NotRequired[str]
+    used: NotRequired[int]
+    gpu_used: NotRequired[int]
 
 
 class Registered(TypedDict):
