@@ -21,6 +21,11 @@ import tempfile
 
 import pytest
 
+# Every Ray the tests start stays on loopback: on Linux, Ray rewrites a client's 127.0.0.1 to
+# the machine's outward address and starts a local Ray's node there, which sends test traffic
+# off loopback (and fails where only loopback is open). Ray reads this when it is imported.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
 _WORKER_HOME: str | None = None
 
 

@@ -95,6 +95,8 @@ def test_a_distributed_example_runs_unchanged_on_ray(
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "Connected to Ray cluster" in log, log[-2000:]  # it ran on Ray, not local workers
+    joined = re.findall(r"Ray cluster at address: ([^:\s]+)", log)
+    assert joined and set(joined) == {"127.0.0.1"}, joined  # the head on loopback, nothing else
     assert re.search(EVIDENCE[example], log), log[-3000:]
     assert "Traceback" not in log and "UserWarning" not in log, log[-4000:]
     started = _ray_processes() - before  # its actors' workers (the head's daemons stay)

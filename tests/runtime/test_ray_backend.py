@@ -51,6 +51,12 @@ def test_import_parl_does_not_import_ray(tmp_path):
     assert done.stdout.strip() == "[]"
 
 
+def test_the_suites_ray_runs_on_loopback(on_ray):
+    ray = on_ray
+    assert [node["NodeManagerAddress"] for node in ray.nodes()] == ["127.0.0.1"]
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+
+
 def test_an_actor_is_a_ray_actor_with_its_resources(on_ray):
     ray = on_ray
     before = ray.available_resources().get("CPU", 0)
