@@ -119,7 +119,7 @@ class CompatWrapper(gymnasium.Wrapper):
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed the next ``reset`` and the action and observation spaces; returns ``[seed]``."""
         if seed is not None:
-            seed = check_int("seed", seed, what="an int or None")
+            seed = check_int("seed", seed, low=0, what="an int of at least 0, or None")
         self._next_seed = seed
         if seed is not None:
             self.env.action_space.seed(seed)

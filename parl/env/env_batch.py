@@ -14,12 +14,15 @@ resets it at once and reports ``final_obs`` and ``final_info``.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
+
+from parl.validation import check_int
 
 Infos = list[tuple[int, dict]]  # (index in the block, info dict) of the envs that returned one
 KEPT = ("episode",)  # final-info keys kept with keep_info=False (episode statistics)
@@ -171,13 +174,24 @@ class EnvList:
 
 def reset_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
     """The per-env seeds of a vector env's ``reset(seed=...)``: ``s + i`` for env ``i`` from one
-    int, or a list with one seed (or None) per env."""
-    if seed is None or isinstance(seed, int):
-        return [None if seed is None else seed + i for i in range(num_envs)]
+    int (a Python or numpy integer, 0 or more), or a list with one seed (or None) per env."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        first = check_int("seed", seed, low=0, owner="reset")
+        return [first + i for i in range(num_envs)]
+    if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str | bytes):
+        raise TypeError(
+            f"reset: seed must be an int, None, or a list of {num_envs} seeds (ints or None), "
+            f"got {type(seed).__name__}"
+        )
     seeds = list(seed)
     if len(seeds) != num_envs:
         raise ValueError(f"reset needs {num_envs} seeds, got {len(seeds)}")
-    return seeds
+    return [
+        None if s is None else check_int(f"seed[{i}]", s, low=0, owner="reset")
+        for i, s in enumerate(seeds)
+    ]
 
 
 def per_env_values(values: Any, num_envs: int) -> list[Any]:

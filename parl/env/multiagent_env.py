@@ -121,10 +121,10 @@ class MAenv:
         """Seed the next :meth:`reset` (old gym's way; ``reset(seed=...)`` does the same).
 
         Args:
-            seed: the seed, or None for fresh randomness.
+            seed: the seed (0 or more), or None for fresh randomness.
         """
-        self._next_seed = seed
-        return [seed]
+        self._next_seed = _seed(seed)
+        return [self._next_seed]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> list[np.ndarray]:
         """Start an episode; returns one observation per agent.
@@ -134,6 +134,7 @@ class MAenv:
                 None uses the seed given to :meth:`seed`, if any.
             options: passed to the env's reset.
         """
+        seed = _seed(seed)
         if seed is None:
             seed, self._next_seed = self._next_seed, None
         obs, _ = self.env.reset(seed=seed, options=options)
@@ -302,3 +303,7 @@ class MAenv:
 
     def __repr__(self) -> str:
         return f"MAenv({self.scenario_name!r}, continuous_actions={self.continuous_actions})"
+
+
+def _seed(seed: Any) -> int | None:
+    return None if seed is None else check_int("seed", seed, low=0, owner="MAenv")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S
 from parl.shm.link import DEFAULT_THRESHOLD
-from parl.validation import check_float, check_int
+from parl.validation import check_bool, check_float, check_int
 
 if TYPE_CHECKING:
     from parl.ssh.client import SSHOptions
@@ -152,7 +152,7 @@ def connect_options(
         address=None if address in LOCAL_NAMES or specs is not None else address,
         ray=ray,
         distributed_files=tuple(distributed_files),
-        forward_output=bool(forward_output),
+        forward_output=check_bool("forward_output", forward_output),
         stop_timeout=stop_timeout,
         preload=modules,
         shm_threshold=shm_threshold,
@@ -198,8 +198,10 @@ def _ssh_options(
     """The SSH options, the wheels folder and the monitor's port for ``specs``' launch,
     checked (None, None, 0 without hosts); ValueError for an SSH-only option given without
     hosts."""
+    port = check_int("monitor_port", monitor_port, low=0, high=65535, hint="0: no page")
+    check_bool("accept_unknown_host_keys", accept_unknown_host_keys)
     if specs is None:
-        if monitor_port:
+        if port:
             raise ValueError(
                 "monitor_port is for clusters launched with hosts=...; a local program serves "
                 "its page with parl.monitor(), an xparl cluster with `xparl start "
@@ -218,7 +220,6 @@ def _ssh_options(
     ssh = ssh if ssh is not None else SSHOptions()
     if accept_unknown_host_keys:
         ssh = dataclasses.replace(ssh, accept_unknown_host_keys=True)
-    port = check_int("monitor_port", monitor_port, low=0, high=65535, hint="0: no page")
     if install not in (None, "venv", "no"):
         raise ValueError(f"install must be 'venv', 'no' or None, got {install!r}")
     return ssh, wheelhouse(wheels), port

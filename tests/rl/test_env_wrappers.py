@@ -240,3 +240,14 @@ def test_wrapped_mujoco_envs_pickle_and_find_inner_attributes() -> None:
     np.testing.assert_array_equal(copy_of.reset(), first)
     obs, *_ = copy_of.step(np.ones(6, dtype=np.float32))
     assert obs.shape == (17,)
+
+
+def test_seed_takes_numpy_integers_and_refuses_negative_or_non_integer_seeds() -> None:
+    by_int, by_numpy = (CompatWrapper(gymnasium.make("CartPole-v1")) for _ in range(2))
+    by_int.seed(11)
+    assert by_numpy.seed(np.int64(11)) == [11]
+    np.testing.assert_array_equal(by_int.reset(), by_numpy.reset())
+    with pytest.raises(ValueError, match=r"seed must be an int of at least 0, or None, got -1"):
+        by_int.seed(-1)
+    with pytest.raises(TypeError, match=r"seed must be an int of at least 0, or None, got 1\.5"):
+        by_int.seed(1.5)

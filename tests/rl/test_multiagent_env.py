@@ -327,3 +327,12 @@ def test_a_missing_dependency_of_mpe2_is_named(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ImportError, match=r"needs mpe2 and its dependencies \(missing here: "
                        r"pygame\): pip install"):  # fmt: skip
         MAenv("simple_spread")
+
+
+def test_a_numpy_seed_is_an_int_seed_and_a_negative_one_is_named() -> None:
+    with MAenv("simple_spread") as by_int, MAenv("simple_spread") as by_numpy:
+        by_numpy.seed(np.int64(3))
+        for a, b in zip(by_int.reset(seed=3), by_numpy.reset(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(ValueError, match=r"MAenv: seed must be an int >= 0, got -2"):
+            by_int.reset(seed=-2)

@@ -363,3 +363,26 @@ def test_parl_vector_env_resets_finished_envs() -> None:
     assert dones == [True, True] and rewards == [1.0, 1.0]
     assert all(info["TimeLimit.truncated"] for info in infos)
     assert all(abs(o).max() <= 0.05 for o in obs)  # fresh starts are within +-0.05
+
+
+def test_vector_reset_seeds_take_numpy_integers_and_name_a_bad_seed() -> None:
+    from parl.env.batch_vector_env import BatchVectorEnv
+
+    by_int, by_numpy = BatchVectorEnv("CartPole-v1", 3), BatchVectorEnv("CartPole-v1", 3)
+    try:
+        np.testing.assert_array_equal(by_int.reset(seed=4)[0], by_numpy.reset(seed=np.int64(4))[0])
+        listed = [np.int32(4), np.int64(5), 6]
+        np.testing.assert_array_equal(
+            by_int.reset(seed=[4, 5, 6])[0], by_numpy.reset(seed=listed)[0]
+        )
+        with pytest.raises(ValueError, match=r"reset: seed must be an int >= 0, got -1"):
+            by_int.reset(seed=-1)
+        with pytest.raises(TypeError, match=r"reset: seed\[1\] must be an int >= 0"):
+            by_int.reset(seed=[1, 2.0, 3])
+        with pytest.raises(ValueError, match="reset needs 3 seeds, got 2"):
+            by_int.reset(seed=[1, 2])
+        with pytest.raises(TypeError, match="seed must be an int, None, or a list of 3 seeds"):
+            by_int.reset(seed="7")
+    finally:
+        by_int.close()
+        by_numpy.close()

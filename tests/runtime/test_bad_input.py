@@ -78,6 +78,22 @@ def test_connect_modes():
     assert actor.add(2, 2) == 4
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"forward_output": "no"}, TypeError, r"forward_output must be True or False, got 'no'"),
+        ({"accept_unknown_host_keys": 1}, TypeError, "accept_unknown_host_keys must be True"),
+        ({"monitor_port": "x"}, TypeError, r"monitor_port must be an int .*'x' \(str\)"),
+        ({"monitor_port": 70000}, ValueError, r"monitor_port must be an int .*65535"),
+    ],
+)
+def test_connect_names_an_option_of_the_wrong_kind(options, error, message):
+    actor = Sampler()
+    with pytest.raises(error, match=message):
+        parl.connect(**options)
+    assert actor.add(1, 2) == 3  # the refused connect changed nothing
+
+
 def test_reserved_names_are_refused():
     class Bad:
         def _parl_conn(self):
