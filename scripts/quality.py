@@ -84,6 +84,14 @@ PARL_MADDPG_METRIC = (
     "mean return of the training episodes, summed over the agents, per 1,000 episodes (the "
     "measure of PARL's published curves)"
 )
+LBF_METRIC = (
+    "mean over the agents of the return of 10 greedy evaluation episodes (lbforaging's rewards "
+    "are normalised: the 2 agents' returns sum to 1 when all the food is collected)"
+)
+LBF_NOTE = (
+    "one seed; EPyMARL's tables report the sum over the agents, twice this figure; the wall time "
+    "was measured while other training runs shared the 2 cores"
+)
 MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
     e.name: e
@@ -170,6 +178,16 @@ EXPERIMENTS = {
             every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
             baseline={"name": "PARL's published training curve (discrete actions)", "value": -20},
             note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
+            "QMIX", "qmix", "QMIX", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
+            "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
         Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,

@@ -194,6 +194,16 @@ def test_write_record_computes_mean_and_sd_and_reads_the_machine(tmp_path: Path)
     assert written["figures"]["per_seed"][0]["best"] is None
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(1234.56, "1,234.6"), (-20.74, "-20.7"), (4.25, "4.2"), (0.0, "0.0"), (0.4321, "0.432"),
+     (-0.0713, "-0.0713"), (1500, "1,500"), (None, "-")],
+)  # fmt: skip
+def test_figures_below_one_keep_three_significant_digits(value: Any, shown: str) -> None:
+    # a normalised return of 0.43 or a loss of 0.341 must not print as 0.4 and 0.3
+    assert render_results.number(value) == shown
+
+
 # -- benchmark records ---------------------------------------------------------------------------
 
 BENCH_SCRIPTS = sorted((ROOT / "scripts").glob("bench_*.py"))
