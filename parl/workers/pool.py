@@ -23,6 +23,29 @@ _START_TIMEOUT_S = 60.0
 _PARL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def keep_niceness(pid: int) -> None:
+    """Give process ``pid``, the leader of a new session, the caller's niceness as its
+    scheduling group's.
+
+    Where the kernel groups processes by session (``/proc/<pid>/autogroup``, Linux's autogroup),
+    CPU time is shared between the groups first, and a process's own niceness only ranks it
+    within its group. The fork server starts a session of its own, so without this its workers
+    would compete with the caller's whole session at the default niceness whatever the caller
+    asked for: ``nice -n 10 python train.py`` would leave its actors at full priority. The
+    group gets the larger of the caller's group niceness and its own (never more priority than
+    the caller has). Nothing happens where there are no such groups.
+    """
+    try:
+        with open("/proc/self/autogroup") as group:
+            group_nice = int(group.read().split()[-1])
+        nice = max(group_nice, os.getpriority(os.PRIO_PROCESS, 0))
+        if nice > 0:
+            with open(f"/proc/{pid}/autogroup", "w") as group:
+                group.write(str(nice))
+    except (OSError, ValueError, IndexError):
+        pass  # no autogroups here (or the server already gone): nothing to keep
+
+
 class ForkServer:
     """Starts the fork server process and asks it for workers.
 
@@ -62,6 +85,7 @@ class ForkServer:
             child.close()
             os.close(stop_r)
         self.pid = self._proc.pid
+        keep_niceness(self.pid)
         self._ctrl = FrameSocket(parent)
         self._lock = threading.Lock()
         self._tokens = 0
