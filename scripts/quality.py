@@ -192,7 +192,8 @@ EXPERIMENTS = {
         Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,
             "test MSE on 10,000 held-out 5-shot tasks (lower is better)",
-            "PARL's full protocol: 80 epochs of 500 meta-updates of 16 tasks",
+            "PARL's full protocol (80 epochs of 500 meta-updates of 16 tasks), the "
+            "meta-gradient clipped to 10",
             flags=("--algo", "maml++"), tag="test/loss", seeds=(0,), lower_is_better=True,
             baseline={"name": "PARL's published MAML++ figure", "value": 0.34},
             note="one seed; a step is one meta-update",

@@ -50,6 +50,7 @@ def build_agent(args: argparse.Namespace) -> MAMLAgent:
         use_multi_step_loss_optimization=not plain,
         multi_step_loss_num_epochs=args.multi_step_loss_num_epochs,
         first_order_to_second_order_epoch=args.first_order_to_second_order_epoch,
+        max_grad_norm=args.max_grad_norm or None,
     )
     return MAMLAgent(algorithm)
 
@@ -191,6 +192,13 @@ def make_parser() -> argparse.ArgumentParser:
         "throughout, PARL's)",
     )
     parser.add_argument(
+        "--max_grad_norm",
+        type=float,
+        default=10.0,
+        help="clip the norm of the network's meta-gradient to this before Adam's step (0: "
+        "never, PARL's; see the README)",
+    )
+    parser.add_argument(
         "--multi_step_loss_num_epochs",
         type=int,
         default=10,
@@ -215,7 +223,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.max_grad_norm < 0:
+        parser.error(f"--max_grad_norm must be 0 (no clipping) or more, got {args.max_grad_norm}")
+    return args
 
 
 if __name__ == "__main__":

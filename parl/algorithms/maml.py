@@ -92,6 +92,12 @@ class MAML(Algorithm):
     with respect to the initial weights and, with ``learnable_learning_rates``, the rates
     ``alpha`` (their gradient clipped to ``[-20, 20]``).
 
+    A single task whose inner steps overshoot (a large amplitude meeting large learned rates)
+    can give a meta-gradient of 1e14 and more. Adam's second-moment estimate then stays huge for
+    tens of thousands of steps, which freezes the network's weights for the rest of a run:
+    ``max_grad_norm`` clips the weights' meta-gradient before the step (PARL does not; see
+    the MAML page).
+
     ``second_order`` back-propagates through the inner gradients (full MAML); without it the
     inner gradients are constants (first-order MAML). ``first_order_to_second_order_epoch``
     anneals the derivative order as MAML++ does: first order up to and including that epoch,
@@ -123,6 +129,8 @@ class MAML(Algorithm):
         multi_step_loss_num_epochs: epochs during which the multi-step loss is used.
         first_order_to_second_order_epoch: last epoch trained to first order when
             ``second_order`` is on (``-1``: none).
+        max_grad_norm: clip the global norm of the network weights' meta-gradient to this
+            before Adam's step (``None``, the default: no clipping, as PARL).
     """
 
     model_methods = ("forward", "get_weights")
@@ -144,6 +152,7 @@ class MAML(Algorithm):
         multi_step_loss_num_epochs: int = 10,
         *,
         first_order_to_second_order_epoch: int = -1,
+        max_grad_norm: float | None = None,
     ) -> None:
         owner = "MAML"
         super().__init__(model, device=device)
@@ -184,6 +193,11 @@ class MAML(Algorithm):
             first_order_to_second_order_epoch,
             low=-1,
             owner=owner,
+        )
+        self.max_grad_norm = (
+            None
+            if max_grad_norm is None
+            else check_float("max_grad_norm", max_grad_norm, low=0, low_open=True, owner=owner)
         )
         learnable = check_bool("learnable_learning_rates", learnable_learning_rates, owner=owner)
         self.inner_lr_model = InnerLearningRates(
@@ -382,6 +396,8 @@ class MAML(Algorithm):
         loss = self.meta_loss(data_batch, current_epoch)
         self.optimizer.zero_grad()
         loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._weights(), self.max_grad_norm)
         if self.learning_rates.grad is not None:
             self.learning_rates.grad.clamp_(-LR_GRAD_CLIP, LR_GRAD_CLIP)
         self.optimizer.step()

@@ -152,6 +152,53 @@ def test_learning_rate_gradient_is_clipped_to_20() -> None:
     assert alg.learning_rates.grad.abs().item() == pytest.approx(20.0)
 
 
+@pytest.mark.parametrize("clip", [None, 1e-3, 1e6])
+def test_max_grad_norm_clips_the_weights_meta_gradient_only(clip: float | None) -> None:
+    """The weights' gradient at Adam's step is the meta-gradient scaled down to norm ``clip``
+    when longer (the same direction), untouched when shorter or without a clip; the inner
+    rates keep their own elementwise clamp."""
+    reference = linear_maml()
+    reference.meta_loss(one_task(), 0).backward()
+    full = torch.cat([w.grad.flatten() for w in reference.model.get_weights()])
+    alg = linear_maml(max_grad_norm=clip)
+    seen: list[torch.Tensor] = []
+    step = alg.optimizer.step
+
+    def record(*args: object, **kwargs: object) -> object:
+        seen.append(torch.cat([w.grad.flatten().clone() for w in alg.model.get_weights()]))
+        return step(*args, **kwargs)
+
+    alg.optimizer.step = record  # type: ignore[method-assign]
+    alg.train_one_iter(one_task(), 0)
+    (clipped,) = seen
+    expected = full if clip is None or full.norm() <= clip else full * (clip / full.norm())
+    torch.testing.assert_close(clipped, expected, rtol=1e-5, atol=1e-9)
+    if clip == 1e-3:
+        assert full.norm() > 1e-2  # the clip did something
+    assert alg.learning_rates.grad is not None
+    assert alg.learning_rates.grad.item() == pytest.approx(reference.learning_rates.grad.item())
+
+
+def test_a_meta_gradient_spike_clipped_leaves_adam_able_to_learn() -> None:
+    """One batch of huge targets makes a meta-gradient spike; unclipped, Adam's second moment
+    takes it in and, once the spike's momentum has decayed, ordinary steps barely move the
+    weights; clipped, they move as usual."""
+    moves = {}
+    for clip in (None, 10.0):
+        alg = linear_maml(meta_learning_rate=1e-3, max_grad_norm=clip)
+        spike = one_task()
+        spike[3] = spike[3] * 1e8  # the query targets of a wildly overshooting task
+        alg.train_one_iter(spike, 0)
+        for _ in range(100):  # Adam's first moment forgets the spike (0.9 per step)
+            alg.train_one_iter(one_task(), 0)
+        before = torch.cat([w.detach().flatten().clone() for w in alg.model.get_weights()])
+        for _ in range(20):
+            alg.train_one_iter(one_task(), 0)
+        after = torch.cat([w.detach().flatten() for w in alg.model.get_weights()])
+        moves[clip] = float((after - before).norm())
+    assert moves[10.0] > 100 * moves[None], moves
+
+
 def test_multi_step_loss_weights_by_hand() -> None:
     np.testing.assert_allclose(multi_step_loss_weights(3, 0, 10), [1 / 3, 1 / 3, 1 / 3], 1e-6)
     np.testing.assert_allclose(multi_step_loss_weights(3, 5, 10), [1 / 6, 1 / 6, 2 / 3], 1e-6)
@@ -280,6 +327,10 @@ def test_bad_input_raises_clear_errors() -> None:
         MAML(FunctionalMLP(), "cpu", num_updates_per_iter=0)
     with pytest.raises(ValueError, match="meta_learning_rate must be a float > 0"):
         MAML(FunctionalMLP(), "cpu", meta_learning_rate=0.0)
+    with pytest.raises(ValueError, match="max_grad_norm must be a float > 0, got 0"):
+        MAML(FunctionalMLP(), "cpu", max_grad_norm=0)
+    with pytest.raises(TypeError, match="max_grad_norm must be a float > 0"):
+        MAML(FunctionalMLP(), "cpu", max_grad_norm="10")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="second_order must be True or False"):
         MAML(FunctionalMLP(), "cpu", second_order="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="MAML needs model to define forward"):
