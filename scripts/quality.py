@@ -199,6 +199,15 @@ EXPERIMENTS = {
             note="the budget is PARL's 25,000 episodes of 25 steps",
         ),
         Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
+            PARL_MADDPG_METRIC, "PARL's settings, continuous actions", unit="episodes",
+            flags=("--continuous_actions",), every_flag="--test_every_episodes",
+            tag="train/episode_reward_wrt_episode", bin=1_000, variant="continuous",
+            baseline={"name": "PARL's published training curve (continuous actions)",
+                      "value": -27},
+            note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,
             "test MSE on 10,000 held-out 5-shot tasks (lower is better)",
             "PARL's full protocol (80 epochs of 500 meta-updates of 16 tasks), the "
