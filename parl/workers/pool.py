@@ -36,14 +36,22 @@ def keep_niceness(pid: int) -> None:
     the caller has). Nothing happens where there are no such groups.
     """
     try:
-        with open("/proc/self/autogroup") as group:
-            group_nice = int(group.read().split()[-1])
-        nice = max(group_nice, os.getpriority(os.PRIO_PROCESS, 0))
+        nice = max(_group_nice("self"), os.getpriority(os.PRIO_PROCESS, 0))
         if nice > 0:
             with open(f"/proc/{pid}/autogroup", "w") as group:
                 group.write(str(nice))
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):
         pass  # no autogroups here (or the server already gone): nothing to keep
+
+
+def _group_nice(pid: str) -> int:
+    """The niceness of process ``pid``'s scheduling group. The file reads
+    ``/autogroup-<id> nice <n>``, or nothing at all for a process still in the root group
+    (one whose session began before autogroups, as under some CI runners and containers):
+    that group runs at niceness 0."""
+    with open(f"/proc/{pid}/autogroup") as group:
+        fields = group.read().split()
+    return int(fields[-1]) if fields else 0
 
 
 class ForkServer:

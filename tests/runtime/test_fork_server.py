@@ -54,7 +54,7 @@ class Probe:
         return os.getsid(0), os.getpriority(os.PRIO_PROCESS, 0), open("/proc/self/autogroup").read()
 
 session, nice, group = Probe().where()
-print(session != os.getsid(0), nice, group.split()[-1])
+print(session != os.getsid(0), nice, group.split()[-1] if group.strip() else "root")
 """
 
 
@@ -79,5 +79,8 @@ def test_actors_keep_the_callers_niceness_in_their_own_session(tmp_path, nice):
 
 
 def _group_nice() -> int:
+    """This process's group niceness; an empty file means the root group (niceness 0), where
+    a process lands whose session began before the kernel grouped sessions."""
     with open("/proc/self/autogroup") as group:
-        return int(group.read().split()[-1])
+        fields = group.read().split()
+    return int(fields[-1]) if fields else 0
