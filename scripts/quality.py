@@ -62,6 +62,7 @@ class Experiment:
     lower_is_better: bool = False  # a loss: the best evaluation is the smallest
     every_flag: str = ""  # the example's flag for ``every``, where it is not the usual one
     bin: int = 0  # a per-episode tag: one point per this many steps (the mean of the bin)
+    folder: str = ""  # the runs' folder, where two experiments read two tags of the same runs
 
     @property
     def name(self) -> str:
@@ -91,6 +92,18 @@ LBF_METRIC = (
 LBF_NOTE = (
     "one seed; EPyMARL's tables report the sum over the agents, twice this figure; the wall time "
     "was measured while other training runs shared the 2 cores"
+)
+ALPHAZERO_METRIC = (
+    "share of 100 games won against {player}, the network moving first in every other game"
+)
+ALPHAZERO_CONFIGURATION = (
+    "the example's defaults: 80 self-play games per iteration on 2 actors, 50 MCTS simulations "
+    "per move, a 2-block residual network of 32 channels"
+)
+ALPHAZERO_FLAGS = ("--eval_episodes", "100")
+ALPHAZERO_NOTE = (
+    "one seed; a step is one iteration (self-play, training, arena); PARL's run is 200 "
+    "iterations of 500 games with 800 simulations per move"
 )
 MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
@@ -123,6 +136,17 @@ EXPERIMENTS = {
             baseline={"name": "random play", "value": -20.7},
             note="one seed and 500k steps (2M frames): DQN on Pong usually needs 1M-2M steps "
             "to score above 0; the run shows the climb from random play",
+        ),
+        Experiment(
+            "Dueling DDQN", "dqn", "DQN", "PongNoFrameskip-v4", 500_000, 50_000,
+            "mean score of 5 greedy evaluation games",
+            "dueling network, Double DQN, the Nature network's convolutions, 100k replay, "
+            "learning from 100k steps",
+            flags=("--algo", "DDQN", "--dueling", "--eval_episodes", "5"),
+            tag="eval/episode_return", seeds=(0,), variant="dueling",
+            baseline={"name": "random play", "value": -20.7},
+            note="one seed and 500k steps (2M frames), the budget of the DQN run beside it; "
+            "the run shows the climb from random play",
         ),
         Experiment(
             "DDPG", "ddpg", "DDPG", "HalfCheetah-v5", 100_000, 5_000,
@@ -217,6 +241,23 @@ EXPERIMENTS = {
             note="one seed; a step is one meta-update",
         ),
         Experiment(
+            "AlphaZero", "alphazero", "AlphaZero", "connect4", 150, 10,
+            ALPHAZERO_METRIC.format(player="the one-move-lookahead player (it wins when it can, "
+                                    "blocks when it must, else plays at random)"),
+            ALPHAZERO_CONFIGURATION, flags=ALPHAZERO_FLAGS, tag="alphazero/win_rate_vs_lookahead",
+            seeds=(0,), variant="lookahead", folder="AlphaZero",
+            baseline={"name": "the target", "value": 0.8}, note=ALPHAZERO_NOTE,
+        ),
+        Experiment(
+            "AlphaZero", "alphazero", "AlphaZero", "connect4", 150, 10,
+            ALPHAZERO_METRIC.format(player="a uniformly random player"),
+            ALPHAZERO_CONFIGURATION, flags=ALPHAZERO_FLAGS, tag="alphazero/win_rate_vs_random",
+            seeds=(0,), variant="random", folder="AlphaZero",
+            baseline={"name": "the target", "value": 0.95},
+            note=ALPHAZERO_NOTE + "; the same run as alphazero_lookahead_connect4, recorded with "
+            "--report",
+        ),
+        Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
             "mean return of 3 greedy evaluation episodes (the preset's)",
             "the example's CartPole preset, 2 actors",
@@ -235,7 +276,9 @@ EXPERIMENTS = {
 
 
 def logdir(logroot: str, experiment: Experiment, seed: int) -> str:
-    folder = "-".join(part for part in (experiment.example, experiment.variant) if part)
+    folder = experiment.folder or "-".join(
+        part for part in (experiment.example, experiment.variant) if part
+    )
     return os.path.join(logroot, folder, experiment.env, f"seed{seed}")
 
 
