@@ -238,6 +238,31 @@ train.parse_config(["--env", "CartPole-v1", "--config", "zoo"])
     assert proc.returncode != 0 and "--config zoo is rl-zoo's MuJoCo setting" in proc.stderr
 
 
+def test_cql_config_paper_is_the_papers_sampling_and_flags_override_a_preset(
+    run_python: RunPython,
+) -> None:
+    """CQL's default is the CPU preset (2 sampled actions per proposal, 200k updates);
+    ``--config paper`` is the paper's 10 and 1M; a flag given beside a preset wins."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(EXAMPLES / "CQL")!r})
+import train
+rows = []
+for argv in ([], ["--config", "paper"], ["--config", "paper", "--num_random", "3",
+             "--train_total_steps", "7"]):
+    a = train.parse_args(["--dataset", "d", *argv])
+    rows.append([a.config, a.num_random, a.train_total_steps, a.test_every_steps])
+print("CONFIG" + json.dumps(rows))
+"""
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("CONFIG"))
+    cpu, paper, mixed = json.loads(line[len("CONFIG") :])
+    assert cpu == ["cpu", 2, 200_000, 5_000]
+    assert paper == ["paper", 10, 1_000_000, 10_000]
+    assert mixed == ["paper", 3, 7, 10_000]
+
+
 @pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
 @pytest.mark.parametrize(
     ("name", "flags", "pattern"),

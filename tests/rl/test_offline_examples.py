@@ -56,11 +56,13 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     _needed("h5py")
     dataset = tmp_path / "pendulum-random-v0.hdf5"
     save_d4rl_hdf5(dataset, **random_steps())
-    common = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15"]
+    common = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15",
+              "--num_random", "3"]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     log = run_example(
         run_python, "CQL", *common, "--train_total_steps", "30", "--logdir", str(straight)
     )
+    assert "config cpu (3 sampled actions per proposal)" in log
     assert "Evaluation: total_steps 20" in log
     run_example(run_python, "CQL", *common, "--train_total_steps", "20", "--logdir", str(resumed))
     log = run_example(
