@@ -194,6 +194,11 @@ class ForagingParallelEnv:
                 "'Foraging-8x8-2p-2f-coop-v3'"
             ) from exc
         settings = {**spec.kwargs, **kwargs}
+        if settings.get("render_mode") not in (None, "human", "rgb_array"):
+            raise ValueError(
+                f"render_mode={settings['render_mode']!r}: foraging renders 'human' (a window) "
+                "or 'rgb_array' (frames), or nothing with None"
+            )
         if max_cycles is not None:
             settings["max_episode_steps"] = max_cycles
         self.max_step = int(settings["max_episode_steps"])
@@ -265,7 +270,17 @@ class ForagingParallelEnv:
         return masks
 
     def render(self) -> Any:
-        return self._env.render()
+        """What the env was made to render (``render_mode=``): ``"rgb_array"`` a frame,
+        ``"human"`` a window (both need a display: lbforaging draws with pyglet); made without a
+        mode, nothing but gymnasium's warning, where lbforaging alone would open a window."""
+        mode = self._env.render_mode
+        if mode is None:
+            gymnasium.logger.warn(
+                "render() on a foraging env made without a render mode does nothing: pass "
+                "render_mode='rgb_array' or 'human' when making it"
+            )
+            return None
+        return self._env.render(mode=mode)
 
     def close(self) -> None:
         self._env.close()

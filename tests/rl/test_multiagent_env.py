@@ -3,6 +3,7 @@ lbforaging, its global state, masks, seeding and errors."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -248,6 +249,19 @@ def test_foraging_can_end_by_termination() -> None:
                 assert sum(reward_n) > 0
                 return
     pytest.fail("no foraging episode ended with the food eaten")
+
+
+def test_foraging_renders_only_in_the_mode_it_was_made_with() -> None:
+    """Made without a render mode, render() warns and returns nothing (lbforaging itself would
+    open a window); a mode it cannot render is refused by name when the env is made."""
+    drawing = "pyglet" in sys.modules  # lbforaging's viewer imports it
+    with MAenv("Foraging-5x5-2p-1f-coop-v3") as env:
+        env.reset(seed=0)
+        with pytest.warns(UserWarning, match="without a render mode"):
+            assert env.render() is None
+    assert ("pyglet" in sys.modules) == drawing
+    with pytest.raises(ValueError, match="render_mode='ansi'.*'human'.*'rgb_array'"):
+        MAenv("Foraging-5x5-2p-1f-coop-v3", render_mode="ansi")
 
 
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
