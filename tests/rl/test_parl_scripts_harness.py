@@ -50,6 +50,28 @@ def test_a_script_sees_gymnasium_as_gym_and_stops_at_its_evaluation(
     assert "| `benchmark/torch/demo` | `train.py --flag 1` | evaluates: `Evaluation over" in table
 
 
+def test_nth_waits_for_a_later_evaluation_and_the_table_says_which(
+    harness: ModuleType, tmp_path: Path
+) -> None:
+    """A script that evaluates before it learns anything passes only at the evaluation asked
+    for; one that never gets that far fails instead of passing on its first line."""
+    script = (
+        "import sys, time\n"
+        "for k in range(int(sys.argv[1])):\n"
+        "    print(f'Evaluation over: 1 episodes, Reward: {k}', flush=True)\n"
+        "    time.sleep(0.5)\n"
+        "time.sleep(60 if int(sys.argv[1]) > 2 else 0)\n"
+    )
+    _script(tmp_path, "later", {"train.py": script})
+    run = harness.ScriptRun("later", "later", ("3",), nth=2, timeout_s=30.0)
+    outcome = harness.run_one(tmp_path, run, tmp_path / "work")
+    assert outcome.ok and outcome.detail.endswith("Reward: 1"), outcome.detail
+    assert "evaluates (evaluation 2): `Evaluation over" in harness.table([outcome])
+    short = harness.ScriptRun("later", "later", ("1",), nth=2, timeout_s=30.0)
+    outcome = harness.run_one(tmp_path, short, tmp_path / "again")
+    assert not outcome.ok and "Reward: 0" in outcome.detail
+
+
 def test_a_failing_script_shows_its_exception_and_edits_are_applied(
     harness: ModuleType, tmp_path: Path
 ) -> None:
