@@ -105,6 +105,15 @@ ALPHAZERO_NOTE = (
     "one seed; a step is one iteration (self-play, training, arena); PARL's run is 200 "
     "iterations of 500 games with 800 simulations per move"
 )
+# made by: python scripts/make_offline_dataset.py --env HalfCheetah-v5 --out datasets --kinds
+# medium --samples 100000 --policy <an examples/SAC HalfCheetah-v5 run of 100k steps>
+HALFCHEETAH_MEDIUM = "datasets/halfcheetah-medium-v0"
+HALFCHEETAH_MEDIUM_MEAN = {"name": "the dataset's mean episode return", "value": 4088}
+OFFLINE_METRIC = "mean return of 10 deterministic evaluation episodes"
+OFFLINE_NOTE = (
+    "a step is one update; the dataset is 100 episodes (100k steps) of a SAC policy that "
+    "evaluates at 4,429, its actions sampled"
+)
 MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
     e.name: e
@@ -256,6 +265,27 @@ EXPERIMENTS = {
             baseline={"name": "the target", "value": 0.95},
             note=ALPHAZERO_NOTE + "; the same run as alphazero_lookahead_connect4, recorded with "
             "--report",
+        ),
+        Experiment(
+            "IQL", "iql", "IQL", "HalfCheetah-v5", 100_000, 5_000, OFFLINE_METRIC,
+            "PARL's settings (tau 0.7, beta 3), the halfcheetah-medium-v0 dataset made here",
+            flags=("--dataset", HALFCHEETAH_MEDIUM), variant="medium",
+            baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
+        ),
+        Experiment(
+            "Behaviour cloning", "iql", "IQL", "HalfCheetah-v5", 100_000, 5_000, OFFLINE_METRIC,
+            "IQL's actor with beta 0 (every transition weighed alike), the "
+            "halfcheetah-medium-v0 dataset made here",
+            flags=("--dataset", HALFCHEETAH_MEDIUM, "--beta", "0"), variant="bc_medium",
+            baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
+        ),
+        Experiment(
+            "CQL", "cql", "CQL", "HalfCheetah-v5", 200_000, 5_000,
+            OFFLINE_METRIC.replace("10 ", "5 "),
+            "the example's CPU preset (2 sampled actions per proposal), a learned temperature, "
+            "the halfcheetah-medium-v0 dataset made here",
+            flags=("--dataset", HALFCHEETAH_MEDIUM, "--with_automatic_entropy_tuning"),
+            variant="medium", baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
         ),
         Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
