@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from results import ROOT, _commit, _machine, _versions
+from results import ROOT, current_commit, machine_info, versions
 
 BENCH_RECORDS = ROOT / "docs" / "results" / "bench"
 SCHEMA = 1
@@ -121,10 +121,10 @@ class Report:
             "source": "measured",
             "script": self.script,
             "command": self.command,
-            "commit": _commit(),
+            "commit": current_commit(),
             "date": datetime.date.today().isoformat(),
-            "versions": _versions(),
-            "machine": _machine(),
+            "versions": versions(),
+            "machine": machine_info(),
             "load": {"before": self.load_before, "after": _load()},
             "tables": [table.as_dict() for table in self.tables],
             "note": " ".join(self.notes) or None,

@@ -260,14 +260,16 @@ EXPERIMENTS = {
             "AlphaZero", "alphazero", "AlphaZero", "connect4", 150, 10,
             ALPHAZERO_METRIC.format(player="the one-move-lookahead player (it wins when it can, "
                                     "blocks when it must, else plays at random)"),
-            ALPHAZERO_CONFIGURATION, flags=ALPHAZERO_FLAGS, tag="alphazero/win_rate_vs_lookahead",
+            ALPHAZERO_CONFIGURATION + "; against the lookahead player", flags=ALPHAZERO_FLAGS,
+            tag="alphazero/win_rate_vs_lookahead",
             seeds=(0,), variant="lookahead", folder="AlphaZero",
             baseline={"name": "the target", "value": 0.8}, note=ALPHAZERO_NOTE,
         ),
         Experiment(
             "AlphaZero", "alphazero", "AlphaZero", "connect4", 150, 10,
             ALPHAZERO_METRIC.format(player="a uniformly random player"),
-            ALPHAZERO_CONFIGURATION, flags=ALPHAZERO_FLAGS, tag="alphazero/win_rate_vs_random",
+            ALPHAZERO_CONFIGURATION + "; against the random player", flags=ALPHAZERO_FLAGS,
+            tag="alphazero/win_rate_vs_random",
             seeds=(0,), variant="random", folder="AlphaZero",
             baseline={"name": "the target", "value": 0.95},
             note=ALPHAZERO_NOTE + "; the same run as alphazero_lookahead_connect4, recorded with "

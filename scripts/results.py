@@ -95,7 +95,8 @@ def load_records(folder: Path = RECORDS) -> list[dict[str, Any]]:
     return records
 
 
-def _versions() -> dict[str, str | None]:
+def versions() -> dict[str, str | None]:
+    """Python's version and each package's in ``PACKAGES`` (None where not installed)."""
     found: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES[1:]:
         try:
@@ -105,7 +106,8 @@ def _versions() -> dict[str, str | None]:
     return found
 
 
-def _machine() -> dict[str, Any]:
+def machine_info() -> dict[str, Any]:
+    """The processor's name and the number of cores, as a record shows them."""
     cpu = None
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -117,7 +119,8 @@ def _machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count()}
 
 
-def _commit() -> str | None:
+def current_commit() -> str | None:
+    """The repository's ``HEAD``, or None outside a git checkout."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -175,9 +178,9 @@ def write_record(
         "configuration": configuration,
         "metric": metric,
         "command": command,
-        "commit": _commit(),
-        "versions": _versions(),
-        "machine": _machine(),
+        "commit": current_commit(),
+        "versions": versions(),
+        "machine": machine_info(),
         "seeds": [int(entry["seed"]) for entry in per_seed],
         "budget": {"env_steps": budget_steps}
         if budget_episodes is None
