@@ -307,8 +307,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  "window_iterations", "channels", "blocks", "arena_games"):  # fmt: skip
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be 1 or more, got {getattr(args, name)}")
-    if args.seed < 0:
-        parser.error(f"--seed must be 0 or more, got {args.seed}")
+    for name in ("seed", "temperature_moves", "stop_after_steps"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name} must be 0 or more, got {getattr(args, name)}")
+    # a Dirichlet distribution needs a concentration above 0; the search needs a positive
+    # weight on the priors; noise is a share of the root's priors
+    for name in ("c_puct", "dirichlet_alpha"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name} must be above 0, got {getattr(args, name)}")
+    if not 0.0 <= args.noise_fraction <= 1.0:
+        parser.error(f"--noise_fraction must be in [0, 1] (0: no noise), got {args.noise_fraction}")
     if not 0.0 <= args.update_threshold <= 1.0:
         parser.error(f"--update_threshold must be in [0, 1], got {args.update_threshold}")
     return args

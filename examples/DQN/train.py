@@ -127,7 +127,13 @@ def save_checkpoint(args, agent, rpm, env, counters: dict[str, Any]) -> None:  #
 
 
 def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    path = os.path.join(args.logdir, "checkpoint.pt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir "
+            f"of the run to continue"
+        )
+    counters, extra = agent.restore_checkpoint(path)
     env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
     agent.e_greed = float(extra["e_greed"])
     rpm_path = os.path.join(args.logdir, "rpm.npz")
@@ -224,7 +230,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.stop_after_steps < 0:  # it would train no step and write the untrained model
+        parser.error(f"--stop_after_steps must be 0 (never) or more, got {args.stop_after_steps}")
+    return args
 
 
 if __name__ == "__main__":

@@ -218,8 +218,10 @@ class Learner:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        if config["actor_num"] < 1:
-            raise ValueError(f"GA3C needs --actor_num 1 or more, got {config['actor_num']}")
+        # checked before any simulator starts: each would fail later inside numpy or gymnasium
+        for name in ("actor_num", "env_num", "t_max", "train_batch_size"):
+            if config[name] < 1:
+                raise ValueError(f"GA3C needs --{name} 1 or more, got {config[name]}")
         set_seed(config["seed"])
         self.eval_env = make_env(config["env_name"], config.get("env_dim", 42), test=True)
         self.agent = build_agent(

@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> float:
     checkpoint = os.path.join(args.logdir, CHECKPOINT)
     step = 0
     if args.resume:
+        if not os.path.exists(checkpoint):
+            raise FileNotFoundError(
+                f"--resume: no checkpoint {checkpoint}; run without --resume first, or give "
+                f"the --logdir of the run to continue"
+            )
         state = agent.restore_checkpoint(checkpoint)
         step = int(state.counters["steps"])
         logger.info("resumed from %s at step %d", checkpoint, step)
@@ -225,6 +230,12 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
+    # each would fail later: a division by zero, an empty range() or no steps at all
+    for name in ("total_iter_per_epoch", "training_batch_size", "test_batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be 1 or more, got {getattr(args, name)}")
+    if args.stop_after_steps < 0:
+        parser.error(f"--stop_after_steps must be 0 (never) or more, got {args.stop_after_steps}")
     if args.max_grad_norm < 0:
         parser.error(f"--max_grad_norm must be 0 (no clipping) or more, got {args.max_grad_norm}")
     return args

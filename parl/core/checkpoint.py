@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import random
 import tempfile
 from collections.abc import Mapping
@@ -85,9 +86,32 @@ def load_file(path: PathLike, map_location: Any = None) -> Any:
     source = _check_path(path)
     if not source.is_file():
         raise FileNotFoundError(f"no checkpoint file at {str(source)!r}")
-    return torch.load(
-        source, map_location="cpu" if map_location is None else map_location, weights_only=True
-    )
+    try:
+        return torch.load(
+            source, map_location="cpu" if map_location is None else map_location, weights_only=True
+        )
+    except Exception as exc:
+        if not _damaged(exc):
+            raise
+        size = source.stat().st_size
+        raise ValueError(
+            f"checkpoint {str(source)!r} ({size} bytes) cannot be read: it is truncated or "
+            f"corrupted, or not a file torch.load(weights_only=True) reads ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); write it again, or "
+            f"point to another checkpoint (parl's saves are atomic, so a save that was "
+            f"interrupted leaves the previous file whole)"
+        ) from exc
+
+
+def _damaged(exc: Exception) -> bool:
+    """Whether ``torch.load`` failed on the file's bytes: torch says so with an empty
+    ``EOFError``, an ``OSError`` without the file's name, the zip reader's ``RuntimeError`` or
+    an ``UnpicklingError`` about ``weights_only`` (not, say, a ``map_location`` it lacks)."""
+    if isinstance(exc, FileNotFoundError | PermissionError):
+        return False
+    if isinstance(exc, EOFError | OSError | pickle.UnpicklingError):
+        return True
+    return isinstance(exc, RuntimeError) and "PytorchStreamReader" in str(exc)
 
 
 def load_weights_checked(module: nn.Module, state: Any, source: str) -> None:

@@ -103,6 +103,28 @@ def test_a_crash_mid_save_keeps_the_old_checkpoint(
     assert os.listdir(tmp_path) == ["model.ckpt"]  # no temporary file left behind
 
 
+@pytest.mark.parametrize("damage", ["empty", "cut in half", "cut at the end", "text"])
+def test_a_damaged_checkpoint_is_named_as_such_by_restore_and_restore_checkpoint(
+    make_agent: MakeAgent, tmp_path: Path, damage: str
+) -> None:
+    """torch.load used to say only "[Errno 22] Invalid argument", nothing (an empty EOFError),
+    "PytorchStreamReader failed..." or "Unsupported operand 103"."""
+    agent = make_agent()
+    for save, load in (
+        (agent.save, agent.restore),
+        (agent.save_checkpoint, agent.restore_checkpoint),
+    ):
+        path = tmp_path / "damaged.pt"
+        save(path)
+        data = path.read_bytes()
+        damaged = {"empty": b"", "cut in half": data[: len(data) // 2],
+                   "cut at the end": data[:-10], "text": b"garbage\n"}[damage]  # fmt: skip
+        path.write_bytes(damaged)
+        with pytest.raises(ValueError, match=r"damaged.pt' \(\d+ bytes\) cannot be read: it is "
+                           r"truncated or corrupted"):  # fmt: skip
+            load(path)
+
+
 def test_train_and_eval_switch_dropout(make_agent: MakeAgent) -> None:
     agent = make_agent(dropout=0.5, hidden=64)
     obs = np.random.default_rng(0).standard_normal((32, 4)).astype(np.float32)

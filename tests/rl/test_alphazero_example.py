@@ -195,3 +195,40 @@ def test_resume_without_a_checkpoint_names_the_missing_file(
     proc = run_python(args=[str(EXAMPLE / "train.py"), "--resume", "--logdir", str(logdir)])
     assert proc.returncode != 0
     assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]
+
+
+FLAGS_SCRIPT = """
+import contextlib, io, sys
+sys.path.insert(0, {folder!r})
+import train
+for flags in {cases!r}:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            train.parse_args(flags)
+            print("ACCEPTED", flags)
+        except SystemExit:
+            print("REFUSED", err.getvalue().strip().splitlines()[-1])
+"""
+
+
+def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> None:
+    """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
+    numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with
+    --noise_fraction 2) or, with --stop_after_steps -1, no iteration at all."""
+    cases = [["--c_puct", "0"], ["--dirichlet_alpha", "-1"], ["--dirichlet_alpha", "0"],
+             ["--noise_fraction", "2"], ["--noise_fraction", "-0.5"],
+             ["--temperature_moves", "-5"], ["--stop_after_steps", "-1"],
+             ["--noise_fraction", "0", "--temperature_moves", "0"]]  # fmt: skip
+    proc = run_python(FLAGS_SCRIPT.format(folder=str(EXAMPLE), cases=cases), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "REFUSED -c: error: --c_puct must be above 0, got 0.0",
+        "REFUSED -c: error: --dirichlet_alpha must be above 0, got -1.0",
+        "REFUSED -c: error: --dirichlet_alpha must be above 0, got 0.0",
+        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got 2.0",
+        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got -0.5",
+        "REFUSED -c: error: --temperature_moves must be 0 or more, got -5",
+        "REFUSED -c: error: --stop_after_steps must be 0 or more, got -1",
+        "ACCEPTED ['--noise_fraction', '0', '--temperature_moves', '0']",
+    ], proc.stdout + proc.stderr[-3000:]

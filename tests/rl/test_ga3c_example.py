@@ -115,6 +115,36 @@ def test_an_env_of_no_supported_kind_is_named(run_python: RunPython, tmp_path: P
     assert "Pendulum-v1 (gymnasium.envs.classic_control" in proc.stderr
 
 
+COUNTS_SCRIPT = """
+import sys
+sys.path.insert(0, {folder!r})
+import train
+for flags in (["--env_num", "0"], ["--t_max", "0"], ["--t_max", "-3"],
+              ["--train_batch_size", "0"]):
+    try:
+        train.main([*flags, "--train_total_steps", "100", "--no_progress", "--logdir", {logdir!r}])
+    except ValueError as exc:
+        print("REFUSED", exc)
+"""
+
+
+def test_a_count_below_one_is_refused_naming_the_flag(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Each used to fail later, obscurely: gymnasium's IndexError on an empty vector env, numpy's
+    "negative dimensions" or an IndexError in a segment, "need at least one array" in a batch."""
+    code = COUNTS_SCRIPT.format(folder=str(GA3C_DIR), logdir=str(tmp_path))
+    proc = run_python(code, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    refused = [ln for ln in proc.stdout.splitlines() if ln.startswith("REFUSED")]
+    assert refused == [
+        "REFUSED GA3C needs --env_num 1 or more, got 0",
+        "REFUSED GA3C needs --t_max 1 or more, got 0",
+        "REFUSED GA3C needs --t_max 1 or more, got -3",
+        "REFUSED GA3C needs --train_batch_size 1 or more, got 0",
+    ], proc.stdout + proc.stderr[-3000:]
+
+
 SEGMENT_SCRIPT = """
 import sys
 import numpy as np

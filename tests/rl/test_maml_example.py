@@ -47,3 +47,48 @@ def test_maml_resume_equals_straight_run(run_python: RunPython, tmp_path: Path, 
     assert any(not torch.equal(stopped[k], again[k]) for k in again)  # it did train on
     assert glob.glob(str(straight / "events.out.tfevents.*"))
     assert (straight / "checkpoint.pt").is_file()
+
+
+FLAGS_SCRIPT = """
+import contextlib, io, sys
+sys.path.insert(0, {folder!r})
+import train
+for flags in {cases!r}:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            train.parse_args(flags)
+            print("ACCEPTED", flags)
+        except SystemExit:
+            print("REFUSED", err.getvalue().strip().splitlines()[-1])
+"""
+
+
+def test_counts_below_one_are_usage_errors(run_python: RunPython) -> None:
+    """These used to fail mid-run with a ZeroDivisionError or "range() arg 3 must not be zero",
+    or (a negative --stop_after_steps) to write an untrained model over the run's."""
+    cases = [["--total_iter_per_epoch", "0"], ["--training_batch_size", "0"],
+             ["--test_batch_size", "0"], ["--stop_after_steps", "-2"],
+             ["--stop_after_steps", "0", "--test_batch_size", "1"]]  # fmt: skip
+    folder = str(REPO_ROOT / "examples" / "MAML")
+    proc = run_python(FLAGS_SCRIPT.format(folder=folder, cases=cases), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "REFUSED -c: error: --total_iter_per_epoch must be 1 or more, got 0",
+        "REFUSED -c: error: --training_batch_size must be 1 or more, got 0",
+        "REFUSED -c: error: --test_batch_size must be 1 or more, got 0",
+        "REFUSED -c: error: --stop_after_steps must be 0 (never) or more, got -2",
+        "ACCEPTED ['--stop_after_steps', '0', '--test_batch_size', '1']",
+    ], proc.stdout + proc.stderr[-3000:]
+
+
+def test_resume_without_a_checkpoint_names_the_missing_file(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    script = REPO_ROOT / "examples" / "MAML" / "train.py"
+    logdir = tmp_path / "never_ran"
+    proc = run_python(args=[str(script), "--resume", "--logdir", str(logdir)], timeout=60)
+    assert proc.returncode != 0
+    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}; run without --resume" in (
+        proc.stderr
+    ), proc.stderr[-2000:]

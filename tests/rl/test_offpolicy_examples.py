@@ -134,3 +134,20 @@ def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Test reward" in proc.stderr and "final test reward" in proc.stdout
     assert (tmp_path / "model.ckpt").is_file()
+
+
+def test_dqn_refuses_a_negative_stop_and_a_resume_without_a_checkpoint(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A negative --stop_after_steps used to train no step and write the untrained model over
+    the run's; a --resume without a checkpoint did not say what to do."""
+    script = str(EXAMPLES / "DQN" / "train.py")
+    proc = run_python(args=[script, "--stop_after_steps", "-1", "--logdir", str(tmp_path)])
+    assert proc.returncode == 2
+    assert "--stop_after_steps must be 0 (never) or more, got -1" in proc.stderr, proc.stderr
+    assert not (tmp_path / "model.ckpt").exists()
+    logdir = tmp_path / "never_ran"
+    proc = run_python(args=[script, "--resume", "--logdir", str(logdir)], timeout=60)
+    assert proc.returncode != 0
+    expected = f"--resume: no checkpoint {logdir / 'checkpoint.pt'}; run without --resume first"
+    assert expected in proc.stderr, proc.stderr[-2000:]
