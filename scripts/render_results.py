@@ -25,7 +25,7 @@ from results import ROOT, load_records
 
 README = ROOT / "README.md"
 ORDER = ["pg", "dqn", "ddpg", "td3", "sac", "ppo", "a2c", "impala", "es", "maddpg", "mappo",
-         "qmix", "coma", "cql", "iql", "oac", "dt", "maml", "ga3c"]  # fmt: skip
+         "qmix", "coma", "cql", "iql", "oac", "dt", "maml", "ga3c", "alphazero"]  # fmt: skip
 BLOCK = re.compile(r"(<!-- results:(\w+) start -->\n)(.*?)(<!-- results:\2 end -->)", re.S)
 BENCH_BLOCK = re.compile(r"(<!-- bench:(\w+) start -->\n)(.*?)(<!-- bench:\2 end -->)", re.S)
 
