@@ -29,7 +29,7 @@ from tqdm import tqdm
 from parl.algorithms import COMA
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
 
 EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
@@ -185,7 +185,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="updates between two copies into the target critic",
     )  # fmt: skip
     parser.add_argument(
-        "--stop_after_steps", type=int, default=0,
+        "--stop_after_steps", type=non_negative_int, default=0,
         help="end this run early (at an iteration's end), as if interrupted",
     )  # fmt: skip
     return parser

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from parl.algorithms import OAC
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
 
 EVAL_EPISODES = 5
 MEMORY_SIZE = int(1e6)
@@ -206,7 +206,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory too")
     parser.add_argument(
         "--stop_after_steps",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="end this run early (at an episode's end), as if interrupted",
     )

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from parl.algorithms import QMIX
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
 
 EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
@@ -295,7 +295,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mixing_embed_dim", default=32, type=int, help="mixer width")
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the episode memory too")
     parser.add_argument(
-        "--stop_after_steps", type=int, default=0,
+        "--stop_after_steps", type=non_negative_int, default=0,
         help="end this run early (at an episode's end), as if interrupted",
     )  # fmt: skip
     return parser

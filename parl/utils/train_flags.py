@@ -154,7 +154,7 @@ def add_common_flags(
             group.add_argument(flag, default=defaults.get(name), help=text(name), dest=where)
         else:
             zero_ok = name == "eval_episodes" and zero_eval_episodes
-            kind = _non_negative_int if zero_ok else _positive_int
+            kind = non_negative_int if zero_ok else _positive_int
             group.add_argument(
                 flag, type=kind, default=defaults.get(name), help=text(name), dest=where
             )
@@ -192,7 +192,8 @@ def _positive_int(value: str) -> int:
     return number
 
 
-def _non_negative_int(value: str) -> int:
+def non_negative_int(value: str) -> int:
+    """An argparse ``type``: a whole number of 0 or more (0 usually meaning none, or never)."""
     number = _whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {number}")

@@ -265,6 +265,23 @@ print("CONFIG" + json.dumps(rows))
 
 @pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
 @pytest.mark.parametrize(
+    "name", ["AlphaZero", "COMA", "DDPG", "DQN", "MAML", "OAC", "QMIX", "SAC", "TD3"]
+)
+def test_a_negative_stop_after_steps_is_a_usage_error(
+    run_python: RunPython, tmp_path, name: str
+) -> None:
+    """``--stop_after_steps -1`` would train nothing and then write an untrained model over the
+    run's: every example that has the flag refuses it before anything starts."""
+    log = tmp_path / "log"
+    args = [str(SCRIPTS[name]), "--stop_after_steps", "-1", "--logdir", str(log)]
+    proc = run_python(args=args, timeout=180)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--stop_after_steps" in proc.stderr and "-1" in proc.stderr
+    assert not log.exists()
+
+
+@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
+@pytest.mark.parametrize(
     ("name", "flags", "pattern"),
     [
         ("DQN", ["--env", "Pendulum-v1", "--train_total_steps", "10"], "DQN needs discrete"),
