@@ -19,7 +19,6 @@ import copy
 import os
 import pickle
 import random
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from parl.core.atomic_file import atomic_write
 from parl.core.model import check_tensors_fit
 
 __all__ = [
@@ -62,23 +62,9 @@ def _check_path(path: object, argument: str = "save_path") -> Path:
 
 
 def atomic_save(obj: Any, path: PathLike) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically, creating missing parent folders."""
-    target = _check_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+    """``torch.save(obj)`` to ``path`` atomically (see ``parl.core.atomic_file``),
+    creating missing parent folders."""
+    return atomic_write(_check_path(path), lambda handle: torch.save(obj, handle))
 
 
 def load_file(path: PathLike, map_location: Any = None) -> Any:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from parl.core.atomic_file import atomic_write
 from parl.utils import logger
 from parl.validation import check_int
 
@@ -237,18 +237,8 @@ class ReplayMemory:
         """Write the contents to ``pathname`` (a ``.npz`` file, written atomically), with the
         state of ``rng`` when one was given (the global generator is saved by
         ``Agent.save_checkpoint``)."""
-        path = os.fspath(pathname)
-        parent = os.path.dirname(path) or "."
-        os.makedirs(parent, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".rpm.", suffix=".tmp", dir=parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **self._save_arrays())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        arrays = self._save_arrays()
+        atomic_write(pathname, lambda handle: np.savez(handle, **arrays))
 
     def _save_arrays(self) -> dict[str, Any]:
         """Everything ``save`` writes; subclasses add their own arrays."""

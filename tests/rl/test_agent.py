@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 from pathlib import Path
 
 import gymnasium
@@ -14,6 +15,7 @@ import torch
 import parl
 from parl.algorithms import PolicyGradient
 from parl.core import checkpoint
+from parl.utils import ReplayMemory
 
 from .conftest import MakeAgent
 from .nets import PGAgent, PolicyNet
@@ -101,6 +103,32 @@ def test_a_crash_mid_save_keeps_the_old_checkpoint(
         make_agent(seed=1).save(path)
     assert path.read_bytes() == good
     assert os.listdir(tmp_path) == ["model.ckpt"]  # no temporary file left behind
+
+
+def test_saved_files_get_the_permissions_a_plain_write_gives(
+    make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Atomic saves go through a temporary file; the result still has the mode torch.save
+    would give it (0666 less the umask, so a shared cluster folder's readers can read it), and
+    an existing file keeps its own mode when it is saved over."""
+    agent = make_agent()
+    old_umask = os.umask(0o022)
+    try:
+        agent.save(tmp_path / "model.ckpt")
+        agent.save_checkpoint(tmp_path / "checkpoint.pt")
+        memory = ReplayMemory(max_size=4, obs_dim=2, act_dim=1)
+        memory.save(tmp_path / "rpm.npz")
+        for name in ("model.ckpt", "checkpoint.pt", "rpm.npz"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+        os.chmod(tmp_path / "model.ckpt", 0o640)
+        agent.save(tmp_path / "model.ckpt")
+        assert stat.S_IMODE((tmp_path / "model.ckpt").stat().st_mode) == 0o640
+        os.umask(0o077)
+        agent.save(tmp_path / "private.ckpt")
+        assert stat.S_IMODE((tmp_path / "private.ckpt").stat().st_mode) == 0o600
+    finally:
+        os.umask(old_umask)
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
 
 
 @pytest.mark.parametrize("damage", ["empty", "cut in half", "cut at the end", "text"])
