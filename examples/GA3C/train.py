@@ -74,6 +74,10 @@ def train(config: dict[str, Any]) -> TrainResult:
         disable=not config.get("progress", True),
     )
     total_loss = float("nan")
+    first_steps = learner.sample_steps  # a resumed run starts where its checkpoint left off
+    if first_steps >= config["max_sample_steps"]:
+        logger.info("the checkpoint is at step %d, --train_total_steps %d: nothing to train",
+                    first_steps, config["max_sample_steps"])  # fmt: skip
     try:
         while learner.sample_steps < config["max_sample_steps"]:
             before = learner.sample_steps
@@ -93,8 +97,9 @@ def train(config: dict[str, Any]) -> TrainResult:
             result.history.append((total, mean))
             learner.save()
             stats = learner.predictor.stats()
+            train_return = "none yet" if returns.mean is None else f"{returns.mean:.1f}"
             logger.info("step %d: evaluation %.1f, train return %s, mean prediction batch %.1f",
-                        total, mean, returns.mean, stats["mean_batch_size"])  # fmt: skip
+                        total, mean, train_return, stats["mean_batch_size"])  # fmt: skip
             if tensorboard:
                 summary.add_scalar("eval/episode_reward", mean, total)
                 summary.add_scalar("train/total_loss", total_loss, total)
@@ -112,8 +117,10 @@ def train(config: dict[str, Any]) -> TrainResult:
     result.learner_times = dict(learner.times.seconds)
     result.actor_times = dict(actors.seconds)
     result.predictor = learner.predictor.stats()
-    logger.info("%d steps, %d updates in %.1f s (%.0f steps/s)", result.sample_steps,
-                result.train_steps, result.seconds, result.sample_steps / result.seconds)  # fmt: skip
+    ran = result.sample_steps - first_steps
+    logger.info("%d steps (%d in this run), %d updates in %.1f s (%.0f steps/s)",
+                result.sample_steps, ran, result.train_steps, result.seconds,
+                ran / max(result.seconds, 1e-9))  # fmt: skip
     logger.info(learner.times.report(result.seconds, "learner time"))
     logger.info(actors.report(None, f"simulator time, {config['actor_num']} simulators"))
     p = result.predictor

@@ -320,6 +320,9 @@ def test_distributed_example_resumes_from_its_checkpoint(
     assert second["sample_steps"] > first["sample_steps"]
     assert second["train_steps"] > first["train_steps"]
     assert min(steps for steps, _ in second["history"]) > first["sample_steps"]
+    if name == "GA3C":  # its speed counts only the steps the resumed run made itself
+        ran = second["sample_steps"] - first["sample_steps"]
+        assert f"{second['sample_steps']} steps ({ran} in this run)" in second["log"]
 
 
 @pytest.mark.parametrize("name", sorted(RESUME_RUNS))
