@@ -34,9 +34,9 @@ class MAMLAgent(parl.Agent):
     def evaluate(
         self, batches: list[tuple[np.ndarray, ...]], confidence: float = 0.95
     ) -> tuple[float, float]:
-        """The mean query MSE after adaptation over ``batches`` and the half-width of its
-        confidence interval (a normal approximation over the batches' means, as many as PARL's
-        100 test batches).
+        """The mean query MSE after adaptation over ``batches`` (each task counting once, also
+        where the last batch is smaller) and the half-width of its confidence interval (a
+        normal approximation over the batches' means, as many as PARL's 100 test batches).
 
         Args:
             batches: the held-out tasks, batch by batch.
@@ -45,7 +45,8 @@ class MAMLAgent(parl.Agent):
         losses = np.array(
             [self.alg.evaluate_one_iter([self.to_tensor(p) for p in b]) for b in batches]
         )
+        mean = float(np.average(losses, weights=[len(b[0]) for b in batches]))
         if len(losses) < 2:
-            return float(losses.mean()), math.nan
+            return mean, math.nan
         z = NormalDist().inv_cdf((1.0 + confidence) / 2.0)
-        return float(losses.mean()), float(z * losses.std(ddof=1) / math.sqrt(len(losses)))
+        return mean, float(z * losses.std(ddof=1) / math.sqrt(len(losses)))

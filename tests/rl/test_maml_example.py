@@ -92,3 +92,37 @@ def test_resume_without_a_checkpoint_names_the_missing_file(
     assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}; run without --resume" in (
         proc.stderr
     ), proc.stderr[-2000:]
+
+
+EVALUATE_SCRIPT = """
+import sys
+import numpy as np
+import torch
+sys.path.insert(0, {folder!r})
+import parl
+from agent import MAMLAgent
+
+class MeanOfTargets(parl.Algorithm):
+    # a stand-in for MAML: a batch's "loss" is the mean of its query targets
+    def __init__(self):
+        super().__init__(torch.nn.Linear(1, 1))
+    def evaluate_one_iter(self, batch):
+        return float(batch[3].mean())
+
+agent = MAMLAgent(MeanOfTargets())
+tasks = np.arange(15, dtype=np.float32).reshape(15, 1, 1)
+batch = lambda part: (part, part, part, part)
+mean, half_width = agent.evaluate([batch(tasks[:10]), batch(tasks[10:])])
+print("MEAN", mean, half_width > 0)
+"""
+
+
+def test_the_test_mse_counts_every_task_once_when_the_last_batch_is_smaller(
+    run_python: RunPython,
+) -> None:
+    """15 held-out tasks in batches of 10 and 5: the mean is over the 15 tasks (7.0 here),
+    not the mean of the two batch means (8.25), which would count each of the last 5 twice."""
+    folder = str(REPO_ROOT / "examples" / "MAML")
+    proc = run_python(EVALUATE_SCRIPT.format(folder=folder), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MEAN 7.0 True" in proc.stdout, proc.stdout
