@@ -6,6 +6,7 @@ set fit that task's query set."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -169,6 +170,18 @@ class MAML(Algorithm):
                 f"MAML: num_layers={num_layers} needs model.get_weights() to return "
                 f"{2 * self.num_layers} tensors (a weight and a bias per layer), but it returns "
                 f"{len(weights)}; pass num_layers={len(weights) // 2} or fix the model"
+            )
+        registered = {id(p) for p in self.model.parameters()}
+        loose = sum(id(w) not in registered for w in weights)
+        if loose:
+            warnings.warn(
+                f"MAML: {loose} of the {len(weights)} tensors {type(self.model).__name__}"
+                f".get_weights() returns are not parameters registered in the model (a plain "
+                f"list, say): MAML trains them, but save(), restore(), get_weights() and "
+                f"checkpoints go through the state_dict and will not hold them; keep them in an "
+                f"nn.ParameterList",
+                UserWarning,
+                stacklevel=2,
             )
         task_lr = check_float("task_learning_rate", task_learning_rate, low=0, owner=owner)
         self.meta_learning_rate = check_float(

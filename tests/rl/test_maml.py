@@ -5,6 +5,7 @@ checkpoints and the errors on bad input."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -303,6 +304,32 @@ def test_evaluation_does_not_learn() -> None:
         torch.testing.assert_close(b, w)
     x_s, y_s, x_q, _ = sine_batch(torch.Generator().manual_seed(1))
     assert alg.predict(x_s[0], y_s[0], x_q[0]).shape == (10, 1)
+
+
+class ListWeights(parl.Model):
+    """PARL's benchmark model keeps its weights in a plain list: not registered in the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = [torch.randn(1, 1, requires_grad=True), torch.zeros(1, requires_grad=True)]
+
+    def forward(self, x: torch.Tensor, params: Sequence[torch.Tensor] | None = None):  # type: ignore[no-untyped-def]
+        w, b = self.weights if params is None else params
+        return F.linear(x, w, b)
+
+    def get_weights(self) -> list[torch.Tensor]:  # type: ignore[override]
+        return self.weights
+
+
+def test_weights_the_state_dict_cannot_hold_are_warned_of() -> None:
+    """Such a model trains, but save() would write nothing of it: MAML says so when it is
+    made; a model with an nn.ParameterList makes no warning."""
+    with pytest.warns(UserWarning, match=r"2 of the 2 tensors ListWeights.get_weights\(\) .* "
+                      r"nn.ParameterList"):  # fmt: skip
+        MAML(ListWeights(), "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MAML(FunctionalMLP(), "cpu")
 
 
 class NumpyWeights(parl.Model):
