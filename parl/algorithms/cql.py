@@ -12,7 +12,7 @@ from torch import nn
 
 from parl.algorithms.ddpg import ActorCriticBase
 from parl.algorithms.offpolicy import as_flat, make_adam
-from parl.algorithms.sac import LogAlpha, squashed_gaussian_sample
+from parl.algorithms.sac import LogAlpha, SquashedGaussianActions, squashed_gaussian_sample
 from parl.validation import check_bool, check_float, check_int
 
 __all__ = ["CQL", "squashed_gaussian_log_prob"]
@@ -40,7 +40,7 @@ def squashed_gaussian_log_prob(
     return log_prob.sum(dim=-1)
 
 
-class CQL(ActorCriticBase):
+class CQL(SquashedGaussianActions, ActorCriticBase):
     """Conservative Q-learning on top of SAC's squashed Gaussian actor and twin critics.
 
     The model is SAC's: ``model.policy(obs)`` returns ``(mean, log_std)`` of the pre-tanh
@@ -165,18 +165,6 @@ class CQL(ActorCriticBase):
         if not self.with_lagrange:
             return 0.0
         return float(self.alpha_prime_model.log_alpha.detach().exp().clamp(0.0, 1e6))
-
-    @torch.no_grad()
-    def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The deterministic action ``tanh(mean)``, ``(B, act_dim)``."""
-        mean, _ = self.model.policy(obs)
-        return torch.tanh(mean)
-
-    @torch.no_grad()
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sampled action ``(B, act_dim)`` and its log-probability ``(B, 1)`` (as PARL)."""
-        action, log_prob = squashed_gaussian_sample(*self.model.policy(obs))
-        return action, log_prob.unsqueeze(-1)
 
     def learn(
         self,

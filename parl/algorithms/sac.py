@@ -5,6 +5,7 @@ Gaussian policy and twin critics."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,26 @@ def squashed_gaussian_sample(
     return action, log_prob.sum(dim=-1) - _HALF_LOG_2PI * mean.shape[-1]
 
 
-class SAC(ActorCriticBase):
+class SquashedGaussianActions:
+    """``predict`` and ``sample`` of a squashed Gaussian policy, ``model.policy(obs) -> (mean,
+    log_std)`` before the tanh (SAC's and CQL's)."""
+
+    model: Any  # the algorithm's, with a ``policy`` method
+
+    @torch.no_grad()
+    def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``tanh(mean)``, ``(B, act_dim)``."""
+        mean, _ = self.model.policy(obs)
+        return torch.tanh(mean)
+
+    @torch.no_grad()
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sampled action ``(B, act_dim)`` and its log-probability ``(B, 1)`` (as PARL)."""
+        action, log_prob = squashed_gaussian_sample(*self.model.policy(obs))
+        return action, log_prob.unsqueeze(-1)
+
+
+class SAC(SquashedGaussianActions, ActorCriticBase):
     """Soft actor-critic.
 
     ``model.policy(obs)`` returns ``(mean, log_std)`` of the pre-tanh Gaussian (``(B,
@@ -107,18 +127,6 @@ class SAC(ActorCriticBase):
                 self.alpha_model.log_alpha.fill_(math.log(value))
         else:
             self._fixed_alpha = value
-
-    @torch.no_grad()
-    def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The deterministic action ``tanh(mean)``, ``(B, act_dim)``."""
-        mean, _ = self.model.policy(obs)
-        return torch.tanh(mean)
-
-    @torch.no_grad()
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sampled action ``(B, act_dim)`` and its log-probability ``(B, 1)`` (as PARL)."""
-        action, log_prob = squashed_gaussian_sample(*self.model.policy(obs))
-        return action, log_prob.unsqueeze(-1)
 
     def learn(
         self,
