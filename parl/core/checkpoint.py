@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parl.core.atomic_file import atomic_write
+from parl.atomic_file import atomic_write
 from parl.core.model import check_tensors_fit
 
 __all__ = [
@@ -62,7 +62,7 @@ def _check_path(path: object, argument: str = "save_path") -> Path:
 
 
 def atomic_save(obj: Any, path: PathLike) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically (see ``parl.core.atomic_file``),
+    """``torch.save(obj)`` to ``path`` atomically (see ``parl.atomic_file``),
     creating missing parent folders."""
     return atomic_write(_check_path(path), lambda handle: torch.save(obj, handle))
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from parl.core.atomic_file import atomic_write
+from parl.atomic_file import atomic_write
 from parl.utils import logger
 from parl.validation import check_int
 

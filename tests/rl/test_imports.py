@@ -73,11 +73,12 @@ def test_core_imports_only_torch_numpy_and_the_standard_library() -> None:
             words = line.split()
             if words[:1] in (["import"], ["from"]) and len(words) > 1:
                 module = words[1]
-                # parl.errors and parl.validation are the bottom layer (standard library only)
+                # parl.errors, parl.validation and parl.atomic_file are the bottom layer
+                # (standard library only)
                 assert (
                     module.split(".")[0] in allowed
                     or module.startswith("parl.core")
-                    or module in ("parl.errors", "parl.validation")
+                    or module in ("parl.errors", "parl.validation", "parl.atomic_file")
                 ), (
                     path.name,
                     line,
