@@ -274,13 +274,13 @@ EXPERIMENTS = {
             "--report",
         ),
         Experiment(
-            "IQL", "iql", "IQL", "HalfCheetah-v5", 100_000, 5_000, OFFLINE_METRIC,
+            "IQL", "iql", "IQL", "HalfCheetah-v5", 50_000, 5_000, OFFLINE_METRIC,
             "PARL's settings (tau 0.7, beta 3), the halfcheetah-medium-v0 dataset made here",
             flags=("--dataset", HALFCHEETAH_MEDIUM), variant="medium",
             baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
         ),
         Experiment(
-            "Behaviour cloning", "iql", "IQL", "HalfCheetah-v5", 100_000, 5_000, OFFLINE_METRIC,
+            "Behaviour cloning", "iql", "IQL", "HalfCheetah-v5", 50_000, 5_000, OFFLINE_METRIC,
             "IQL's actor with beta 0 (every transition weighed alike), the "
             "halfcheetah-medium-v0 dataset made here",
             flags=("--dataset", HALFCHEETAH_MEDIUM, "--beta", "0"), variant="bc_medium",
