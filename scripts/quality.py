@@ -190,11 +190,11 @@ EXPERIMENTS = {
             "from another at the same seed; --target_return 1000 keeps a solved run going",
         ),
         Experiment(
-            "GA3C", "ga3c", "GA3C", "PongNoFrameskip-v4", 3_000_000, 250_000,
+            "GA3C", "ga3c", "GA3C", "PongNoFrameskip-v4", 2_000_000, 250_000,
             "mean score of 3 greedy evaluation games (the preset's)",
             "the example's Atari preset (PARL's, 2 simulators of 8 envs, 42 x 42 frames)",
             seeds=(0,), baseline={"name": "random play", "value": -20.7},
-            note="one seed; 3M steps (12M frames), the climb from random play, not a solved game",
+            note="one seed; 2M steps (8M frames), the climb from random play, not a solved game",
         ),
         Experiment(
             "MAPPO", "mappo", "MAPPO", "simple_speaker_listener", 1_000_000, 50_000,

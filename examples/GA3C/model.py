@@ -48,18 +48,21 @@ class CartpoleModel(parl.Model):
 
 
 class AtariModel(parl.Model):
-    """Nature-DQN convolutions on ``(B, 4, dim, dim)`` uint8 frames (PARL's GA3C uses dim 42),
-    one 512-unit layer, then a policy head and a value head."""
+    """Four convolutions of 32 3 x 3 filters with stride 2 on ``(B, 4, dim, dim)`` uint8 frames
+    (the A3C tower for small frames that PARL's GA3C uses at dim 42: 42 -> 21 -> 11 -> 6 -> 3,
+    288 features), one 512-unit layer, then a policy head and a value head.
+
+    The Nature-DQN tower is made for 84 x 84 frames: on 42 x 42 its 8 x 8 stride-4 first layer
+    and the two after it leave a 1 x 1 map of 64 features, too little to see the ball by.
+    """
 
     def __init__(self, act_dim: int, dim: int = 42) -> None:
         super().__init__()
-        convs = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )  # fmt: skip
-        with torch.no_grad():  # the flattened size depends on dim: 64 for 42, 3136 for 84
+        layers: list[nn.Module] = []
+        for channels_in in (4, 32, 32, 32):
+            layers += [nn.Conv2d(channels_in, 32, 3, stride=2, padding=1), nn.ReLU()]
+        convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():  # the flattened size depends on dim: 288 for 42, 1152 for 84
             features = convs(torch.zeros(1, 4, dim, dim)).shape[1]
         self.trunk = nn.Sequential(convs, nn.Linear(features, 512), nn.ReLU())
         self.policy_fc = nn.Linear(512, act_dim)
