@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> float:
             agent.save_checkpoint(
                 checkpoint, {"total_steps": step + 1}, {"cql_updates": algorithm.current_steps}
             )
+    if (args.train_total_steps - 1) % args.test_every_steps != 0:
+        # the trained policy itself, unless the loop's last update was just evaluated
+        avg_reward = evaluate(agent, env, args, args.train_total_steps)
     agent.save_checkpoint(
         checkpoint,
         {"total_steps": args.train_total_steps},

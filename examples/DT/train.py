@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> float:
         if step % config.test_every_steps == 0:
             avg_reward = evaluate(agent, env, sampler, args, step)
             save(step + 1)
+    if (config.train_total_steps - 1) % config.test_every_steps != 0:
+        # the trained policy itself, unless the loop's last update was just evaluated
+        avg_reward = evaluate(agent, env, sampler, args, config.train_total_steps)
     save(config.train_total_steps)
     agent.save(os.path.join(args.logdir, "model.ckpt"))
     summary.flush()

@@ -64,6 +64,7 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     )
     assert "config cpu (3 sampled actions per proposal)" in log
     assert "Evaluation: total_steps 20" in log
+    assert "Evaluation: total_steps 30" in log  # the trained policy itself, at the end
     run_example(run_python, "CQL", *common, "--train_total_steps", "20", "--logdir", str(resumed))
     log = run_example(
         run_python,
@@ -120,6 +121,7 @@ def test_iql_example_on_a_minari_dataset(
         "--test_every_steps", "10", "--logdir", str(tmp_path / "log"),
     )  # fmt: skip
     assert "Evaluation: total_steps 10" in log
+    assert "Evaluation: total_steps 20" in log  # the trained policy itself, at the end
     assert (tmp_path / "log" / "model.ckpt").is_file()
 
 
@@ -164,6 +166,7 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     log = run("--train_total_steps", "30", "--logdir", str(straight))
     assert "Evaluation: total_steps 20" in log
+    assert "Evaluation: total_steps 30" in log  # the trained policy itself, at the end
     run("--train_total_steps", "20", "--logdir", str(resumed))
     log = run("--train_total_steps", "30", "--logdir", str(resumed), "--resume")
     assert "resumed from" in log and "Evaluation: total_steps 20" in log
