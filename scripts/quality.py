@@ -110,7 +110,8 @@ HALFCHEETAH_MEDIUM_MEAN = {"name": "the dataset's mean episode return", "value":
 OFFLINE_METRIC = "mean return of 10 deterministic evaluation episodes"
 OFFLINE_NOTE = (
     "a step is one update; the dataset is 100 episodes (100k steps) of a SAC policy that "
-    "evaluates at 4,429, its actions sampled"
+    "evaluates at 4,429, its actions sampled; the wall times were measured while other runs "
+    "shared the 2 cores"
 )
 MUJOCO_NOTE = "one seed; the wall time was measured while other training runs shared the 2 cores"
 EXPERIMENTS = {
