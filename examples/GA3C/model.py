@@ -49,11 +49,13 @@ class CartpoleModel(parl.Model):
 
 class AtariModel(parl.Model):
     """Four convolutions of 32 3 x 3 filters with stride 2 on ``(B, 4, dim, dim)`` uint8 frames
-    (the A3C tower for small frames that PARL's GA3C uses at dim 42: 42 -> 21 -> 11 -> 6 -> 3,
-    288 features), one 512-unit layer, then a policy head and a value head.
+    (A3C's usual tower for 42 x 42 frames: 42 -> 21 -> 11 -> 6 -> 3, 288 features), one
+    512-unit layer, then a policy head and a value head.
 
-    The Nature-DQN tower is made for 84 x 84 frames: on 42 x 42 its 8 x 8 stride-4 first layer
-    and the two after it leave a 1 x 1 map of 64 features, too little to see the ball by.
+    The Nature-DQN tower without padding is made for 84 x 84 frames: on 42 x 42 its 8 x 8
+    stride-4 first layer and the two after it leave a 1 x 1 map of 64 features. PARL's GA3C
+    pads those convolutions instead (a 4 x 4 map at 42); this tower keeps more of the frame
+    for less compute in its first layer.
     """
 
     def __init__(self, act_dim: int, dim: int = 42) -> None:
