@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython
+from .conftest import REPO_ROOT, RunPython, flag_cases_script
 
 EXAMPLE = REPO_ROOT / "examples" / "AlphaZero"
 MODULES = ("connect4", "mcts", "arena")
@@ -197,21 +197,6 @@ def test_resume_without_a_checkpoint_names_the_missing_file(
     assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]
 
 
-FLAGS_SCRIPT = """
-import contextlib, io, sys
-sys.path.insert(0, {folder!r})
-import train
-for flags in {cases!r}:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            train.parse_args(flags)
-            print("ACCEPTED", flags)
-        except SystemExit:
-            print("REFUSED", err.getvalue().strip().splitlines()[-1])
-"""
-
-
 def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> None:
     """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
     numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with
@@ -220,7 +205,7 @@ def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> No
              ["--noise_fraction", "2"], ["--noise_fraction", "-0.5"],
              ["--temperature_moves", "-5"], ["--stop_after_steps", "-1"],
              ["--noise_fraction", "0", "--temperature_moves", "0"]]  # fmt: skip
-    proc = run_python(FLAGS_SCRIPT.format(folder=str(EXAMPLE), cases=cases), timeout=60)
+    proc = run_python(flag_cases_script(EXAMPLE, cases), timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
         "REFUSED -c: error: --c_puct must be above 0, got 0.0",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython
+from .conftest import REPO_ROOT, RunPython, flag_cases_script
 
 pytestmark = pytest.mark.slow  # the example script, run for real
 
@@ -49,21 +49,6 @@ def test_maml_resume_equals_straight_run(run_python: RunPython, tmp_path: Path, 
     assert (straight / "checkpoint.pt").is_file()
 
 
-FLAGS_SCRIPT = """
-import contextlib, io, sys
-sys.path.insert(0, {folder!r})
-import train
-for flags in {cases!r}:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            train.parse_args(flags)
-            print("ACCEPTED", flags)
-        except SystemExit:
-            print("REFUSED", err.getvalue().strip().splitlines()[-1])
-"""
-
-
 def test_counts_below_one_are_usage_errors(run_python: RunPython) -> None:
     """These used to fail mid-run with a ZeroDivisionError or "range() arg 3 must not be zero",
     or (a negative --stop_after_steps) to write an untrained model over the run's."""
@@ -71,7 +56,7 @@ def test_counts_below_one_are_usage_errors(run_python: RunPython) -> None:
              ["--test_batch_size", "0"], ["--stop_after_steps", "-2"],
              ["--stop_after_steps", "0", "--test_batch_size", "1"]]  # fmt: skip
     folder = str(REPO_ROOT / "examples" / "MAML")
-    proc = run_python(FLAGS_SCRIPT.format(folder=folder, cases=cases), timeout=60)
+    proc = run_python(flag_cases_script(folder, cases), timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
         "REFUSED -c: error: --total_iter_per_epoch must be 1 or more, got 0",
