@@ -102,6 +102,8 @@ def train(config: dict[str, Any]) -> TrainResult:
                         total, mean, train_return, stats["mean_batch_size"])  # fmt: skip
             if tensorboard:
                 summary.add_scalar("eval/episode_reward", mean, total)
+                if returns.mean is not None:
+                    summary.add_scalar("train/mean_episode_reward", returns.mean, total)
                 summary.add_scalar("train/total_loss", total_loss, total)
                 summary.add_scalar("predictor/mean_batch_size", stats["mean_batch_size"], total)
                 learner.times.to_summary(total, time.perf_counter() - learner.start)

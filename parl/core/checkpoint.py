@@ -150,16 +150,17 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         {
             "bit_generator": np_state["bit_generator"],
             "state": {
-                "key": np_state["key"].numpy().astype(np.uint32),
+                "key": np_state["key"].cpu().numpy().astype(np.uint32),
                 "pos": np_state["pos"],
             },
             "has_gauss": np_state["has_gauss"],
             "gauss": np_state["gauss"],
         }
     )
-    torch.set_rng_state(state["torch"])
+    # a map_location may have moved these tensors; generators take their states from the CPU
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([cuda.cpu() for cuda in state["cuda"]])
 
 
 # -- training checkpoints ----------------------------------------------------------------------

@@ -9,7 +9,8 @@ learns five batches on each. Where an update draws no random numbers the paramet
 within float32 rounding of differently ordered sums (TF32 off); where it does (TD3's target
 noise, SAC's sampling), CUDA's generator differs from the CPU's, so the check is that
 every parameter stays on the GPU, finite, and moved. ``predict`` must answer on the model's
-device for a batch given on it. Exits 1 if any case fails.
+device for a batch given on it. A training checkpoint restored with ``map_location="cuda"``
+must give back the generators' states. Exits 1 if any case fails.
 """
 
 from __future__ import annotations
@@ -87,6 +88,31 @@ def check(case: parity.Case) -> str | None:
     return None
 
 
+def check_checkpoint() -> str | None:
+    """A training checkpoint of a model on the GPU, restored with ``map_location="cuda"`` (which
+    puts the saved generator states there too): the run goes on with the same random numbers."""
+    import tempfile
+
+    from parl.core import checkpoint
+
+    model = torch.nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    torch.manual_seed(5)
+    torch.randn(1, device="cuda")  # the CUDA generator in use, so its state is saved
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/checkpoint.pt"
+        checkpoint.save_training_checkpoint(path, {"model": model}, {"optimizer": optimizer})
+        expected = (torch.rand(3), torch.rand(3, device="cuda").cpu())
+        torch.manual_seed(99)
+        checkpoint.load_training_checkpoint(
+            path, {"model": model}, {"optimizer": optimizer}, map_location="cuda"
+        )
+    got = (torch.rand(3), torch.rand(3, device="cuda").cpu())
+    if not all(torch.equal(a, b) for a, b in zip(expected, got, strict=True)):
+        return "the restored generators draw other numbers than the saved ones"
+    return None
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
@@ -101,7 +127,13 @@ def main() -> int:
             problem = f"{type(exc).__name__}: {exc}"
         failures += problem is not None
         print(f"{case.id:16s} {'ok' if problem is None else 'FAILED: ' + problem}", flush=True)
-    print(f"{len(parity.CASES) - failures} passed, {failures} failed")
+    try:
+        problem = check_checkpoint()
+    except Exception as exc:  # noqa: BLE001
+        problem = f"{type(exc).__name__}: {exc}"
+    failures += problem is not None
+    print(f"{'checkpoint':16s} {'ok' if problem is None else 'FAILED: ' + problem}", flush=True)
+    print(f"{len(parity.CASES) + 1 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 

@@ -259,6 +259,36 @@ def test_training_checkpoint_resumes_exactly(
     )
 
 
+class _OnAnotherDevice:
+    """Stands for a tensor that ``map_location`` put on a GPU: numpy cannot read it until it is
+    copied to the CPU (``Tensor.numpy`` on a CUDA tensor raises this ``TypeError``)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def cpu(self) -> torch.Tensor:
+        return self.tensor
+
+    def numpy(self) -> np.ndarray:
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+
+def test_generator_states_restore_from_tensors_a_map_location_moved() -> None:
+    """``restore_checkpoint(path, map_location="cuda")`` lands the saved generator states on the
+    GPU with everything else; they are restored from CPU copies."""
+    parl.utils.set_seed(3)
+    state = checkpoint.capture_rng_state()
+    expected = (random.random(), float(np.random.random()), float(torch.rand(())))
+    moved = {
+        **state,
+        "numpy": {**state["numpy"], "key": _OnAnotherDevice(state["numpy"]["key"])},
+        "torch": _OnAnotherDevice(state["torch"]),
+    }
+    parl.utils.set_seed(99)
+    checkpoint.restore_rng_state(moved)
+    assert (random.random(), float(np.random.random()), float(torch.rand(()))) == expected
+
+
 def test_training_checkpoint_bad_input(make_agent: MakeAgent, tmp_path: Path) -> None:
     agent = make_agent()
     with pytest.raises(TypeError, match=r"counters\['step'\] must be an int or float, got str"):
