@@ -30,7 +30,12 @@ from tqdm import tqdm
 from parl.algorithms import DDQN, DQN
 from parl.env import CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    non_negative_int,
+    positive_int,
+)
 
 CARTPOLE = dict(
     lr=2.3e-3,
@@ -90,6 +95,9 @@ def run_evaluate_episodes(agent: DQNAgent, env: Any, eval_episodes: int, seed: i
 
 def build(args: argparse.Namespace, env: Any) -> tuple[DQNAgent, ReplayMemory, dict[str, Any]]:
     hp = dict(ATARI if is_atari(args.env) else CARTPOLE)
+    for name in ("memory_size", "learning_starts"):
+        if getattr(args, name) is not None:
+            hp[name] = getattr(args, name)
     if not isinstance(env.action_space, gym.spaces.Discrete):
         raise ValueError(
             f"--env {args.env}: DQN needs discrete actions, got {env.action_space}; for "
@@ -220,6 +228,19 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--algo", choices=["DQN", "DDQN"], default="DQN", help="DQN, or Double DQN")
     parser.add_argument("--dueling", action="store_true", help="dueling Q head")
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory")
+    parser.add_argument(
+        "--memory_size",
+        type=positive_int,
+        default=None,
+        help="transitions the replay memory holds (default: the preset's, 100,000)",
+    )
+    parser.add_argument(
+        "--learning_starts",
+        type=non_negative_int,
+        default=None,
+        help="environment steps before the first update (default: the preset's, 1,000 on "
+        "CartPole and 100,000 on Atari)",
+    )
     parser.add_argument(
         "--stop_after_steps",
         type=int,

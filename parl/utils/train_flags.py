@@ -185,11 +185,15 @@ def _whole_number(value: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
 
 
-def _positive_int(value: str) -> int:
+def positive_int(value: str) -> int:
+    """An argparse ``type``: a whole number of 1 or more."""
     number = _whole_number(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
+
+
+_positive_int = positive_int
 
 
 def non_negative_int(value: str) -> int:

@@ -119,6 +119,10 @@ def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
         "--algo",
         "DDQN",
         "--dueling",
+        "--learning_starts",
+        "100",
+        "--memory_size",
+        "500",
         "--logdir",
         str(tmp_path / "atari"),
         timeout=240,
@@ -126,6 +130,14 @@ def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
     assert "evaluation return" in log
     state = torch.load(tmp_path / "atari" / "model.ckpt", weights_only=True)
     assert state["conv.0.weight"].shape == (32, 4, 8, 8) and "head.value.weight" in state
+    # updates ran from the 100th step on (--learning_starts; the preset waits 100,000 steps,
+    # more than this run's one Pong episode)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "atari"), size_guidance={"scalars": 0})
+    events.Reload()
+    steps = [event.step for event in events.Scalars("train/loss")]
+    assert steps and min(steps) > 100
 
 
 def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> None:
