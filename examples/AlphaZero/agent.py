@@ -56,11 +56,14 @@ class AlphaZeroAgent(parl.Agent):
         self, examples: Examples, epochs: int, batch_size: int, rng: np.random.Generator
     ) -> tuple[float, float, float]:
         """``epochs`` passes over ``examples`` in shuffled minibatches of ``batch_size`` (the last
-        partial one dropped); the mean ``(total_loss, pi_loss, v_loss)`` of the last pass."""
+        partial one dropped); the mean ``(total_loss, pi_loss, v_loss)`` of the last pass, or
+        three NaNs when ``examples`` hold less than one batch and nothing was learned."""
         epochs = check_int("epochs", epochs, low=1, owner="AlphaZeroAgent.learn")
         batch_size = check_int("batch_size", batch_size, low=1, owner="AlphaZeroAgent.learn")
         batches = len(examples.vs) // batch_size
-        losses = np.zeros((max(batches, 1), 3))
+        if batches == 0:
+            return float("nan"), float("nan"), float("nan")
+        losses = np.zeros((batches, 3))
         for _ in range(epochs):
             order = rng.permutation(len(examples.vs))
             for b in range(batches):

@@ -153,12 +153,17 @@ class Coach:
             "arena_win_rate": arena.wins / decided if decided else 0.0,
             "accepted": float(accepted),
         }
+        if np.isnan(total_loss):  # less than one batch in the window: no update ran
+            learned = f"no update (fewer examples than a batch of {args.batch_size})"
+            for key in ("total_loss", "pi_loss", "v_loss"):
+                del row[key]
+        else:
+            learned = f"loss {total_loss:.3f} (pi {pi_loss:.3f}, v {v_loss:.3f})"
         logger.info(
             "iteration %d: %d self-play games in %.1f s (%.2f games/s), %d examples in the "
-            "window; loss %.3f (pi %.3f, v %.3f); arena %d-%d-%d (wins-losses-draws): %s",
-            self.iteration, games, seconds, games / seconds, row["examples"], total_loss,
-            pi_loss, v_loss, arena.wins, arena.losses, arena.draws,
-            "accepted" if accepted else "rejected",
+            "window; %s; arena %d-%d-%d (wins-losses-draws): %s",
+            self.iteration, games, seconds, games / seconds, row["examples"], learned,
+            arena.wins, arena.losses, arena.draws, "accepted" if accepted else "rejected",
         )  # fmt: skip
         return row
 

@@ -19,7 +19,7 @@ import torch
 from .conftest import REPO_ROOT, RunPython, flag_cases_script
 
 EXAMPLE = REPO_ROOT / "examples" / "AlphaZero"
-MODULES = ("connect4", "mcts", "arena")
+MODULES = ("connect4", "mcts", "arena", "model", "agent")
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +132,24 @@ def test_lookahead_player_wins_when_it_can_and_blocks_when_it_must(az) -> None:
     free = play(az, 3)
     moves = player.choose([free] * 50, rng)
     assert len(set(moves)) > 1 and all(0 <= m < 7 for m in moves)  # otherwise at random
+
+
+def test_learning_from_fewer_examples_than_a_batch_is_no_update(az) -> None:
+    """The window can hold less than one batch early on: no step is taken and the losses are
+    NaN (the script logs "no update"), not a mean of zeros that reads as a perfect fit."""
+    torch.manual_seed(0)
+    agent = az.agent.build_agent(channels=4, blocks=1, lr=1e-2, weight_decay=0.0)
+    rng = np.random.default_rng(0)
+    boards = rng.integers(-1, 2, (3, 6, 7)).astype(np.int8)
+    pis = np.full((3, 7), 1 / 7, np.float32)
+    examples = az.agent.Examples(boards, pis, np.array([1.0, -1.0, 0.0], np.float32))
+    before = {k: v.copy() for k, v in agent.get_weights().items()}
+    losses = agent.learn(examples, epochs=2, batch_size=4, rng=rng)
+    assert all(np.isnan(loss) for loss in losses)
+    assert all(np.array_equal(before[k], v) for k, v in agent.get_weights().items())
+    losses = agent.learn(examples, epochs=2, batch_size=3, rng=rng)
+    assert all(np.isfinite(loss) for loss in losses)
+    assert any(not np.array_equal(before[k], v) for k, v in agent.get_weights().items())
 
 
 def test_arena_alternates_who_starts_and_counts_every_game(az) -> None:
