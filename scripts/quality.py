@@ -212,6 +212,15 @@ EXPERIMENTS = {
             baseline={"name": "PARL's published curve at 1M steps", "value": -12},
         ),
         Experiment(
+            "MAPPO", "mappo", "MAPPO", "simple_spread", 1_000_000, 50_000,
+            "mean over the agents of the summed return of 10 greedy evaluation episodes",
+            "PARL's settings, 32 envs in 1 actor",
+            flags=("--env_num", "32", "--num_workers", "1", "--eval_episodes", "10"),
+            seeds=(0,), baseline={"name": "random play (about -165 summed over 3 agents)",
+                                  "value": -55},
+            note="one seed; the per-agent return is the measure EPyMARL's MPE tables use",
+        ),
+        Experiment(
             "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
             PARL_MADDPG_METRIC, "PARL's settings, discrete actions", unit="episodes",
             every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
@@ -224,6 +233,14 @@ EXPERIMENTS = {
             every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
             baseline={"name": "PARL's published training curve (discrete actions)", "value": -20},
             note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple_spread", 100_000, 1_000,
+            PARL_MADDPG_METRIC, "PARL's settings, discrete actions", unit="episodes",
+            every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode", bin=1_000,
+            seeds=(0,),
+            baseline={"name": "PARL's published training curve (discrete actions)", "value": -57},
+            note="one seed; the budget is PARL's 100,000 episodes of 25 steps",
         ),
         Experiment(
             "QMIX", "qmix", "QMIX", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
