@@ -318,6 +318,7 @@ def _check_joinable(address: str) -> None:
         )
 
 
+LOOPBACK = "127.0.0.1"  # where a Ray that parl.connect("ray") starts puts its node
 CLIENT_ATTEMPTS = 3  # Ray Client sessions whose server side failed to start, tried again
 
 
@@ -325,6 +326,9 @@ def _init(address: str, forward_output: bool) -> None:
     """``ray.init`` for ``address``. A Ray Client head sometimes fails to start the server
     process of a new session ("Initialization failure from server": the process it spawned
     died at once); that is the head's transient failure, so it is tried again."""
+    if address == "ray" and _starts_a_new_ray():
+        _start_on_loopback(forward_output)
+        return
     target = None if address == "ray" else address
     attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
     for attempt in range(1, attempts + 1):
@@ -342,6 +346,45 @@ def _init(address: str, forward_output: bool) -> None:
                 time.sleep(1.0)
                 continue
             raise ClusterError(f"cannot start or reach Ray at {address!r}: {exc}") from exc
+
+
+def _starts_a_new_ray() -> bool:
+    """Whether a plain ``ray.init()`` would start a Ray rather than join one (``RAY_ADDRESS``,
+    or the Ray that ``ray start`` left running on this machine), by Ray's own rule."""
+    from ray._private import services
+
+    try:
+        return services.canonicalize_bootstrap_address(None) is None
+    except Exception:  # noqa: BLE001 - Ray's ray.init will report what is wrong
+        return False
+
+
+def _start_on_loopback(forward_output: bool) -> None:
+    """A plain ``ray.init()`` starting a new Ray, with its node on loopback: left to itself,
+    Ray on Linux takes the machine's outward address for a one-machine Ray, listens on every
+    interface and sends its traffic there."""
+    # Ray replaces a loopback node address by the outward one unless its "cluster" switch is off
+    # (its default on macOS and Windows); the switch is read in this process and, through the
+    # environment, in the processes Ray starts. It is put back afterwards, so that a later
+    # ray.init of a node of a real cluster is not pinned to loopback.
+    from ray._private import ray_constants
+
+    saved = (
+        ray_constants.ENABLE_RAY_CLUSTER,
+        os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR),
+    )
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    try:
+        ray.init(address="local", _node_ip_address=LOOPBACK, log_to_driver=forward_output)
+    except Exception as exc:  # Ray raises several kinds
+        raise ClusterError(f"cannot start or reach Ray at 'ray': {exc}") from exc
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved[0]
+        if saved[1] is None:
+            os.environ.pop(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, None)
+        else:
+            os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = saved[1]
 
 
 def _running(pid: int) -> bool:

@@ -5,6 +5,7 @@ parl.get) run on Ray in test_remote_calls.py and test_wait_get.py (the ``carrier
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -585,3 +586,62 @@ def test_an_actor_destroyed_just_before_ray_shutdown_leaves_a_quiet_exit(on_ray,
     # was: at exit, waiting for the stopping actor started a new Ray and failed in it
     assert "Exception ignored" not in done.stderr, done.stderr
     assert "Started a local Ray instance" not in done.stderr, done.stderr
+
+
+RAY_STARTED_BY_PARL = """
+import json
+import os
+
+import psutil
+
+import parl
+from ray._private import ray_constants
+
+
+@parl.remote_class
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+
+parl.connect("ray")  # no Ray running and no RAY_ADDRESS: parl starts one
+import ray
+
+worker = Worker()
+ray_pids = {worker.pid(), os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
+listening = {
+    c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in ray_pids
+}
+peers = {c.raddr.ip for c in psutil.net_connections("inet") if c.raddr and c.pid in ray_pids}
+nodes = sorted(node["NodeManagerAddress"] for node in ray.nodes())
+parl.disconnect()
+after = [ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR)]
+print(json.dumps({"nodes": nodes, "listening": sorted(listening), "peers": sorted(peers),
+                  "after": after}))
+"""
+
+
+def test_a_ray_that_parl_starts_stays_on_loopback(tmp_path):
+    """Left to itself, Ray on Linux puts a one-machine Ray's node on the outward address and
+    listens on every interface; the Ray ``parl.connect("ray")`` starts listens and talks on
+    loopback only, and Ray's switch for that is put back for a later ``ray.init``."""
+    import shutil
+    import tempfile
+
+    (tmp_path / "started.py").write_text(RAY_STARTED_BY_PARL)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}  # fmt: skip
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # no other Ray to join; short sockets
+    env["RAY_TMPDIR"] = ray_tmp
+    try:
+        done = subprocess.run([sys.executable, "started.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    loopback = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+    assert seen["nodes"] == ["127.0.0.1"]
+    assert seen["listening"] and set(seen["listening"]) <= loopback, seen["listening"]
+    assert set(seen["peers"]) <= loopback, seen["peers"]
+    assert seen["after"] == [True, None]  # Ray's switch is back for a later ray.init
