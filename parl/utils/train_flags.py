@@ -145,7 +145,7 @@ def add_common_flags(
         elif name == "device":
             group.add_argument(flag, type=_device, default="cpu", help=text(name), dest=where)
         elif name == "torch_threads":
-            group.add_argument(flag, type=_positive_int, default=1, help=text(name), dest=where)
+            group.add_argument(flag, type=positive_int, default=1, help=text(name), dest=where)
         elif name == "seed":
             group.add_argument(flag, type=int, default=0, help=text(name), dest=where)
         elif name == "xparl_addr":
@@ -154,7 +154,7 @@ def add_common_flags(
             group.add_argument(flag, default=defaults.get(name), help=text(name), dest=where)
         else:
             zero_ok = name == "eval_episodes" and zero_eval_episodes
-            kind = non_negative_int if zero_ok else _positive_int
+            kind = non_negative_int if zero_ok else positive_int
             group.add_argument(
                 flag, type=kind, default=defaults.get(name), help=text(name), dest=where
             )
@@ -191,9 +191,6 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
-
-
-_positive_int = positive_int
 
 
 def non_negative_int(value: str) -> int:
