@@ -71,7 +71,7 @@ class _FlakyInit:
     def __init__(self, *errors: Exception) -> None:
         self.errors, self.calls = list(errors), 0
 
-    def __call__(self, address=None, log_to_driver=True) -> None:
+    def __call__(self, address=None, log_to_driver=True, **options) -> None:
         self.calls += 1
         if self.errors:
             raise self.errors.pop(0)
