@@ -153,11 +153,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.bin:
             points = bin_points(points, args.bin)
         runs.append((label or os.path.basename(folder.rstrip("/")), smooth(points, args.smooth)))
-    svg = render(runs, args.title, args.x_title, args.y_title or args.tag)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    write_svg(args.out, runs, args.title, args.x_title, args.y_title or args.tag)
+
+
+def write_svg(
+    out: str, runs: Sequence[tuple[str, Series]], title: str, x_title: str, y_title: str
+) -> None:
+    """``render`` the runs into the SVG file ``out`` (its folder made where missing)."""
+    if not runs or not all(points for _, points in runs):
+        empty = [label for label, points in runs if not points]
+        raise SystemExit(f"{out}: no points to draw for {empty or 'any run'}")
+    svg = render(runs, title, x_title, y_title)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
         f.write(svg)
-    print(f"wrote {args.out}: {', '.join(f'{label} ({len(p)} points)' for label, p in runs)}")
+    print(f"wrote {out}: {', '.join(f'{label} ({len(p)} points)' for label, p in runs)}")
 
 
 if __name__ == "__main__":

@@ -19,11 +19,15 @@ published curve read at the same step count.
 
 Records go to ``--record_dir`` (default: ``--logroot``) as ``<experiment>.json``;
 ``--record_dir docs/results`` publishes them to the tables ``scripts/render_results.py`` renders.
+``--keep docs/results/<experiment>.json`` adds seeds to a published record: the seeds it holds
+that this run does not train stay in the new record, and in its curve from their recorded
+evaluations (their logs need not exist any more).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -410,12 +414,40 @@ def finished(
     return runs
 
 
+def kept_runs(experiment: Experiment, path: str, seeds: list[int], steps: int
+              ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+    """The seeds of the earlier record at ``path`` that are not among ``seeds``, with the
+    commit they were measured at; the record must be of this experiment and budget."""
+    from results import validate_record
+
+    try:
+        with open(path) as f:
+            record = validate_record(json.load(f), where=path)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--keep {path}: not a readable record ({exc})") from exc
+    budget = record["budget"]["env_steps" if experiment.unit == "steps" else "episodes"]
+    mine = (experiment.algorithm, experiment.env, experiment.configuration, steps)
+    theirs = (record["algorithm"], record["env"], record["configuration"], budget)
+    if theirs != mine:
+        raise SystemExit(
+            f"--keep {path}: a record of {theirs} (algorithm, env, configuration, budget), not "
+            f"of this run's {mine}; keep only seeds of the same experiment and budget"
+        )
+    kept = [dict(run) for run in record["figures"]["per_seed"] if run["seed"] not in seeds]
+    return kept, str(record.get("commit") or "unknown")[:12]
+
+
 def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Namespace,
            wall: float | None) -> None:  # fmt: skip
     import statistics
 
     from results import write_record
 
+    kept: list[dict[str, Any]] = []
+    if args.keep:
+        kept, kept_commit = kept_runs(experiment, args.keep, args.seeds, args.steps)
+    trained = [run["seed"] for run in runs]
+    runs = sorted(runs + kept, key=lambda run: run["seed"])
     finals = [run["final"] for run in runs]
     unit = experiment.unit
     print(f"{experiment.algorithm} on {experiment.env}, {args.steps:,} {unit}: final "
@@ -431,15 +463,30 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         import plot_curves
 
         curve = os.path.join(args.plot_dir, f"{experiment.name}.svg")
-        plot_curves.main([*(f"{logdir(args.logroot, experiment, run['seed'])}:seed {run['seed']}"
-                            for run in runs), "--tag", experiment.tag, "--out", curve,
-                          "--x_title", f"environment {unit}" if unit == "steps" else unit,
-                          "--title", f"{experiment.algorithm} on {experiment.env}",
-                          "--y_title", experiment.metric,
-                          *(["--bin", str(experiment.bin)] if experiment.bin else [])])  # fmt: skip
+        series = []
+        for run in runs:
+            if run["seed"] in trained:
+                points = plot_curves.read_scalars(
+                    logdir(args.logroot, experiment, run["seed"]), experiment.tag
+                )
+                if experiment.bin:
+                    points = plot_curves.bin_points(points, experiment.bin)
+            else:  # a kept seed: its logs may be gone, its evaluations are in its record
+                points = [(float(x), float(y)) for x, y in run.get("evaluations") or []]
+            series.append((f"seed {run['seed']}", points))
+        plot_curves.write_svg(
+            curve, series, f"{experiment.algorithm} on {experiment.env}",
+            f"environment {unit}" if unit == "steps" else unit, experiment.metric,
+        )  # fmt: skip
         curve = os.path.relpath(curve, ROOT)
     notes = [experiment.note] if experiment.note else []
-    missing = len(args.seeds) - len(runs)
+    if kept:
+        notes.append(
+            "seed "
+            + ", ".join(str(run["seed"]) for run in kept)
+            + f" from an earlier run (commit {kept_commit}), kept from its record"
+        )
+    missing = len(args.seeds) - len(trained)
     if missing:
         notes.append(f"{missing} of {len(args.seeds)} seeds not finished")
     if wall is None:
@@ -449,6 +496,8 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
     argv = [experiment.name]
     if args.seeds != list(experiment.seeds):
         argv += ["--seeds", *map(str, args.seeds)]
+    if kept:
+        argv += ["--keep", f"docs/results/{experiment.name}.json"]
     if args.steps != experiment.steps:
         argv += ["--steps", str(args.steps)]
     write_record(
@@ -480,6 +529,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record_dir", default=None, help="default: --logroot")
     parser.add_argument("--plot_dir", default=None, help="write <experiment>.svg curves here")
     parser.add_argument("--report", action="store_true", help="record finished runs, train none")
+    parser.add_argument(
+        "--keep",
+        metavar="RECORD",
+        help="an earlier record of the experiment: its seeds that this run does not train are "
+        "kept in the new record and curve (one experiment at a time)",
+    )
     args = parser.parse_args(argv)
     if args.list or not args.experiments:
         for name, experiment in EXPERIMENTS.items():
@@ -487,6 +542,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: {experiment.steps:,} {experiment.unit}, seeds "
                   f"{list(experiment.seeds)}\n    {shlex.join(command)}")  # fmt: skip
         return
+    if args.keep and len(args.experiments) != 1:
+        raise SystemExit("--keep takes the record of one experiment; name exactly one")
     unknown = [name for name in args.experiments if name not in EXPERIMENTS]
     if unknown:
         raise SystemExit(f"unknown experiment {unknown[0]!r}; --list shows them: "
@@ -496,6 +553,8 @@ def main(argv: list[str] | None = None) -> None:
         run_args = argparse.Namespace(**vars(args))
         run_args.seeds = args.seeds or list(experiment.seeds)
         run_args.steps = args.steps or experiment.steps
+        if args.keep:  # a record that cannot be kept is said before the training, not after
+            kept_runs(experiment, args.keep, run_args.seeds, run_args.steps)
         wall = None
         if not args.report:
             wall = train(experiment, run_args.seeds, run_args.steps, args.logroot, args.parallel)

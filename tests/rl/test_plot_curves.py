@@ -90,3 +90,64 @@ def test_quality_report_counts_only_finished_runs(tmp_path: Path) -> None:
         ET.parse(tmp_path / "pics" / "ppo_HalfCheetah-v5.svg").getroot().findall(f"{SVG}polyline")
     )
     assert len(lines) == 2
+
+
+def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
+    """``quality.py --keep RECORD`` records the seeds trained now together with the seeds of an
+    earlier record that it does not train: their figures unchanged, their curves drawn from the
+    recorded evaluations (their logs are gone), the earlier commit named; a record of another
+    experiment or budget is refused before anything runs."""
+    import json
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+    from results import write_record
+
+    experiment = quality.EXPERIMENTS["oac_HalfCheetah-v5"]
+    steps = 2 * experiment.every
+    earlier = write_record(
+        tmp_path / "earlier.json", algorithm=experiment.algorithm, page=experiment.page,
+        env=experiment.env, configuration=experiment.configuration, metric=experiment.metric,
+        command="python scripts/quality.py oac_HalfCheetah-v5", budget_steps=steps,
+        per_seed=[{"seed": 0, "final": 10.0, "best": 12.0, "wall_seconds": 5.0,
+                   "evaluations": [[experiment.every, 12.0], [steps, 10.0]]},
+                  {"seed": 1, "final": -1.0, "best": -1.0, "wall_seconds": 5.0,
+                   "evaluations": [[steps, -1.0]]}],
+    )  # fmt: skip
+    summary.set_dir(quality.logdir(str(tmp_path / "runs"), experiment, 1))
+    for step, value in ((experiment.every, 30.0), (steps, 40.0)):
+        summary.add_scalar(experiment.tag, value, step)
+    summary.close()
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(REPO_ROOT / "scripts" / "quality.py"), "oac_HalfCheetah-v5",
+             "--report", "--seeds", "1", "--steps", str(steps), "--logroot",
+             str(tmp_path / "runs"), "--plot_dir", str(tmp_path / "pics"), *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    proc = run("--keep", str(tmp_path / "earlier.json"))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "runs" / "oac_HalfCheetah-v5.json").read_text())
+    assert record["seeds"] == [0, 1]
+    seed0, seed1 = record["figures"]["per_seed"]
+    assert seed0 == earlier["figures"]["per_seed"][0]  # kept as it was
+    assert seed1["final"] == 40.0  # seed 1 of the earlier record is replaced by the new run
+    assert record["figures"]["mean"] == 25.0
+    assert f"from an earlier run (commit {str(earlier['commit'])[:12]})" in record["note"]
+    assert "--keep docs/results/oac_HalfCheetah-v5.json" in record["command"]
+    lines = (
+        ET.parse(tmp_path / "pics" / "oac_HalfCheetah-v5.svg").getroot().findall(f"{SVG}polyline")
+    )
+    assert len(lines) == 2
+
+    other = dict(earlier, budget={"env_steps": steps * 2})
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    proc = run("--keep", str(tmp_path / "other.json"))
+    assert proc.returncode != 0
+    assert "not of this run's" in proc.stderr and "same experiment and budget" in proc.stderr
+    proc = run("--keep", str(tmp_path / "missing.json"))
+    assert proc.returncode != 0 and "not a readable record" in proc.stderr
