@@ -283,6 +283,7 @@ def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
         if result.returncode != 0:
             return Outcome(run, False, f"xparl start failed: {result.stderr.strip()}", 0.0)
     log_path = folder / "output.log"
+    process = None
     try:
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
@@ -314,7 +315,9 @@ def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
                 detail = f"no evaluation within {run.timeout_s:.0f} s; last line: "
                 return Outcome(run, False, detail + last_error_line(text), run.timeout_s)
             time.sleep(0.5)
-    finally:
+    finally:  # also when the harness itself is interrupted: nothing it started outlives it
+        if process is not None and process.poll() is None:
+            stop(process)
         if run.cluster_cpus:
             xparl(home, "stop", "--port", str(port))
 
@@ -346,6 +349,12 @@ def update_file(path: Path, text: str) -> None:
     path.write_text(content[: start + len(BEGIN)] + "\n" + text + "\n" + content[stop:])
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM and SIGHUP end the harness as Ctrl-C does, through the cleanup of ``run_one``
+    (the script's own process group, its xparl cluster) and of the work folder."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkout", type=Path, help="a checkout of PaddlePaddle/PARL")
@@ -363,6 +372,8 @@ def main() -> int:
     runs = [r for r in RUNS if args.only is None or r.name in args.only or r.folder in args.only]
     if not runs:
         parser.error(f"--only matched none of {[r.name for r in RUNS]}")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     workdir = Path(tempfile.mkdtemp(prefix="parl-scripts-"))
     outcomes = []
     try:
@@ -372,6 +383,10 @@ def main() -> int:
             status = "ok" if outcome.ok else "FAILED"
             print(f"  {status} in {outcome.seconds:.0f} s: {outcome.detail}", flush=True)
             outcomes.append(outcome)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}): the scripts that finished are", flush=True)
+        print(table(outcomes))
+        return 130
     finally:
         if args.keep:
             print(f"kept {workdir}")

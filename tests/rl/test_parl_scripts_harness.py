@@ -3,11 +3,17 @@ checkout of scripts written for these tests (PARL's are run by the harness itsel
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
+import psutil
 import pytest
 
 from .multiagent_support import require_multiagent
@@ -121,6 +127,70 @@ def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
     outcome = harness.run_one(tmp_path, run, tmp_path / "work")
     assert outcome.ok, outcome.detail
     assert outcome.detail.endswith("Evaluation over: 2 actors")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_harness_stops_the_script_and_its_cluster(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Killing the harness (SIGTERM, or Ctrl-C's SIGINT) mid-run ends the script, which runs in
+    a process group of its own, and the xparl cluster started for it; the harness says it was
+    interrupted and exits 130."""
+    config = "config = {'master_address': 'localhost:8010'}\n"
+    script = "import os, time\nopen('started', 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    _script(tmp_path, "clustered", {"train.py": script, "demo_config.py": config})
+    stand_in = tmp_path / "harness.py"
+    stand_in.write_text(
+        HARNESS.read_text() + "\nRUNS = (ScriptRun('sleeper', 'clustered', cluster_cpus=1,"
+        " config_module='demo_config.py', timeout_s=120.0),)\n"
+    )
+    # the harness's own main, with RUNS replaced by one script that sleeps
+    text = stand_in.read_text().replace('if __name__ == "__main__":\n    sys.exit(main())', "")
+    stand_in.write_text(text + "\nsys.exit(main())\n")
+    harness = subprocess.Popen(
+        [sys.executable, str(stand_in), str(tmp_path), "--keep"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    cluster: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 90
+        started = []
+        while not started and time.monotonic() < deadline:
+            started = list(tmp_path.glob("parl-scripts-*/sleeper/started"))
+            time.sleep(0.2)
+        assert started, "the script never started"
+        time.sleep(0.5)  # its pid is written
+        script_pid = int(started[0].read_text())
+        home = started[0].parent / "home"
+        cluster = [p for p in psutil.process_iter() if _home_of(p) == str(home)]
+        assert cluster, "no xparl process runs with the script's HOME"
+        harness.send_signal(sig)
+        out, _ = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    try:
+        assert harness.returncode == 130, out
+        assert "interrupted" in out
+        gone_by = time.monotonic() + 15
+        while time.monotonic() < gone_by and (
+            psutil.pid_exists(script_pid) or any(p.is_running() for p in cluster)
+        ):
+            time.sleep(0.2)
+        assert not psutil.pid_exists(script_pid), "the script outlived the harness"
+        assert not [p for p in cluster if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    finally:  # a failure here leaves nothing running either
+        for process in cluster:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _home_of(process: psutil.Process) -> str | None:
+    try:
+        return process.environ().get("HOME")
+    except (psutil.Error, OSError):
+        return None
 
 
 def test_update_rewrites_only_the_marked_block(harness: ModuleType, tmp_path: Path) -> None:
