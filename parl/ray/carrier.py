@@ -354,7 +354,8 @@ def _starts_a_new_ray() -> bool:
     from ray._private import services
 
     try:
-        return services.canonicalize_bootstrap_address(None) is None
+        # Ray annotates the address as str; None is what ray.init() itself passes for "none given"
+        return services.canonicalize_bootstrap_address(None) is None  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - Ray's ray.init will report what is wrong
         return False
 
