@@ -137,7 +137,7 @@ def test_an_interrupted_harness_stops_the_script_and_its_cluster(
     a process group of its own, and the xparl cluster started for it; the harness says it was
     interrupted and exits 130."""
     config = "config = {'master_address': 'localhost:8010'}\n"
-    script = "import os, time\nopen('started', 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    script = "import os, time\nopen('started', 'w').write(f'{os.getpid()}\\n')\ntime.sleep(120)\n"
     _script(tmp_path, "clustered", {"train.py": script, "demo_config.py": config})
     stand_in = tmp_path / "harness.py"
     stand_in.write_text(
@@ -155,12 +155,12 @@ def test_an_interrupted_harness_stops_the_script_and_its_cluster(
     cluster: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 90
-        started = []
+        started: list[Path] = []  # the script's pid file, once it holds the whole pid
         while not started and time.monotonic() < deadline:
-            started = list(tmp_path.glob("parl-scripts-*/sleeper/started"))
+            written = tmp_path.glob("parl-scripts-*/sleeper/started")
+            started = [path for path in written if path.read_text().endswith("\n")]
             time.sleep(0.2)
         assert started, "the script never started"
-        time.sleep(0.5)  # its pid is written
         script_pid = int(started[0].read_text())
         home = started[0].parent / "home"
         cluster = [p for p in psutil.process_iter() if _home_of(p) == str(home)]
