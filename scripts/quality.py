@@ -15,7 +15,10 @@ command it prints), so a long run can be recorded after the fact; the wall time 
 the TensorBoard events (first to last). The budget, the evaluation interval and the number of
 evaluation episodes are the experiment's (``--steps`` and ``--seeds`` change the first and the
 seeds). ``baseline`` is a reference figure stated beside ours: for DDPG, TD3 and SAC, PARL's
-published curve read at the same step count.
+published curve read at the same step count. A baseline may also be read when the run is
+recorded: ``{"record": NAME}`` is the mean final figure of the published record
+``docs/results/NAME.json`` over the seeds of this run (OAC against SAC), ``{"dataset": PATH}``
+the mean episode return of the offline dataset the run trained on (its ``generation.json``).
 
 Records go to ``--record_dir`` (default: ``--logroot``) as ``<experiment>.json``;
 ``--record_dir docs/results`` publishes them to the tables ``scripts/render_results.py`` renders.
@@ -107,18 +110,49 @@ ALPHAZERO_NOTE = (
     "iterations of 500 games with 800 simulations per move; the wall time was measured while a "
     "DQN run and tests shared the 2 cores"
 )
-# made by: python scripts/make_offline_dataset.py --env HalfCheetah-v5 --out datasets --kinds
-# medium --samples 100000 --policy <an examples/SAC HalfCheetah-v5 run of 100k steps>
-HALFCHEETAH_MEDIUM = "datasets/halfcheetah-medium-v0"
-HALFCHEETAH_MEDIUM_MEAN = {"name": "the dataset's mean episode return", "value": 4088}
+# The offline datasets, made by: python scripts/make_offline_dataset.py --env <task> --out
+# datasets --kinds medium medium-replay --samples 100000 (datasets/ is not kept in git)
 OFFLINE_METRIC = "mean return of 10 deterministic evaluation episodes"
 OFFLINE_NOTE = (
-    "a step is one update; the dataset is 100 episodes (100k steps) of a SAC policy that "
-    "evaluates at 4,429, its actions sampled; the wall times were measured while other runs "
-    "shared the 2 cores"
+    "a step is one update; the wall times were measured while other runs shared the 2 cores"
 )
-SAC_HALFCHEETAH_MEAN = 4600  # the final returns of sac_HalfCheetah-v5's seeds, their mean
+SAC_HALFCHEETAH = {
+    "name": "SAC, the same budget and seeds (sac_HalfCheetah-v5), their mean",
+    "record": "sac_HalfCheetah-v5",
+}
 MUJOCO_NOTE = "the wall time was measured while other training runs shared the 2 cores"
+
+
+def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
+    """IQL, behaviour cloning and CQL on the dataset ``datasets/<task>-<kind>-v0`` of ``env``."""
+    dataset = f"datasets/{env.lower().split('-')[0]}-{kind}-v0"
+    made_here = f"the {dataset.split('/')[1]} dataset made here"
+    variant = kind.replace("-", "_")
+    common: dict[str, Any] = {
+        "baseline": {"name": "the dataset's mean episode return", "dataset": dataset},
+        "note": OFFLINE_NOTE,
+    }
+    return (
+        Experiment(
+            "IQL", "iql", "IQL", env, 50_000, 5_000, OFFLINE_METRIC,
+            f"PARL's settings (tau 0.7, beta 3), {made_here}",
+            flags=("--dataset", dataset), variant=variant, **common,
+        ),
+        Experiment(
+            "Behaviour cloning", "iql", "IQL", env, 50_000, 5_000, OFFLINE_METRIC,
+            f"IQL's actor with beta 0 (every transition weighed alike), {made_here}",
+            flags=("--dataset", dataset, "--beta", "0"), variant=f"bc_{variant}", **common,
+        ),
+        Experiment(
+            "CQL", "cql", "CQL", env, 200_000, 5_000, OFFLINE_METRIC.replace("10 ", "5 "),
+            "the example's CPU preset (2 sampled actions per proposal), a learned temperature, "
+            + made_here,
+            flags=("--dataset", dataset, "--with_automatic_entropy_tuning"), variant=variant,
+            **common,
+        ),
+    )  # fmt: skip
+
+
 EXPERIMENTS = {
     e.name: e
     for e in (
@@ -184,8 +218,7 @@ EXPERIMENTS = {
             "mean return of 10 deterministic evaluation episodes",
             "PARL's settings (alpha 0.2, beta 4.66, delta 23.53)",
             flags=("--eval_episodes", "10"), note=MUJOCO_NOTE,
-            baseline={"name": "SAC, the same budget and seeds (sac_HalfCheetah-v5), their mean",
-                      "value": SAC_HALFCHEETAH_MEAN},
+            baseline=SAC_HALFCHEETAH,
         ),
         Experiment(
             "OAC", "oac", "OAC", "HalfCheetah-v5", 100_000, 5_000,
@@ -193,8 +226,7 @@ EXPERIMENTS = {
             "the paper's centre (the policy's mean), else PARL's settings",
             flags=("--eval_episodes", "10", "--centre", "mean"), note=MUJOCO_NOTE,
             variant="mean",
-            baseline={"name": "SAC, the same budget and seeds (sac_HalfCheetah-v5), their mean",
-                      "value": SAC_HALFCHEETAH_MEAN},
+            baseline=SAC_HALFCHEETAH,
         ),
         Experiment(
             "GA3C", "ga3c", "GA3C", "CartPole-v1", 100_000, 10_000,
@@ -311,27 +343,10 @@ EXPERIMENTS = {
             note=ALPHAZERO_NOTE + "; the same run as alphazero_lookahead_connect4, recorded with "
             "--report",
         ),
-        Experiment(
-            "IQL", "iql", "IQL", "HalfCheetah-v5", 50_000, 5_000, OFFLINE_METRIC,
-            "PARL's settings (tau 0.7, beta 3), the halfcheetah-medium-v0 dataset made here",
-            flags=("--dataset", HALFCHEETAH_MEDIUM), variant="medium",
-            baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
-        ),
-        Experiment(
-            "Behaviour cloning", "iql", "IQL", "HalfCheetah-v5", 50_000, 5_000, OFFLINE_METRIC,
-            "IQL's actor with beta 0 (every transition weighed alike), the "
-            "halfcheetah-medium-v0 dataset made here",
-            flags=("--dataset", HALFCHEETAH_MEDIUM, "--beta", "0"), variant="bc_medium",
-            baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
-        ),
-        Experiment(
-            "CQL", "cql", "CQL", "HalfCheetah-v5", 200_000, 5_000,
-            OFFLINE_METRIC.replace("10 ", "5 "),
-            "the example's CPU preset (2 sampled actions per proposal), a learned temperature, "
-            "the halfcheetah-medium-v0 dataset made here",
-            flags=("--dataset", HALFCHEETAH_MEDIUM, "--with_automatic_entropy_tuning"),
-            variant="medium", baseline=HALFCHEETAH_MEDIUM_MEAN, note=OFFLINE_NOTE,
-        ),
+        *offline_experiments("HalfCheetah-v5", "medium"),
+        *offline_experiments("HalfCheetah-v5", "medium-replay"),
+        *offline_experiments("Hopper-v5", "medium"),
+        *offline_experiments("Hopper-v5", "medium-replay"),
         Experiment(
             "ES", "es", "ES", "CartPole-v1", 200_000, 20_000,
             "mean return of 3 greedy evaluation episodes (the preset's)",
@@ -447,6 +462,50 @@ def kept_runs(experiment: Experiment, path: str, seeds: list[int], steps: int
     return kept, str(record.get("commit") or "unknown")[:12]
 
 
+def resolve_baseline(baseline: dict[str, Any] | None, seeds: list[int]
+                     ) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
+    """``baseline`` with its value, and notes on where the value came from: a ``record``
+    baseline is the mean final figure of that published record over ``seeds`` (those of them it
+    holds), a ``dataset`` baseline the dataset's mean episode return."""
+    if baseline is None or "value" in baseline:
+        return baseline, []
+    if "record" in baseline:
+        path = ROOT / "docs" / "results" / f"{baseline['record']}.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"baseline: cannot read the record {path} ({exc}); publish "
+                             f"{baseline['record']} first") from exc  # fmt: skip
+        finals = {run["seed"]: run["final"] for run in record["figures"]["per_seed"]}
+        shared = [seed for seed in seeds if seed in finals]
+        if not shared:
+            raise SystemExit(f"baseline: {path} holds seeds {sorted(finals)}, none of this "
+                             f"run's {seeds}; run those seeds of {baseline['record']} first")  # fmt: skip
+        value = sum(finals[seed] for seed in shared) / len(shared)
+        notes = []
+        if shared != seeds:
+            notes.append(f"the baseline is over seeds {', '.join(map(str, shared))}, the ones "
+                         f"{baseline['record']} holds")  # fmt: skip
+        return {"name": baseline["name"], "value": round(value, 2)}, notes
+    if "dataset" in baseline:
+        path = ROOT / baseline["dataset"] / "generation.json"
+        try:
+            made = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"baseline: cannot read {path} ({exc}); make the dataset with "
+                             "scripts/make_offline_dataset.py") from exc  # fmt: skip
+        how = made.get("algorithm", "made by scripts/make_offline_dataset.py")
+        policy = made.get("policy") or {}
+        if policy.get("eval_return") is not None:
+            how += f", a policy that evaluates at {policy['eval_return']:,.0f}"
+            if policy.get("steps_trained"):
+                how += f" after {policy['steps_trained']:,} steps of training"
+        note = (f"the dataset: {made['episodes']} episodes, {made['samples']:,} steps, "
+                f"{how}; its mean episode return {made['mean_episode_return']:,.1f}")  # fmt: skip
+        return {"name": baseline["name"], "value": round(made["mean_episode_return"], 1)}, [note]
+    raise ValueError(f"baseline {baseline!r}: give a value, a record or a dataset")
+
+
 def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Namespace,
            wall: float | None) -> None:  # fmt: skip
     import statistics
@@ -458,14 +517,15 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         kept, kept_commit = kept_runs(experiment, args.keep, args.seeds, args.steps)
     trained = [run["seed"] for run in runs]
     runs = sorted(runs + kept, key=lambda run: run["seed"])
+    baseline, baseline_notes = resolve_baseline(experiment.baseline, [r["seed"] for r in runs])
     finals = [run["final"] for run in runs]
     unit = experiment.unit
     print(f"{experiment.algorithm} on {experiment.env}, {args.steps:,} {unit}: final "
           + ", ".join(f"{f:.1f}" for f in finals)
           + (f"; mean {statistics.mean(finals):.1f}" if finals else "")
           + (f" (sd {statistics.stdev(finals):.1f})" if len(finals) > 1 else "")
-          + (f"; {experiment.baseline['name']}: {experiment.baseline['value']}"
-             if experiment.baseline else ""), flush=True)  # fmt: skip
+          + (f"; {baseline['name']}: {baseline['value']}" if baseline else ""),
+          flush=True)  # fmt: skip
     if not runs:
         return
     curve = None
@@ -489,7 +549,7 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
             f"environment {unit}" if unit == "steps" else unit, experiment.metric,
         )  # fmt: skip
         curve = os.path.relpath(curve, ROOT)
-    notes = [experiment.note] if experiment.note else []
+    notes = ([experiment.note] if experiment.note else []) + baseline_notes
     if kept:
         notes.append(
             "seed "
@@ -522,7 +582,7 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         budget_episodes=args.steps if unit == "episodes" else None,
         per_seed=runs,
         wall_seconds=wall,
-        baseline=experiment.baseline,
+        baseline=baseline,
         curve=curve,
         note="; ".join(notes) or None,
     )

@@ -151,3 +151,45 @@ def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
     assert "not of this run's" in proc.stderr and "same experiment and budget" in proc.stderr
     proc = run("--keep", str(tmp_path / "missing.json"))
     assert proc.returncode != 0 and "not a readable record" in proc.stderr
+
+
+def test_quality_baselines_are_read_from_a_record_and_from_a_dataset(tmp_path: Path) -> None:
+    """A ``record`` baseline is the published record's mean over the seeds of the run (only
+    those it holds, said in a note); a ``dataset`` baseline is the dataset's mean episode
+    return; a missing record or dataset is an error that says how to make it."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+
+    sac = json.loads((REPO_ROOT / "docs" / "results" / "sac_HalfCheetah-v5.json").read_text())
+    finals = {run["seed"]: run["final"] for run in sac["figures"]["per_seed"]}
+    baseline = {"name": "SAC", "record": "sac_HalfCheetah-v5"}
+    resolved, notes = quality.resolve_baseline(baseline, [0, 1])
+    assert resolved == {"name": "SAC", "value": round((finals[0] + finals[1]) / 2, 2)}
+    assert notes == []
+    resolved, notes = quality.resolve_baseline(baseline, [1, 99])
+    assert resolved is not None and resolved["value"] == round(finals[1], 2)
+    assert notes == ["the baseline is over seeds 1, the ones sac_HalfCheetah-v5 holds"]
+    with pytest.raises(SystemExit, match="none of this run's"):
+        quality.resolve_baseline(baseline, [98, 99])
+    with pytest.raises(SystemExit, match="publish nothing_here first"):
+        quality.resolve_baseline({"name": "x", "record": "nothing_here"}, [0])
+
+    dataset = tmp_path / "hopper-medium-v0"
+    dataset.mkdir()
+    (dataset / "generation.json").write_text(json.dumps({
+        "episodes": 12, "samples": 3000, "mean_episode_return": 1234.56,
+        "algorithm": "SAC, stochastic actions",
+        "policy": {"eval_return": 1500.4, "steps_trained": 40000},
+    }))  # fmt: skip
+    resolved, notes = quality.resolve_baseline({"name": "mean", "dataset": str(dataset)}, [0])
+    assert resolved == {"name": "mean", "value": 1234.6}
+    assert notes == ["the dataset: 12 episodes, 3,000 steps, SAC, stochastic actions, a policy "
+                     "that evaluates at 1,500 after 40,000 steps of training; its mean episode "
+                     "return 1,234.6"]  # fmt: skip
+    with pytest.raises(SystemExit, match="make_offline_dataset.py"):
+        quality.resolve_baseline({"name": "mean", "dataset": str(tmp_path / "none")}, [0])
+    every = [e.baseline for e in quality.EXPERIMENTS.values() if e.baseline]
+    assert all({"value", "record", "dataset"} & set(b) for b in every)
