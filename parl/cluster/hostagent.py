@@ -21,6 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -29,6 +30,8 @@ from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler, Route, by_op
 from parl.cluster.upload import CodeCache
 from parl.deploy.versions import local_versions
+from parl.validation import check_float, check_int
+from parl.wire.contract import check_max_memory, check_num_threads
 from parl.wire.framing import FrameSocket, wait_readable
 from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, clip
 
@@ -169,12 +172,13 @@ class HostAgent:
                 client = self._clients.get(str(request.get("client")))
                 if client is None:
                     raise ValueError("open a control connection (op 'caller') first")
+                settings = _actor_settings(request)
                 gpus = self._take(request)
             # an actor's connection from here on: its worker may leave a request unread for as
             # long as a method runs (see parl.cluster.control)
             control.allow_zero_window(sock.sock)
             try:
-                pid = self._spawn(sock, client, request, gpus)
+                pid = self._spawn(sock, client, request, settings, gpus)
             except BaseException:
                 self._give_back(gpus)
                 raise
@@ -216,25 +220,25 @@ class HostAgent:
                 self._used -= 1
 
     def _spawn(
-        self, sock: FrameSocket, client: _Client, request: messages.Actor, gpus: list[str]
+        self,
+        sock: FrameSocket,
+        client: _Client,
+        request: messages.Actor,
+        settings: dict[str, Any],
+        gpus: list[str],
     ) -> int:
-        options = request.get("options") or {}
         label = str(request.get("label", "actor"))
         cwd, sys_path = os.getcwd(), []
         if request.get("code") is not None:
             folder = self.cache.job_folder(client.cid, str(request["code"]))
             cwd, sys_path = str(folder), [str(folder)]
-        stop_timeout = float(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S))
         worker_options = {
             "caller_pid": None,
             "link": "inline",
-            "max_frame": int(request.get("max_frame", control.ACTOR_MAX_FRAME)),
             "cwd": cwd,
             "sys_path": sys_path,
             "label": label,
-            "max_memory": options.get("max_memory"),
-            "num_threads": options.get("num_threads"),
-            "stop_timeout": stop_timeout,
+            **settings,
         }
         if self.gpus:  # a GPU actor sees its GPUs, a CPU actor none
             worker_options["env"] = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus))
@@ -377,6 +381,28 @@ class HostAgent:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self.cache.close()
+
+
+def _actor_settings(request: messages.Actor) -> dict[str, Any]:
+    """The worker settings an actor request asks for, checked as ``@parl.remote_class`` and
+    ``parl.connect`` check them on the caller's side: a client of another version, or one that
+    skipped those checks, gets an error that names the setting instead of a worker started
+    with it."""
+    options = request.get("options") or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"options must be a dict, got {type(options).__name__}")
+    return {
+        "max_frame": check_int(
+            "max_frame", request.get("max_frame", control.ACTOR_MAX_FRAME), low=1 << 16,
+            what="an int of at least 65536 (bytes)",
+        ),
+        "stop_timeout": check_float(
+            "stop_timeout", options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S), low=0,
+            what="a finite number of seconds >= 0",
+        ),
+        "max_memory": check_max_memory(options.get("max_memory")),
+        "num_threads": check_num_threads(options.get("num_threads")),
+    }  # fmt: skip
 
 
 def _answer(sock: FrameSocket, message: control.Message) -> None:

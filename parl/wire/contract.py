@@ -58,8 +58,8 @@ class RemoteOptions:
             "n_gpu": n_gpu,
             "num_cpus": num_cpus,
             "num_gpus": num_gpus,
-            "num_threads": _check_threads(self.num_threads),
-            "max_memory": _check_memory(self.max_memory),
+            "num_threads": check_num_threads(self.num_threads),
+            "max_memory": check_max_memory(self.max_memory),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # (frozen: the dataclass's own way round)
@@ -74,7 +74,7 @@ def _check_resource(name: str, value: object) -> float | None:
     )  # fmt: skip
 
 
-def _check_threads(threads: object) -> int | None:
+def check_num_threads(threads: object) -> int | None:
     if threads is None:
         return None
     return check_int(
@@ -83,7 +83,7 @@ def _check_threads(threads: object) -> int | None:
     )  # fmt: skip
 
 
-def _check_memory(memory: object) -> float | None:
+def check_max_memory(memory: object) -> float | None:
     if memory is None:
         return None
     megabytes = check_float(

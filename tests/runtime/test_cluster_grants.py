@@ -11,6 +11,7 @@ refused."""
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 
@@ -120,6 +121,40 @@ def test_a_failed_actor_start_gives_its_grant_back(on_cluster, monkeypatch):
 
     monkeypatch.setattr(ClusterCarrier, "_channel", unreachable)
     with pytest.raises(ClusterError, match="cannot reach"):
+        Sampler()
+    assert wait_until(lambda: on_cluster.used() == 0, timeout=5), on_cluster.status()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("stop_timeout", -1, "stop_timeout must be a finite number of seconds >= 0, got -1"),
+        ("stop_timeout", float("nan"), "stop_timeout must be a finite number of seconds"),
+        ("num_threads", 0, "num_threads must be a positive int"),
+        ("max_memory", -5, "max_memory must be a positive number of megabytes, got -5"),
+        ("max_frame", 100, "max_frame must be an int of at least 65536 (bytes), got 100"),
+    ],
+)
+def test_a_host_agent_names_an_actor_setting_out_of_range(on_cluster, monkeypatch, field,
+                                                          value, words):  # fmt: skip
+    """A client that skipped the caller's checks (another version, or not this package) asks
+    for an actor with a setting out of range. Seen: a Python conversion error, or a worker
+    started with it. Expected: the start is refused with an error that names the setting, and
+    the slot is free again."""
+    from parl.cluster import carrier as cluster_carrier
+
+    parl.connect(on_cluster.address, linger=0, slot_timeout=5)
+    real = cluster_carrier.messages.Actor
+
+    def with_bad_setting(**fields):
+        if field == "max_frame":
+            fields[field] = value
+        else:
+            fields["options"] = {**fields["options"], field: value}
+        return real(**fields)
+
+    monkeypatch.setattr(cluster_carrier.messages, "Actor", with_bad_setting)
+    with pytest.raises(ClusterError, match="cannot start an actor: " + re.escape(words)):
         Sampler()
     assert wait_until(lambda: on_cluster.used() == 0, timeout=5), on_cluster.status()
 
