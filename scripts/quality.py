@@ -150,6 +150,13 @@ def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
             flags=("--dataset", dataset, "--with_automatic_entropy_tuning"), variant=variant,
             **common,
         ),
+        *(() if kind != "medium" else (Experiment(
+            "Decision Transformer", "dt", "DT", env, 20_000, 2_000,
+            "mean return of 5 evaluation episodes (the preset's), each asking for the paper's "
+            "target return",
+            f"the example's CPU preset (context 10, 2 layers of width 64, batch 32), {made_here}",
+            flags=("--dataset", dataset), variant=variant, **common,
+        ),)),
     )  # fmt: skip
 
 
