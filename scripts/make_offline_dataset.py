@@ -77,9 +77,10 @@ def dataset_id(env_id: str, kind: str) -> str:
 # -- writing ---------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def minari_root(folder: Path) -> Iterator[None]:
-    """Minari writes under ``MINARI_DATASETS_PATH``: point it at ``folder`` for the block."""
+    """Minari writes under ``MINARI_DATASETS_PATH``: point it at ``folder`` for the block. The
+    path is made absolute: Minari joins a relative one to itself when it sizes the files."""
     before = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(folder)
+    os.environ["MINARI_DATASETS_PATH"] = str(Path(folder).resolve())
     try:
         yield
     finally:

@@ -138,9 +138,11 @@ def test_datasets_load_back_through_parls_reader(made: Path) -> None:
 def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
     made: Path, tmp_path: Path
 ) -> None:
-    """``--kinds medium`` then ``--kinds expert`` gives the expert of one run of both."""
-    for kinds in (["medium"], ["expert"]):
-        proc = run_script([*TINY, "--out", str(tmp_path), "--kinds", *kinds], tmp_path)
+    """``--kinds medium medium-replay`` then ``--kinds expert`` gives the expert of one run of
+    both; ``--out`` relative to the working folder (Minari once failed to size the files of a
+    dataset written under a relative path)."""
+    for kinds in (["medium", "medium-replay"], ["expert"]):
+        proc = run_script([*TINY, "--out", ".", "--kinds", *kinds], tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert "continuing the SAC run kept in" in proc.stderr
     first = torch.load(made / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
