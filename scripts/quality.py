@@ -100,6 +100,11 @@ LBF_NOTE = (
     "one seed; EPyMARL's tables report the sum over the agents, twice this figure; the wall time "
     "was measured while other training runs shared the 2 cores"
 )
+SPREAD_METRIC = "the team's return (the mean over the agents) of 10 greedy evaluation episodes"
+SPREAD_NOTE = (
+    "with local_ratio 0 every agent gets the team's distance term, so this is that term summed "
+    "over the episode; EPyMARL's MPE figures are on another scale (the MAPPO page converts them)"
+)
 ALPHAZERO_METRIC = (
     "share of 100 games won against {player}, the network moving first in every other game"
 )
@@ -270,7 +275,7 @@ EXPERIMENTS = {
             "PARL's settings, 32 envs in 1 actor",
             flags=("--env_num", "32", "--num_workers", "1", "--eval_episodes", "10"),
             baseline={"name": "random play (200 episodes)", "value": -53},
-            note="the per-agent return is the measure EPyMARL's MPE tables use",
+            note=SPREAD_NOTE,
         ),
         Experiment(
             "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
@@ -303,6 +308,18 @@ EXPERIMENTS = {
             "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
             LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
+            "QMIX", "qmix", "QMIX", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
+            "the example's defaults", tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "random play (200 episodes)", "value": -53},
+            note="one seed; " + SPREAD_NOTE,
+        ),
+        Experiment(
+            "COMA", "coma", "COMA", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
+            "the example's defaults", tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "random play (200 episodes)", "value": -53},
+            note="one seed; " + SPREAD_NOTE,
         ),
         Experiment(
             "MADDPG", "maddpg", "MADDPG", "simple", 25_000, 1_000,
