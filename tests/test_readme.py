@@ -158,23 +158,3 @@ def test_the_extras_table_lists_exactly_the_extras_of_setup_cfg(name: str, headi
     assert listed == _extras(), (
         f"{name}: missing {sorted(_extras() - listed)}, not an extra {sorted(listed - _extras())}"
     )
-
-
-def test_figures_without_a_record_do_not_contradict_the_records() -> None:
-    """A row of the table of figures not kept as records must not call pending (or absent) a
-    result that a record of ``docs/results/`` holds for the same algorithm and env."""
-    recorded = {
-        (record["algorithm"], record["env"])
-        for record in (
-            json.loads(path.read_text(encoding="utf-8"))
-            for path in (ROOT / "docs" / "results").glob("*.json")
-        )
-    }
-    text = README.read_text(encoding="utf-8")
-    stale = [
-        " | ".join(row)
-        for row in _table_rows(text, "Figures not kept as records yet")
-        if re.search(r"pending|no figures", row[3])
-        and any(row[0] == algo and row[1].startswith(env) for algo, env in recorded)
-    ]
-    assert not stale, "rows that the records of docs/results/ have overtaken:\n" + "\n".join(stale)
