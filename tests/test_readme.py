@@ -11,7 +11,6 @@ work-log dates and rounds; ``CHANGELOG.md`` is held to the same words (it is dat
 from __future__ import annotations
 
 import configparser
-import json
 import re
 import subprocess
 import sys
