@@ -30,8 +30,12 @@ from parl.cluster.monitor import STATS_PERIOD_S, Every, host_stats
 from parl.cluster.server import Handler, Route, by_op
 from parl.cluster.upload import CodeCache
 from parl.deploy.versions import local_versions
-from parl.validation import check_float, check_int
-from parl.wire.contract import check_max_memory, check_num_threads
+from parl.wire.contract import (
+    check_max_frame,
+    check_max_memory,
+    check_num_threads,
+    check_stop_timeout,
+)
 from parl.wire.framing import FrameSocket, wait_readable
 from parl.workers import DEFAULT_STOP_TIMEOUT_S, ForkServer, OutputForwarder, clip
 
@@ -392,14 +396,8 @@ def _actor_settings(request: messages.Actor) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise ValueError(f"options must be a dict, got {type(options).__name__}")
     return {
-        "max_frame": check_int(
-            "max_frame", request.get("max_frame", control.ACTOR_MAX_FRAME), low=1 << 16,
-            what="an int of at least 65536 (bytes)",
-        ),
-        "stop_timeout": check_float(
-            "stop_timeout", options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S), low=0,
-            what="a finite number of seconds >= 0",
-        ),
+        "max_frame": check_max_frame(request.get("max_frame", control.ACTOR_MAX_FRAME)),
+        "stop_timeout": check_stop_timeout(options.get("stop_timeout", DEFAULT_STOP_TIMEOUT_S)),
         "max_memory": check_max_memory(options.get("max_memory")),
         "num_threads": check_num_threads(options.get("num_threads")),
     }  # fmt: skip

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from parl.local import DEFAULT_LINGER_S, DEFAULT_STOP_TIMEOUT_S
 from parl.shm.link import DEFAULT_THRESHOLD
 from parl.validation import check_bool, check_float, check_int
+from parl.wire.contract import check_max_frame, check_stop_timeout
 
 if TYPE_CHECKING:
     from parl.ssh.client import SSHOptions
@@ -180,10 +181,10 @@ def _numbers(
     seconds = "a finite number of seconds >= 0"
     return (
         check_float("slot_timeout", slot_timeout, low=0, what=seconds),
-        check_int("max_frame", max_frame, low=1 << 16, what="an int of at least 65536 (bytes)"),
+        check_max_frame(max_frame),
         check_int("shm_threshold", shm_threshold, low=0, what="an int >= 0 (bytes)"),
         check_float("linger", linger, low=0, finite=False, what="a number of seconds >= 0"),
-        check_float("stop_timeout", stop_timeout, low=0, what=seconds, hint="e.g. stop_timeout=5"),
+        check_stop_timeout(stop_timeout),
     )
 
 

@@ -74,6 +74,19 @@ def _check_resource(name: str, value: object) -> float | None:
     )  # fmt: skip
 
 
+def check_max_frame(max_frame: object) -> int:
+    """The largest message on an actor's connection, in bytes (at least 64 KiB)."""
+    return check_int("max_frame", max_frame, low=1 << 16, what="an int of at least 65536 (bytes)")
+
+
+def check_stop_timeout(stop_timeout: object) -> float:
+    """Seconds a closed actor's worker may take to finish before it is killed."""
+    return check_float(
+        "stop_timeout", stop_timeout, low=0, what="a finite number of seconds >= 0",
+        hint="e.g. stop_timeout=5",
+    )  # fmt: skip
+
+
 def check_num_threads(threads: object) -> int | None:
     if threads is None:
         return None
