@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -139,6 +140,7 @@ class Policy:
     eval_return: float
     steps_trained: int | None
     updates: int | None
+    train_seconds: float | None = None  # wall time of the SAC training, over every run of it
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "agent"}
@@ -232,6 +234,7 @@ class SACRun:
         self.log = StepLog(obs_dim, act_dim)
         self.counters = {"total_steps": 0, "updates": 0, "next_eval": args.test_every_steps}
         self.eval_return, self.eval_at = float("nan"), -1
+        self.train_seconds = 0.0  # summed over the runs that continued one another
         self.settings = {name: getattr(args, name) for name in RUN_SETTINGS}
         set_seed(args.seed)
         self.env.reset(seed=args.seed)
@@ -257,6 +260,7 @@ class SACRun:
     def train_until(self, stop: Callable[[], bool], limit: int, what: str) -> None:
         """Whole episodes until ``stop()`` after an evaluation, or ``limit`` steps."""
         bar = tqdm(total=limit, initial=len(self.log), desc=what, disable=not self.args.progress)
+        started = time.perf_counter()
         while len(self.log) < limit:
             before = len(self.log)
             self.episode()
@@ -271,6 +275,7 @@ class SACRun:
                 bar.set_postfix(eval=f"{self.eval_return:.0f}")
                 if stop():
                     break
+        self.train_seconds += time.perf_counter() - started
         bar.close()
 
     def policy(self) -> Policy:
@@ -278,8 +283,8 @@ class SACRun:
         if self.eval_at != self.counters["total_steps"]:
             self.eval_return = evaluate(self.agent, self.args)
             self.eval_at = self.counters["total_steps"]
-        return Policy(self.agent, "trained here", self.eval_return,
-                      self.counters["total_steps"], self.counters["updates"])  # fmt: skip
+        return Policy(self.agent, "trained here", self.eval_return, self.counters["total_steps"],
+                      self.counters["updates"], round(self.train_seconds, 1))  # fmt: skip
 
     # -- stages kept in --workdir ----------------------------------------------------------------
     def save(self, stage: str, with_steps: bool) -> None:
@@ -294,7 +299,8 @@ class SACRun:
             if with_steps:
                 self.log.save(staging / "steps.npz")
             info = {**self.settings, "steps": len(self.log), "updates": self.counters["updates"],
-                    "eval_return": self.eval_return, "eval_at": self.eval_at}  # fmt: skip
+                    "eval_return": self.eval_return, "eval_at": self.eval_at,
+                    "train_seconds": self.train_seconds}  # fmt: skip
             (staging / "info.json").write_text(json.dumps(info, indent=1))
         logger.info("saved the SAC run's %s stage in %s", stage, folder)
 
@@ -321,6 +327,7 @@ class SACRun:
         self.counters = {k: int(v) for k, v in counters.items()}
         info = json.loads((folder / "info.json").read_text())
         self.eval_return, self.eval_at = info["eval_return"], info["eval_at"]
+        self.train_seconds = float(info.get("train_seconds", 0.0))
         if (folder / "steps.npz").is_file():  # the replay memory: every step, in order
             self.log = StepLog.load(folder / "steps.npz")
             log = self.log

@@ -153,6 +153,15 @@ def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
         a = np.concatenate([getattr(e, name) for e in episodes(made / "hopper-expert-v0")])
         b = np.concatenate([getattr(e, name) for e in episodes(tmp_path / "hopper-expert-v0")])
         np.testing.assert_array_equal(a, b)
+    # the training time of a kept stage travels with it: a dataset made from it later records
+    # the time SAC trained, apart from the seconds this command took
+    medium = generation(tmp_path / "hopper-medium-v0")["policy"]["train_seconds"]
+    expert = generation(tmp_path / "hopper-expert-v0")["policy"]["train_seconds"]
+    assert 0 < medium < expert
+    args = [*TINY, "--out", "again", "--kinds", "medium", "--workdir", "sac-hopper-seed0"]
+    proc = run_script(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert generation(tmp_path / "again" / "hopper-medium-v0")["policy"]["train_seconds"] == medium
 
 
 def test_policy_flag_collects_from_an_sac_example_checkpoint(
