@@ -528,7 +528,9 @@ def resolve_baseline(baseline: dict[str, Any] | None, seeds: list[int]
                 how += f" after {policy['steps_trained']:,} steps of training"
         note = (f"the dataset: {made['episodes']} episodes, {made['samples']:,} steps, "
                 f"{how}; its mean episode return {made['mean_episode_return']:,.1f}")  # fmt: skip
-        return {"name": baseline["name"], "value": round(made["mean_episode_return"], 1)}, [note]
+        value = round(made["mean_episode_return"], 1)
+        return {"name": baseline["name"], "value": value,
+                "dataset": made.get("dataset_id", path.parent.name)}, [note]  # fmt: skip
     raise ValueError(f"baseline {baseline!r}: give a value, a record or a dataset")
 
 

@@ -5,7 +5,8 @@
 
 Each algorithm page holds its table between ``<!-- results:<page> start -->`` and
 ``<!-- results:<page> end -->`` (``<page>`` is the record's ``page``, e.g. ``ppo``), the README
-its summary between ``<!-- results:summary start -->`` and ``<!-- results:summary end -->``.
+its summary between ``<!-- results:summary start -->`` and ``<!-- results:summary end -->``
+(a row per record; the records trained on one offline dataset share one).
 A benchmark's figures (``scripts/benchrecord.py``, records in ``docs/results/bench/``) go between
 ``<!-- bench:<record> start -->`` and ``<!-- bench:<record> end -->`` in any page of ``docs/``.
 Only the text between the markers is rendered; the rest of a file is left as written.
@@ -193,8 +194,8 @@ def render_page(records: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def summary_row(record: dict[str, Any]) -> str:
-    """One row of the README's summary: algorithm, task, budget, result, page."""
+def _result(record: dict[str, Any]) -> str:
+    """``6,002 (sd 579)``, or each seed's final figure; the bests when they differ."""
     figures = record["figures"]
     per_seed = figures["per_seed"]
     if figures["mean"] is not None:
@@ -205,16 +206,66 @@ def summary_row(record: dict[str, Any]) -> str:
         result = " and ".join(number(entry["final"]) for entry in per_seed)
     if any(entry["best"] is not None and entry["best"] != entry["final"] for entry in per_seed):
         result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
-    if figures["baseline"]:
-        result += f" ({figures['baseline']['name']}: {number(figures['baseline']['value'])})"
+    return result
+
+
+def _link(page: str) -> str:
+    return f"[{page}](docs/algorithms/{page}.md)"
+
+
+def summary_row(record: dict[str, Any]) -> str:
+    """One row of the README's summary: algorithm, task, budget, result, page."""
+    result, baseline = _result(record), record["figures"]["baseline"]
+    if baseline:
+        result += f" ({baseline['name']}: {number(baseline['value'])})"
     spent = f"{budget(record)}, {_seeds(record)}"
-    link = f"[{record['page']}](docs/algorithms/{record['page']}.md)"
-    return f"| {record['algorithm']} | {_task(record)} | {spent} | {result} | {link} |"
+    return f"| {record['algorithm']} | {_task(record)} | {spent} | {result} | {_link(record['page'])} |"
+
+
+def dataset_row(records: list[dict[str, Any]]) -> str:
+    """One row of the README's summary for the records trained on one offline dataset: each
+    algorithm's result side by side, and the dataset's mean episode return once."""
+    first = records[0]
+    baseline = first["figures"]["baseline"]
+    spent = [f"{budget(r)}, {_seeds(r)}" for r in records]
+    usual = max(spent, key=spent.count)  # the budget most of them had, then the others'
+    budgets = "; ".join(
+        [usual]
+        + [f"{r['algorithm']} {s}" for r, s in zip(records, spent, strict=True) if s != usual]
+    )
+    results = "; ".join(
+        [f"{baseline['name']}: {number(baseline['value'])}"]
+        + [f"{r['algorithm']} {_result(r)}" for r in records]
+    )
+    algorithms = ", ".join(r["algorithm"] for r in records)
+    links = " ".join(_link(page) for page in dict.fromkeys(r["page"] for r in records))
+    task = f"{first['env']}, the {baseline['dataset']} dataset made here"
+    return f"| {algorithms} | {task} | {budgets} | {results} | {links} |"
+
+
+def _dataset(record: dict[str, Any]) -> tuple[str, str] | None:
+    baseline = record["figures"]["baseline"]
+    if not baseline or "dataset" not in baseline:
+        return None
+    return record["env"], baseline["dataset"]
 
 
 def render_summary(records: list[dict[str, Any]]) -> str:
+    """The README's summary: a row per record, except that the records trained on one offline
+    dataset share a row (where the first of them stands)."""
     lines = ["| algorithm | env | budget | result | page |", "|---|---|---|---|---|"]
-    return "\n".join(lines + [summary_row(record) for record in records]) + "\n"
+    on_dataset: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        key = _dataset(record)
+        if key is not None:
+            on_dataset.setdefault(key, []).append(record)
+    for record in records:
+        key = _dataset(record)
+        if key is None:
+            lines.append(summary_row(record))
+        elif on_dataset[key][0] is record:
+            lines.append(dataset_row(on_dataset[key]))
+    return "\n".join(lines) + "\n"
 
 
 def render_file(path: Path, records: list[dict[str, Any]]) -> str:

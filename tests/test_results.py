@@ -84,6 +84,35 @@ def test_a_record_renders_to_a_row_with_mean_sd_seeds_budget_and_wall_time(recor
     )
 
 
+def test_the_records_of_one_dataset_share_a_summary_row(record) -> None:
+    """Offline runs on one dataset read side by side, the dataset's mean return once; a run on
+    another dataset or on the same dataset name of another env has a row of its own."""
+    runs = []
+    for algorithm, final, steps in (("IQL", 4590, 50_000), ("CQL", 4100, 50_000),
+                                    ("DT", 3400, 20_000)):  # fmt: skip
+        run = copy.deepcopy(record)
+        run.update(algorithm=algorithm, page=algorithm.lower(), env="HalfCheetah-v5")
+        run["budget"]["env_steps"] = steps
+        run["figures"].update(mean=final, sd=None)
+        for entry in run["figures"]["per_seed"]:
+            entry["best"] = entry["final"] = final
+        run["figures"]["baseline"] = {"name": "the dataset's mean", "value": 3559.5,
+                                      "dataset": "halfcheetah-medium-v0"}  # fmt: skip
+        runs.append(run)
+    elsewhere = copy.deepcopy(runs[0])
+    elsewhere["env"] = "Hopper-v5"
+    lines = render_results.render_summary([runs[0], record, *runs[1:], elsewhere]).splitlines()
+    assert lines[2:] == [
+        "| IQL, CQL, DT | HalfCheetah-v5, the halfcheetah-medium-v0 dataset made here | "
+        "50k steps, 2 seeds; DT 20k steps, 2 seeds | the dataset's mean: 3,559.5; IQL 4,590; "
+        "CQL 4,100; DT 3,400 | [iql](docs/algorithms/iql.md) [cql](docs/algorithms/cql.md) "
+        "[dt](docs/algorithms/dt.md) |",
+        render_results.summary_row(record),
+        "| IQL | Hopper-v5, the halfcheetah-medium-v0 dataset made here | 50k steps, 2 seeds | "
+        "the dataset's mean: 3,559.5; IQL 4,590 | [iql](docs/algorithms/iql.md) |",
+    ]
+
+
 def test_unknown_figures_render_as_a_dash(record) -> None:
     record["figures"].update(mean=None, sd=None, wall_seconds=None)
     record["figures"]["per_seed"][1]["wall_seconds"] = None

@@ -185,7 +185,7 @@ def test_quality_baselines_are_read_from_a_record_and_from_a_dataset(tmp_path: P
         "policy": {"eval_return": 1500.4, "steps_trained": 40000},
     }))  # fmt: skip
     resolved, notes = quality.resolve_baseline({"name": "mean", "dataset": str(dataset)}, [0])
-    assert resolved == {"name": "mean", "value": 1234.6}
+    assert resolved == {"name": "mean", "value": 1234.6, "dataset": "hopper-medium-v0"}
     assert notes == ["the dataset: 12 episodes, 3,000 steps, SAC, stochastic actions, a policy "
                      "that evaluates at 1,500 after 40,000 steps of training; its mean episode "
                      "return 1,234.6"]  # fmt: skip
