@@ -613,6 +613,7 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         baseline=baseline,
         curve=curve,
         note="; ".join(notes) or None,
+        commit=getattr(args, "commit", None),
     )
 
 
@@ -653,8 +654,11 @@ def main(argv: list[str] | None = None) -> None:
         run_args.steps = args.steps or experiment.steps
         if args.keep:  # a record that cannot be kept is said before the training, not after
             kept_runs(experiment, args.keep, run_args.seeds, run_args.steps)
-        wall = None
-        if not args.report:
+        wall, run_args.commit = None, None
+        if not args.report:  # the record names the code that trained, not a later HEAD
+            from results import current_commit
+
+            run_args.commit = current_commit()
             wall = train(experiment, run_args.seeds, run_args.steps, args.logroot, args.parallel)
         runs = finished(experiment, run_args.seeds, run_args.steps, args.logroot)
         report(experiment, runs, run_args, wall)

@@ -148,6 +148,7 @@ def write_record(
     curve: str | None = None,
     note: str | None = None,
     budget_episodes: int | None = None,
+    commit: str | None = None,
 ) -> dict[str, Any]:
     """Write a measured record of a finished run to ``path`` (a ``.json`` file); returns it.
 
@@ -159,6 +160,8 @@ def write_record(
             measured in the same run, or a published figure (the name says which).
         budget_episodes: the budget in episodes, for a run that counts episodes rather than
             steps (``budget_steps`` is then ``None``).
+        commit: the commit the run started from (``current_commit()`` then); by default the
+            ``HEAD`` when the record is written.
 
     The commit, the versions and the machine are read here; the mean and the standard
     deviation (sample, ``n - 1``) are computed from the seeds' final returns.
@@ -178,7 +181,7 @@ def write_record(
         "configuration": configuration,
         "metric": metric,
         "command": command,
-        "commit": current_commit(),
+        "commit": commit or current_commit(),
         "versions": versions(),
         "machine": machine_info(),
         "seeds": [int(entry["seed"]) for entry in per_seed],

@@ -193,3 +193,35 @@ def test_quality_baselines_are_read_from_a_record_and_from_a_dataset(tmp_path: P
         quality.resolve_baseline({"name": "mean", "dataset": str(tmp_path / "none")}, [0])
     every = [e.baseline for e in quality.EXPERIMENTS.values() if e.baseline]
     assert all({"value", "record", "dataset"} & set(b) for b in every)
+
+
+def test_a_quality_record_names_the_commit_its_training_started_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run takes an hour; commits made meanwhile must not be named as the code that trained."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+    import results
+
+    experiment = quality.EXPERIMENTS["oac_HalfCheetah-v5"]
+    steps = 2 * experiment.every
+    heads = iter(["a" * 40, "b" * 40])
+    monkeypatch.setattr(results, "current_commit", lambda: next(heads))
+
+    def train(experiment: quality.Experiment, seeds: list[int], steps: int, logroot: str,
+              parallel: int) -> float:  # fmt: skip
+        summary.set_dir(quality.logdir(logroot, experiment, seeds[0]))
+        for step in (experiment.every, steps):
+            summary.add_scalar(experiment.tag, 1.0, step)
+        summary.close()
+        next(heads)  # a commit lands while the run trains
+        return 1.0
+
+    monkeypatch.setattr(quality, "train", train)
+    quality.main(["oac_HalfCheetah-v5", "--seeds", "0", "--steps", str(steps),
+                  "--logroot", str(tmp_path)])  # fmt: skip
+    record = json.loads((tmp_path / "oac_HalfCheetah-v5.json").read_text())
+    assert record["commit"] == "a" * 40
