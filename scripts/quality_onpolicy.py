@@ -174,6 +174,10 @@ def main() -> None:
         report(results, args)
         record(results, args, None)
         return
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from results import current_commit
+
+    args.commit = current_commit()  # the records name the code that trained, not a later HEAD
     started = time.perf_counter()
     jobs = [(env_id, seed) for env_id in args.env for seed in args.seeds]
     results: list[dict[str, Any]] = []
@@ -287,6 +291,7 @@ def record(results: list[dict[str, Any]], args: argparse.Namespace, wall: float 
             wall_seconds=wall,
             curve=curve,
             note="; ".join(notes) or None,
+            commit=getattr(args, "commit", None),
         )
 
 
