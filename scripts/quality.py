@@ -243,6 +243,22 @@ EXPERIMENTS = {
             baseline=SAC_HALFCHEETAH,
         ),
         Experiment(
+            "OAC", "oac", "OAC", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes",
+            "the paper's centre (the policy's mean) and delta 1 (PARL's 23.53 is its Humanoid "
+            "setting), else PARL's settings",
+            flags=("--eval_episodes", "10", "--centre", "mean", "--delta", "1"),
+            note=MUJOCO_NOTE, variant="mean_delta1", baseline=SAC_HALFCHEETAH,
+        ),
+        Experiment(
+            "OAC", "oac", "OAC", "HalfCheetah-v5", 100_000, 5_000,
+            "mean return of 10 deterministic evaluation episodes",
+            "the paper's centre (the policy's mean) and delta 4 (PARL's 23.53 is its Humanoid "
+            "setting), else PARL's settings",
+            flags=("--eval_episodes", "10", "--centre", "mean", "--delta", "4"),
+            note=MUJOCO_NOTE, variant="mean_delta4", baseline=SAC_HALFCHEETAH,
+        ),
+        Experiment(
             "GA3C", "ga3c", "GA3C", "CartPole-v1", 100_000, 10_000,
             "mean return of 10 greedy evaluation episodes",
             "the example's CartPole preset, 2 simulators of 4 envs",
