@@ -358,6 +358,18 @@ EXPERIMENTS = {
             note="the budget is PARL's 25,000 episodes of 25 steps",
         ),
         Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple_speaker_listener", 25_000, 1_000,
+            PARL_MADDPG_METRIC,
+            "PARL's settings, continuous actions, the time limit stored as terminal (as PARL's "
+            "runs stored it)", unit="episodes",
+            flags=("--continuous_actions", "--time_limit_as_terminal"),
+            every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode",
+            bin=1_000, variant="continuous_terminal",
+            baseline={"name": "PARL's published training curve (continuous actions)",
+                      "value": -27},
+            note="the budget is PARL's 25,000 episodes of 25 steps",
+        ),
+        Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,
             "test MSE on 10,000 held-out 5-shot tasks (lower is better)",
             "PARL's full protocol (80 epochs of 500 meta-updates of 16 tasks), the "

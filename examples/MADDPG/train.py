@@ -87,8 +87,14 @@ def env_actions(env: MAenv, action_n: list[np.ndarray]) -> list[Any]:
     return out
 
 
-def run_episode(env: MAenv, agents: list[MAAgent], seed: int) -> tuple[float, list[float], int]:
-    """One exploring episode; every agent stores its transitions and learns at every step."""
+def run_episode(
+    env: MAenv, agents: list[MAAgent], seed: int, time_limit_as_terminal: bool = False
+) -> tuple[float, list[float], int]:
+    """One exploring episode; every agent stores its transitions and learns at every step.
+
+    The last step of an episode cut at its length is stored as non-terminal (the critic
+    bootstraps there), unless ``time_limit_as_terminal``: then it is stored as PARL's MPE runs
+    stored it, as terminal (PettingZoo 1.17 reported ``done`` at ``max_cycles``)."""
     obs_n = env.reset(seed=seed)
     done, steps = False, 0
     agents_reward = [0.0] * env.n
@@ -97,11 +103,9 @@ def run_episode(env: MAenv, agents: list[MAAgent], seed: int) -> tuple[float, li
         action_n = [agent.sample(obs) for agent, obs in zip(agents, obs_n, strict=True)]
         next_obs_n, reward_n, done_n, _ = env.step(env_actions(env, action_n))
         done = all(done_n)
-        # an episode cut at its length is not a terminal state: the critic bootstraps there
+        terminal_n = done_n if time_limit_as_terminal else env.terminations
         for i, agent in enumerate(agents):
-            agent.add_experience(
-                obs_n[i], action_n[i], reward_n[i], next_obs_n[i], env.terminations[i]
-            )
+            agent.add_experience(obs_n[i], action_n[i], reward_n[i], next_obs_n[i], terminal_n[i])
             agents_reward[i] += reward_n[i]
         obs_n = next_obs_n
         for agent in agents:
@@ -208,7 +212,9 @@ def main(argv: list[str] | None = None) -> float:
     stop_at = min(args.max_episodes, args.stop_after_episodes or args.max_episodes)
     bar = tqdm(total=args.max_episodes, initial=int(c["episodes"]), disable=not args.progress)
     while c["episodes"] < stop_at:
-        ep_reward, agents_reward, steps = run_episode(env, agents, args.seed + c["episodes"])
+        ep_reward, agents_reward, steps = run_episode(
+            env, agents, args.seed + c["episodes"], args.time_limit_as_terminal
+        )
         c["episodes"] += 1
         c["total_steps"] += steps
         bar.update(1)
@@ -257,6 +263,12 @@ def make_parser() -> argparse.ArgumentParser:
         "--continuous_actions",
         action="store_true",
         help="continuous actions (a squashed Gaussian) instead of discrete ones",
+    )
+    parser.add_argument(
+        "--time_limit_as_terminal",
+        action="store_true",
+        help="store an episode's last step, cut at its length, as terminal, as PARL's MPE runs "
+        "did (by default the critic bootstraps there)",
     )
     parser.add_argument("--max_episodes", type=int, default=25_000, help="episodes to train for")
     parser.add_argument(

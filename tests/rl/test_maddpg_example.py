@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,3 +99,21 @@ def test_maddpg_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) 
         run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(tmp_path)
     )
     assert "done: 2 episodes, 100 steps" in log
+
+
+@pytest.mark.parametrize("as_terminal", [False, True], ids=["bootstraps", "terminal"])
+def test_the_time_limit_is_stored_as_terminal_only_when_asked(
+    run_python: RunPython, tmp_path: Path, as_terminal: bool
+) -> None:
+    """MPE episodes end only at their length: by default no stored step is terminal, so the
+    critic bootstraps through the cut; ``--time_limit_as_terminal`` stores each episode's last
+    step as terminal, as PARL's runs did."""
+    args = ["--max_episodes", "2", "--test_every_episodes", "2", "--eval_episodes", "1"]
+    args += ["--warmup_size", "1000", "--save_rpm", "--logdir", str(tmp_path)]
+    run_example(run_python, *args, *(["--time_limit_as_terminal"] if as_terminal else []))
+    for i in range(AGENTS):
+        with np.load(tmp_path / f"rpm_agent{i}.npz") as memory:
+            stored = memory["terminal"][: int(memory["size"])]
+        assert stored.shape == (50,)  # two episodes of 25 steps
+        expected = [24, 49] if as_terminal else []
+        assert np.flatnonzero(stored).tolist() == expected
