@@ -323,6 +323,16 @@ EXPERIMENTS = {
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
         Experiment(
+            "QMIX", "qmix", "QMIX", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC,
+            "EPyMARL's QMIX settings: Adam, standardised rewards, epsilon annealed over 50k "
+            "steps; else the example's defaults",
+            flags=("--optimizer", "adam", "--standardise_rewards", "--exploration_steps",
+                   "50000"),
+            tag="eval/episode_return", seeds=(0,), variant="epymarl",
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
             "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
             LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,

@@ -156,10 +156,13 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
     mixer = QMixerModel(env.n, env.state_shape, args.mixing_embed_dim)
     algorithm = QMIX(
         agent_model, mixer, double_q=True, gamma=args.gamma, lr=args.lr,
-        clip_grad_norm=args.clip_grad_norm, device=args.device,
+        clip_grad_norm=args.clip_grad_norm, optimizer=args.optimizer, device=args.device,
     )  # fmt: skip
     decay = (1.0 - args.min_exploration) / args.exploration_steps
-    return QMixAgent(algorithm, 1.0, args.min_exploration, decay, args.update_target_interval)
+    return QMixAgent(
+        algorithm, 1.0, args.min_exploration, decay, args.update_target_interval,
+        standardise_rewards=args.standardise_rewards,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -184,7 +187,10 @@ def ctrl_c_deferred() -> Iterator[None]:
 
 
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
-    extra = {"exploration": agent.exploration, "global_step": agent.global_step}
+    extra = {
+        "exploration": agent.exploration, "global_step": agent.global_step,
+        "reward_stats": agent.reward_stats_state(),
+    }  # fmt: skip
     with ctrl_c_deferred():
         agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
         if args.save_rpm:
@@ -194,6 +200,7 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
 def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
+    agent.load_reward_stats_state(extra.get("reward_stats"))
     rpm_path = os.path.join(args.logdir, "rpm.npz")
     if os.path.exists(rpm_path):
         memory.load(rpm_path)
@@ -277,7 +284,16 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch_size", default=32, type=int, help="episodes per update")
     parser.add_argument("--buffer_size", default=5000, type=int, help="episodes kept for replay")
-    parser.add_argument("--lr", default=5e-4, type=float, help="RMSprop's learning rate")
+    parser.add_argument("--lr", default=5e-4, type=float, help="the optimizer's learning rate")
+    parser.add_argument(
+        "--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
+        help="RMSprop (PARL's) or Adam (EPyMARL's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--standardise_rewards", action="store_true",
+        help="learn the team rewards standardised by their running mean and deviation "
+        "(EPyMARL's default)",
+    )  # fmt: skip
     parser.add_argument("--gamma", default=0.99, type=float, help="discount factor")
     parser.add_argument(
         "--clip_grad_norm", default=10.0, type=float, help="clip the gradients' global norm"

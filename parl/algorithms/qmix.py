@@ -4,6 +4,7 @@ team value ``Q_tot``, learned end to end from the team reward on whole episodes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,14 +67,20 @@ def _episode_shapes(owner: str, n_agents: int, **tensors: torch.Tensor) -> tuple
     return batch_size, episode_len
 
 
+_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], float], torch.optim.Optimizer]] = {
+    "rmsprop": lambda params, lr: torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+}
+
+
 class QMIX(Algorithm):
     """QMIX for cooperative agents sharing one recurrent Q network.
 
     ``Q_tot(s, u) = mixer([Q_a(tau_a, u_a)]_a, s)`` is regressed onto ``r + gamma * (1 - done) *
     Q_tot_target(s', [max_u' Q_a_target(tau'_a, u')]_a)``, with unavailable actions left out
     of the max; with ``double_q`` the online network picks ``u'`` and the target network values
-    it (van Hasselt et al. 2016). One RMSprop optimizer (``alpha=0.99, eps=1e-5``, as in PARL
-    and pymarl) updates the agent network and the mixer together.
+    it (van Hasselt et al. 2016). One optimizer updates the agent network and the mixer
+    together: RMSprop (``alpha=0.99, eps=1e-5``, as in PARL and pymarl) or Adam (EPyMARL's).
 
     ``agent_model(obs, hidden) -> (q (B * n_agents, n_actions), hidden (B * n_agents, H))`` and
     ``agent_model.init_hidden() -> (1, H)``; ``qmixer_model(agent_qs (B, T, n_agents), states
@@ -95,9 +102,11 @@ class QMIX(Algorithm):
         qmixer_model: the mixing network; its ``n_agents`` is the number of agents.
         double_q: choose the next actions with the online network (Double DQN).
         gamma: discount factor.
-        lr: RMSprop's learning rate.
+        lr: the optimizer's learning rate.
         clip_grad_norm: clip the gradients' global norm to this value; ``None`` (or 0, as in
             PARL) does not clip.
+        optimizer: ``"rmsprop"`` (PARL's and pymarl's) or ``"adam"`` (EPyMARL's, torch's
+            defaults beyond ``lr``).
         device: ``"auto"`` (GPU if available), ``"cpu"``, ``"cuda:0"``...
     """
 
@@ -114,9 +123,15 @@ class QMIX(Algorithm):
         lr: float = 0.0005,
         clip_grad_norm: float | None = None,
         *,
+        optimizer: str = "rmsprop",
         device: str | torch.device = "auto",
     ) -> None:
         name = type(self).__name__
+        if optimizer not in _OPTIMIZERS:
+            raise ValueError(
+                f"{name}: optimizer must be one of {sorted(_OPTIMIZERS)} (RMSprop is PARL's, "
+                f"Adam EPyMARL's), got {optimizer!r}"
+            )
         require_model_methods(agent_model, ("init_hidden", "forward"), name, "agent_model")
         require_model_methods(qmixer_model, ("forward",), name, "qmixer_model")
         n_agents = check_int(
@@ -141,7 +156,7 @@ class QMIX(Algorithm):
         self.target_agent_model = make_target(self.agent_model)
         self.target_qmixer_model = make_target(self.qmixer_model)
         self.params = list(self.agent_model.parameters()) + list(self.qmixer_model.parameters())
-        self.optimizer = torch.optim.RMSprop(self.params, lr=self.lr, alpha=0.99, eps=1e-5)
+        self.optimizer = _OPTIMIZERS[optimizer](self.params, self.lr)
         self.hidden_states: torch.Tensor | None = None
         self.target_hidden_states: torch.Tensor | None = None
 
@@ -235,7 +250,7 @@ class QMIX(Algorithm):
         available_actions_batch: torch.Tensor,
         filled_batch: torch.Tensor,
     ) -> tuple[float, float]:
-        """One RMSprop step on a batch of padded episodes; returns ``(loss, mean_td_error)``.
+        """One optimizer step on a batch of padded episodes; returns ``(loss, mean_td_error)``.
 
         Args:
             state_batch: ``(B, T, state_dim)``.

@@ -4,10 +4,13 @@ simple_spread, and both run on level-based foraging (changing action masks)."""
 from __future__ import annotations
 
 import glob
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from gymnasium.wrappers.utils import RunningMeanStd
 
 from .conftest import REPO_ROOT, RunPython
 from .test_offpolicy_examples import assert_same_weights, run_example
@@ -77,3 +80,56 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted after: ['both written']" in proc.stdout
+
+
+def test_qmix_example_resumes_with_adam_and_standardised_rewards(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """EPyMARL's settings: the running reward statistics travel in the checkpoint, so a resumed
+    run standardises as the straight one did and ends with the same weights."""
+    args = [*SHORT, *OWN["QMIX"], "--optimizer", "adam", "--standardise_rewards"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_example(run_python, "QMIX", *args, "--logdir", str(straight))
+    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
+    stats = torch.load(resumed / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    assert stats["count"] > 1 and stats["var"] > 0
+    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--resume")
+    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
+    plain = tmp_path / "plain"  # RMSprop on raw rewards: another run
+    run_example(run_python, "QMIX", *SHORT, *OWN["QMIX"], "--logdir", str(plain))
+    with pytest.raises(AssertionError):
+        assert_same_weights(straight / "model.ckpt", plain / "model.ckpt")
+    proc = run_python(
+        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *args,
+              "--logdir", str(plain), "--resume"],
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "--standardise_rewards" in proc.stderr
+
+
+def test_qmix_agent_standardises_rewards_with_the_real_steps_statistics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "QMIX"))
+    monkeypatch.delitem(sys.modules, "qmix_agent", raising=False)
+    from qmix_agent import QMixAgent
+
+    agent = QMixAgent.__new__(QMixAgent)  # only the statistics are exercised here
+    agent.reward_stats = RunningMeanStd(shape=())
+    rng = np.random.default_rng(0)
+    seen = []
+    for _ in range(3):
+        reward = rng.normal(2.0, 3.0, size=(4, 6, 1)).astype(np.float32)
+        filled = np.zeros((4, 6, 1), np.float32)
+        filled[:, 4:] = 1.0  # padding: its rewards must not enter the statistics
+        reward[filled == 1] = 1000.0
+        out = agent.standardise(reward, filled)
+        seen.append(reward[filled == 0].astype(np.float64))
+        real = np.concatenate(seen)
+        # gymnasium's statistics start from one pseudo-observation of mean 0 and variance 1
+        assert agent.reward_stats.mean == pytest.approx(real.mean(), rel=1e-3)
+        assert agent.reward_stats.var == pytest.approx(real.var(), rel=1e-3)
+        expected = (reward - agent.reward_stats.mean) / np.sqrt(agent.reward_stats.var)
+        np.testing.assert_allclose(out[filled == 0], expected[filled == 0], rtol=1e-5)
+    assert agent.reward_stats_state()["count"] == pytest.approx(3 * 16, abs=1e-3)

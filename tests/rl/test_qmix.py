@@ -189,3 +189,20 @@ def test_qmix_rejects_bad_models_and_hyperparameters() -> None:
         make_qmix(gamma=1.5)
     with pytest.raises(TypeError, match="double_q"):
         make_qmix(double_q="yes")
+
+
+def test_qmix_optimizer_is_rmsprop_or_adam() -> None:
+    assert isinstance(make_qmix().optimizer, torch.optim.RMSprop)  # PARL's
+    adam = make_qmix(optimizer="adam")
+    assert isinstance(adam.optimizer, torch.optim.Adam)
+    owned = {id(p) for group in adam.optimizer.param_groups for p in group["params"]}
+    assert owned == {id(p) for p in adam.params}  # the agent network and the mixer
+    before = [p.detach().clone() for p in adam.params]
+    batch = stack_episodes([play_episode(GAME(0), lambda o, a, last: a.argmax(1))] * 4)
+    adam.learn(
+        batch["state"], batch["actions"], batch["reward"], batch["terminated"],
+        batch["obs"], batch["avail"], batch["filled"],
+    )  # fmt: skip
+    assert any(not torch.equal(b, p) for b, p in zip(before, adam.params, strict=True))
+    with pytest.raises(ValueError, match="optimizer must be one of.*'sgd'"):
+        make_qmix(optimizer="sgd")
