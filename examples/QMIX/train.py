@@ -189,7 +189,7 @@ def ctrl_c_deferred() -> Iterator[None]:
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
     extra = {
         "exploration": agent.exploration, "global_step": agent.global_step,
-        "reward_stats": agent.reward_stats_state(),
+        "reward_stats": agent.reward_stats_state(), "optimizer": args.optimizer,
     }  # fmt: skip
     with ctrl_c_deferred():
         agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
@@ -201,6 +201,13 @@ def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[n
     counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
     agent.load_reward_stats_state(extra.get("reward_stats"))
+    # the optimizer's state loads into either class; stop before a step would misuse it
+    written = extra.get("optimizer", "rmsprop")
+    if written != args.optimizer:
+        raise ValueError(
+            f"the checkpoint in {args.logdir} was written with --optimizer {written}, this run "
+            f"has --optimizer {args.optimizer}: resume with the flags of the run that wrote it"
+        )
     rpm_path = os.path.join(args.logdir, "rpm.npz")
     if os.path.exists(rpm_path):
         memory.load(rpm_path)

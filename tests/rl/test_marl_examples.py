@@ -106,6 +106,13 @@ def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     )  # fmt: skip
     assert proc.returncode != 0
     assert "--standardise_rewards" in proc.stderr
+    proc = run_python(
+        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *SHORT,
+              *OWN["QMIX"], "--optimizer", "adam", "--logdir", str(plain), "--resume"],
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "written with --optimizer rmsprop" in proc.stderr
 
 
 def test_qmix_agent_standardises_rewards_with_the_real_steps_statistics(
