@@ -22,8 +22,11 @@ with D4RL's reference scores, ``terminations`` and ``truncations`` kept apart, a
 ``generation.json`` that says how it was made. A dataset is written in a hidden folder beside its
 final place and renamed into it at the end, so an interrupted run leaves no half-written dataset.
 The online part (steps, collection, the SAC run) is in ``offline_sac.py`` beside this script.
-The SAC run is kept under ``--workdir``: ``medium/`` (the policy, the training checkpoint and
-every step trained on) and ``expert/``; a later ``--kinds expert`` continues from ``medium/``.
+The SAC run is kept under ``--workdir``: ``medium/`` and ``expert/`` (the policy, the training
+checkpoint and every step trained on); a later ``--kinds expert`` continues from ``medium/``, a
+larger ``--expert_steps`` from ``expert/``. Every ``--save_every`` steps the training so far is
+kept too (``medium-partial/``, ``expert-partial/``), so an interrupted run, rerun, continues where
+it stopped and ends with the policy of one uninterrupted run.
 """
 
 from __future__ import annotations
@@ -156,8 +159,8 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Path]:
     for kind in args.kinds:
         final = Path(args.out) / dataset_id(args.env, kind)
         if final.exists() and not args.overwrite:
-            raise FileExistsError(f"{final} exists: pass --overwrite to replace it, or choose "
-                                  "another --out")  # fmt: skip
+            raise FileExistsError(f"{final} exists: pass --overwrite to replace it, leave "
+                                  f"{kind} out of --kinds, or choose another --out")  # fmt: skip
     if args.policy and ("medium-replay" in args.kinds):
         raise ValueError("medium-replay is the SAC run's own training data: it cannot come from "
                          "--policy; drop --policy to train here")  # fmt: skip
@@ -271,6 +274,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=256, help="SAC's batch size")
     parser.add_argument("--hidden", type=int, default=256, help="SAC's hidden layer width")
     parser.add_argument(
+        "--save_every",
+        type=int,
+        default=50_000,
+        help="keep the SAC run so far in --workdir every this many training steps; a run "
+        "interrupted later continues from there",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace datasets that already exist in --out"
     )
     return parser
@@ -280,7 +290,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     for name in ("samples", "medium_max_steps", "expert_steps", "max_episode_steps", "batch_size",
-                 "hidden"):  # fmt: skip
+                 "hidden", "save_every"):  # fmt: skip
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be 1 or more, got {getattr(args, name)}")
     if args.warmup_steps < 0:

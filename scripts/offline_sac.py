@@ -229,8 +229,9 @@ class SACRun:
         self.env = make_env(args)
         obs_dim, act_dim = self.env.observation_space.shape[0], self.env.action_space.shape[0]
         self.agent = build_agent(args, obs_dim, act_dim, args.hidden)
-        self.rpm = ReplayMemory(max_size=min(MEMORY_SIZE, max(args.expert_steps, 1)),
-                                obs_dim=obs_dim, act_dim=act_dim)  # fmt: skip
+        # the same memory whatever the budget (its pages are taken only as steps fill them), so
+        # a run continued to more --expert_steps samples as one run to them would
+        self.rpm = ReplayMemory(max_size=MEMORY_SIZE, obs_dim=obs_dim, act_dim=act_dim)
         self.log = StepLog(obs_dim, act_dim)
         self.counters = {"total_steps": 0, "updates": 0, "next_eval": args.test_every_steps}
         self.eval_return, self.eval_at = float("nan"), -1
@@ -257,8 +258,12 @@ class SACRun:
             obs, done = next_obs, terminated or truncated
         self.counters["total_steps"] = len(self.log)
 
-    def train_until(self, stop: Callable[[], bool], limit: int, what: str) -> None:
-        """Whole episodes until ``stop()`` after an evaluation, or ``limit`` steps."""
+    def train_until(self, stop: Callable[[], bool], limit: int, what: str, partial: str) -> None:
+        """Whole episodes until ``stop()`` after an evaluation, or ``limit`` steps. Every
+        ``--save_every`` steps the run so far is kept as the stage ``partial``, which a run
+        interrupted later (Ctrl-C, a lost machine) continues from."""
+        every = self.args.save_every
+        next_save = (len(self.log) // every + 1) * every
         bar = tqdm(total=limit, initial=len(self.log), desc=what, disable=not self.args.progress)
         started = time.perf_counter()
         while len(self.log) < limit:
@@ -275,6 +280,11 @@ class SACRun:
                 bar.set_postfix(eval=f"{self.eval_return:.0f}")
                 if stop():
                     break
+            if next_save <= len(self.log) < limit:
+                now = time.perf_counter()
+                self.train_seconds, started = self.train_seconds + now - started, now
+                self.save(partial, with_steps=True)
+                next_save = (len(self.log) // every + 1) * every
         self.train_seconds += time.perf_counter() - started
         bar.close()
 
@@ -298,7 +308,8 @@ class SACRun:
             self.agent.save(staging / "model.ckpt")
             if with_steps:
                 self.log.save(staging / "steps.npz")
-            info = {**self.settings, "steps": len(self.log), "updates": self.counters["updates"],
+            info = {**self.settings, "expert_steps": self.args.expert_steps,
+                    "steps": len(self.log), "updates": self.counters["updates"],
                     "eval_return": self.eval_return, "eval_at": self.eval_at,
                     "train_seconds": self.train_seconds}  # fmt: skip
             (staging / "info.json").write_text(json.dumps(info, indent=1))
@@ -337,14 +348,20 @@ class SACRun:
                                   log.column("terminations"))  # fmt: skip
         logger.info("continuing the SAC run kept in %s (%d steps)", folder, len(self.log))
 
+    def drop(self, stage: str) -> None:
+        shutil.rmtree(Path(self.args.workdir) / stage, ignore_errors=True)
+
     def medium(self) -> tuple[Policy, StepLog]:
-        """Train to the medium level (or reuse the one kept in ``--workdir``)."""
+        """Train to the medium level (or reuse the one kept in ``--workdir``, or continue the
+        part of it kept there)."""
         args = self.args
         if self.saved("medium") is not None:
             self.restore("medium")
             return self.policy(), self.log
+        if self.saved("medium-partial") is not None:
+            self.restore("medium-partial")
         self.train_until(lambda: self.eval_return >= args.medium_return, args.medium_max_steps,
-                         "SAC to medium")  # fmt: skip
+                         "SAC to medium", partial="medium-partial")  # fmt: skip
         self.policy()  # evaluated at its last step, for the record
         if not self.eval_return >= args.medium_return:
             logger.warning(
@@ -352,15 +369,36 @@ class SACRun:
                 "datasets come from this policy", self.eval_return, args.medium_return,
                 len(self.log))  # fmt: skip
         self.save("medium", with_steps=True)
+        self.drop("medium-partial")
         return self.policy(), self.log
 
     def expert(self) -> Policy:
-        """Train on to ``--expert_steps`` (from the medium stage, kept or trained now)."""
-        if self.saved("expert") is not None:
+        """Train on to ``--expert_steps``: from the furthest stage kept in ``--workdir`` (an
+        expert trained for fewer steps, the part of one, or the medium stage), else from the
+        start. A kept expert asked for the same steps is reused as it is."""
+        args = self.args
+        kept = {stage: info for stage in ("expert", "expert-partial")
+                if (info := self.saved(stage)) is not None}  # fmt: skip
+        if kept.get("expert", {}).get("expert_steps") == args.expert_steps:
             self.restore("expert")
             return self.policy()
-        self.medium()
-        self.train_until(lambda: False, self.args.expert_steps, "SAC to expert")
+        if kept:
+            stage = max(kept, key=lambda name: kept[name]["steps"])
+            if kept[stage]["steps"] > args.expert_steps:
+                raise ValueError(
+                    f"{Path(args.workdir) / stage} was trained for {kept[stage]['steps']} steps, "
+                    f"more than --expert_steps {args.expert_steps}: ask for that many or more, "
+                    "or give another --workdir"
+                )
+            if not (Path(args.workdir) / stage / "steps.npz").is_file():
+                raise ValueError(f"{Path(args.workdir) / stage} was kept without its training "
+                                 "steps, so it cannot be trained on: give another --workdir")  # fmt: skip
+            self.restore(stage)
+        else:
+            self.medium()
+        self.train_until(lambda: False, args.expert_steps, "SAC to expert",
+                         partial="expert-partial")  # fmt: skip
         self.policy()  # evaluated at its last step, for the record
-        self.save("expert", with_steps=False)
+        self.save("expert", with_steps=True)
+        self.drop("expert-partial")
         return self.policy()

@@ -7,6 +7,7 @@ input is a clear error and an interrupted run leaves no half-written dataset."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -293,6 +294,77 @@ def test_ctrl_c_while_training_leaves_only_finished_datasets(tmp_path: Path) -> 
     # no medium dataset, no staging folder, no SAC stage kept half-way
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0"]
     assert len(episodes(tmp_path / "hopper-random-v0")) > 0
+
+
+def run_until(args: list[str], cwd: Path, line: str) -> str:
+    """Run the script and press Ctrl-C as soon as it logs ``line``; returns its stderr."""
+    proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=cwd, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for text in proc.stderr:
+        seen.append(text)
+        if line in text:
+            proc.send_signal(signal.SIGINT)
+            break
+    seen.append(proc.stderr.read())
+    assert proc.wait(timeout=120) != 0, "".join(seen)  # stopped before it finished
+    return "".join(seen)
+
+
+def first_evaluation(stderr: str) -> int:
+    """The step of the first SAC evaluation a run logged."""
+    found = re.search(r"SAC: (\d+) steps, evaluation return", stderr)
+    assert found, stderr[-3000:]
+    return int(found.group(1))
+
+
+def test_an_interrupted_or_extended_sac_run_ends_as_one_straight_run(tmp_path: Path) -> None:
+    """Ctrl-C in the medium stage, then in the expert stage, each rerun continuing from the
+    part kept in ``--workdir``, and an expert extended from 500 to 800 steps: the expert policy
+    and its dataset are those of one run straight to 800 steps."""
+    _needed("minari")
+    budget = [*TINY, "--medium_max_steps", "400", "--save_every", "100", "--kinds", "expert"]
+    straight = tmp_path / "straight"
+    proc = run_script([*budget, "--expert_steps", "800", "--out", str(straight)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    out = tmp_path / "resumed"
+    work = out / "sac-hopper-seed0"
+    short, long = [*budget, "--expert_steps", "500", "--out", str(out)], [
+        *budget, "--expert_steps", "800", "--out", str(out), "--overwrite"]  # fmt: skip
+    run_until(short, tmp_path, "saved the SAC run's medium-partial stage")
+    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
+    proc = run_script(short, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"continuing the SAC run kept in {work / 'medium-partial'}" in proc.stderr
+    assert first_evaluation(proc.stderr) > 100  # it went on from there, not from the start
+    assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
+    assert 500 <= generation(out / "hopper-expert-v0")["policy"]["steps_trained"] < 530
+
+    stderr = run_until(long, tmp_path, "saved the SAC run's expert-partial stage")
+    assert f"continuing the SAC run kept in {work / 'expert'} " in stderr
+    proc = run_script(long, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"continuing the SAC run kept in {work / 'expert-partial'}" in proc.stderr
+    assert first_evaluation(proc.stderr) > 600
+    assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
+
+    first = torch.load(straight / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
+    second = torch.load(work / "expert" / "model.ckpt", weights_only=True)
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+    for name in ("observations", "actions", "rewards"):
+        a = np.concatenate([getattr(e, name) for e in episodes(straight / "hopper-expert-v0")])
+        b = np.concatenate([getattr(e, name) for e in episodes(out / "hopper-expert-v0")])
+        np.testing.assert_array_equal(a, b)
+    steps = [generation(o / "hopper-expert-v0")["policy"]["steps_trained"] for o in (out, straight)]
+    assert steps[0] == steps[1]
+    # fewer steps than the kept expert's cannot be had from it
+    proc = run_script([*budget, "--expert_steps", "700", "--out", str(out), "--overwrite"],
+                      tmp_path)  # fmt: skip
+    assert proc.returncode != 0
+    assert "more than --expert_steps 700" in proc.stderr and "another --workdir" in proc.stderr
 
 
 SMALL = {
