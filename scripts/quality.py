@@ -333,6 +333,17 @@ EXPERIMENTS = {
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
         Experiment(
+            "QMIX", "qmix", "QMIX", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC,
+            "EPyMARL's QMIX settings and agent: Adam, standardised rewards, epsilon annealed over "
+            "50k steps, a feed-forward agent network whose inputs leave out the last action; "
+            "else the example's defaults",
+            flags=("--optimizer", "adam", "--standardise_rewards", "--exploration_steps",
+                   "50000", "--agent", "fc", "--no_last_action"),
+            tag="eval/episode_return", seeds=(0,), variant="epymarl_fc",
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
             "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
             LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,

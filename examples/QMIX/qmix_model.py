@@ -1,4 +1,5 @@
-"""QMIX's two networks: the agents' shared recurrent Q network and the hypernetwork mixer."""
+"""QMIX's networks: the agents' shared Q network (recurrent, or feed-forward) and the
+hypernetwork mixer."""
 
 from __future__ import annotations
 
@@ -29,6 +30,28 @@ class RNNModel(parl.Model):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.rnn(F.relu(self.fc1(inputs)), hidden_state.reshape(-1, self.rnn_hidden_dim))
         return self.fc2(hidden), hidden
+
+
+class FCModel(parl.Model):
+    """A feed-forward agent network with ``RNNModel``'s interface: ``(inputs, hidden) -> (Q,
+    hidden)`` with the hidden state passed through unused, so QMIX drives it as it does the
+    GRU (EPyMARL's QMIX agent with ``use_rnn: False``)."""
+
+    def __init__(self, input_dim: int, n_actions: int, rnn_hidden_dim: int = 64) -> None:
+        super().__init__()
+        self.rnn_hidden_dim = rnn_hidden_dim
+        self.fc1 = nn.Linear(input_dim, rnn_hidden_dim)
+        self.fc_hidden = nn.Linear(rnn_hidden_dim, rnn_hidden_dim)
+        self.fc2 = nn.Linear(rnn_hidden_dim, n_actions)
+
+    def init_hidden(self) -> torch.Tensor:
+        return self.fc1.weight.new_zeros(1, self.rnn_hidden_dim)
+
+    def forward(
+        self, inputs: torch.Tensor, hidden_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = F.relu(self.fc_hidden(F.relu(self.fc1(inputs))))
+        return self.fc2(hidden), hidden_state.reshape(-1, self.rnn_hidden_dim)
 
 
 class QMixerModel(parl.Model):

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 from qmix_agent import QMixAgent
-from qmix_model import QMixerModel, RNNModel
+from qmix_model import FCModel, QMixerModel, RNNModel
 from tqdm import tqdm
 
 from parl.algorithms import QMIX
+from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
 from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
@@ -39,6 +40,11 @@ from parl.utils.train_flags import add_common_flags, example_parser, non_negativ
 EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
 KEYS = ("state", "actions", "reward", "terminated", "obs", "available_actions", "filled")
+# flags a resumed run must share with the run that wrote the checkpoint (their defaults for a
+# checkpoint that does not record them)
+CHECKED_FLAGS = {
+    "optimizer": "rmsprop", "standardise_rewards": False, "agent": "gru", "last_action": True,
+}  # fmt: skip
 
 
 class EpisodeMemory:
@@ -88,19 +94,28 @@ def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
     return out
 
 
-def agent_inputs(env: MAenv, obs_n: list[np.ndarray], last_actions: np.ndarray) -> np.ndarray:
-    """``(n_agents, obs_dim + n_actions + n_agents)``: observation (padded to the longest), last
-    action, id."""
+def input_width(env: MAenv, last_action: bool) -> int:
+    """The agent network's input width: observation, last action (unless left out), id."""
+    return env.get_env_info()["obs_shape"] + (env.n_actions if last_action else 0) + env.n
+
+
+def agent_inputs(
+    env: MAenv, obs_n: list[np.ndarray], last_actions: np.ndarray, last_action: bool = True
+) -> np.ndarray:
+    """``(n_agents, input_width)``: observation (padded to the longest), last action (one-hot,
+    unless ``last_action`` is false), id (one-hot)."""
     n, n_actions = len(obs_n), env.n_actions
-    last = np.zeros((n, n_actions), np.float32)
-    taken = last_actions >= 0
-    last[np.flatnonzero(taken), last_actions[taken]] = 1.0
-    obs = stack_obs(obs_n, env.get_env_info()["obs_shape"])
-    return np.concatenate([obs, last, np.eye(n, dtype=np.float32)], axis=1)
+    parts = [stack_obs(obs_n, env.get_env_info()["obs_shape"])]
+    if last_action:
+        last = np.zeros((n, n_actions), np.float32)
+        taken = last_actions >= 0
+        last[np.flatnonzero(taken), last_actions[taken]] = 1.0
+        parts.append(last)
+    return np.concatenate([*parts, np.eye(n, dtype=np.float32)], axis=1)
 
 
 def run_episode(
-    env: MAenv, agent: QMixAgent, seed: int, explore: bool
+    env: MAenv, agent: QMixAgent, seed: int, explore: bool, last_action: bool = True
 ) -> tuple[dict[str, np.ndarray], float, int]:
     """One episode; returns it as ``slots = episode limit + 1`` steps, its team return and its
     length."""
@@ -110,9 +125,7 @@ def run_episode(
         "actions": np.zeros((slots, n), np.float32),
         "reward": np.zeros((slots, 1), np.float32),
         "terminated": np.ones((slots, 1), np.float32),
-        "obs": np.zeros(
-            (slots, n, env.get_env_info()["obs_shape"] + env.n_actions + n), np.float32
-        ),
+        "obs": np.zeros((slots, n, input_width(env, last_action)), np.float32),
         "available_actions": np.zeros((slots, n, env.n_actions), np.float32),
         "filled": np.ones((slots, 1), np.float32),
     }
@@ -121,7 +134,7 @@ def run_episode(
     last = np.full(n, -1)
     total, t, done = 0.0, 0, False
     while not done:
-        inputs = agent_inputs(env, obs_n, last)
+        inputs = agent_inputs(env, obs_n, last, last_action)
         avail = env.get_avail_actions().astype(np.float32)
         actions = agent.sample(inputs, avail) if explore else agent.predict(inputs, avail)
         state = env.state()
@@ -137,7 +150,7 @@ def run_episode(
     if not any(env.terminations):  # cut by the limit: the next step is real, not learned from
         avail = env.get_avail_actions().astype(np.float32)
         episode["state"][t] = env.state()
-        episode["obs"][t] = agent_inputs(env, obs_n, last)
+        episode["obs"][t] = agent_inputs(env, obs_n, last, last_action)
         episode["available_actions"][t] = avail
         episode["actions"][t] = avail.argmax(axis=1)
         episode["terminated"][t] = 0.0
@@ -145,14 +158,19 @@ def run_episode(
     return episode, total, t
 
 
-def evaluate(env: MAenv, agent: QMixAgent, episodes: int, seed: int) -> float:
-    returns = [run_episode(env, agent, seed + i, explore=False)[1] for i in range(episodes)]
+def evaluate(
+    env: MAenv, agent: QMixAgent, episodes: int, seed: int, last_action: bool = True
+) -> float:
+    returns = [
+        run_episode(env, agent, seed + i, explore=False, last_action=last_action)[1]
+        for i in range(episodes)
+    ]
     return float(np.mean(returns))
 
 
 def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
-    input_dim = env.get_env_info()["obs_shape"] + env.n_actions + env.n
-    agent_model = RNNModel(input_dim, env.n_actions, args.rnn_hidden_dim)
+    network = {"gru": RNNModel, "fc": FCModel}[args.agent]
+    agent_model = network(input_width(env, args.last_action), env.n_actions, args.rnn_hidden_dim)
     mixer = QMixerModel(env.n, env.state_shape, args.mixing_embed_dim)
     algorithm = QMIX(
         agent_model, mixer, double_q=True, gamma=args.gamma, lr=args.lr,
@@ -189,7 +207,8 @@ def ctrl_c_deferred() -> Iterator[None]:
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]
     extra = {
         "exploration": agent.exploration, "global_step": agent.global_step,
-        "reward_stats": agent.reward_stats_state(), "optimizer": args.optimizer,
+        "reward_stats": agent.reward_stats_state(),
+        **{flag: getattr(args, flag) for flag in CHECKED_FLAGS},
     }  # fmt: skip
     with ctrl_c_deferred():
         agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
@@ -197,17 +216,32 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
             memory.save(os.path.join(args.logdir, "rpm.npz"))
 
 
+def flag_text(flag: str, value: Any) -> str:
+    """How a flag's value reads on the command line: ``--optimizer adam``, ``--no_last_action``."""
+    if flag == "last_action":
+        return "without --no_last_action" if value else "with --no_last_action"
+    if isinstance(value, bool):
+        return f"{'with' if value else 'without'} --{flag}"
+    return f"with --{flag} {value}"
+
+
 def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    path = os.path.join(args.logdir, "checkpoint.pt")
+    # an optimizer's state loads into either class, and another network would not load: name
+    # the flags that differ before anything is restored
+    extra = load_file(path).get("extra", {})
+    written = {flag: extra.get(flag, default) for flag, default in CHECKED_FLAGS.items()}
+    differ = [flag for flag in CHECKED_FLAGS if written[flag] != getattr(args, flag)]
+    if differ:
+        raise ValueError(
+            f"the checkpoint in {args.logdir} was written "
+            f"{' and '.join(flag_text(f, written[f]) for f in differ)}; this run is "
+            f"{' and '.join(flag_text(f, getattr(args, f)) for f in differ)}: resume with the "
+            "flags of the run that wrote it"
+        )
+    counters, extra = agent.restore_checkpoint(path)
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
     agent.load_reward_stats_state(extra.get("reward_stats"))
-    # the optimizer's state loads into either class; stop before a step would misuse it
-    written = extra.get("optimizer", "rmsprop")
-    if written != args.optimizer:
-        raise ValueError(
-            f"the checkpoint in {args.logdir} was written with --optimizer {written}, this run "
-            f"has --optimizer {args.optimizer}: resume with the flags of the run that wrote it"
-        )
     rpm_path = os.path.join(args.logdir, "rpm.npz")
     if os.path.exists(rpm_path):
         memory.load(rpm_path)
@@ -225,7 +259,7 @@ def main(argv: list[str] | None = None) -> float:
     set_seed(args.seed)
     agent = build_agent(args, env)
     memory = EpisodeMemory(
-        args.buffer_size, env.max_step + 1, env.n, env.get_env_info()["obs_shape"] + env.n_actions + env.n,
+        args.buffer_size, env.max_step + 1, env.n, input_width(env, args.last_action),
         env.state_shape, env.n_actions,
     )  # fmt: skip
     summary.set_dir(args.logdir)
@@ -240,8 +274,9 @@ def main(argv: list[str] | None = None) -> float:
     while c["total_steps"] < stop_at:
         # every episode has its own seed: a resumed run meets the same episodes
         episode, episode_return, steps = run_episode(
-            env, agent, args.seed * 1_000_000 + int(c["episodes"]), explore=True
-        )
+            env, agent, args.seed * 1_000_000 + int(c["episodes"]), explore=True,
+            last_action=args.last_action,
+        )  # fmt: skip
         memory.add(episode)
         c["total_steps"] += steps
         c["episodes"] += 1
@@ -256,7 +291,9 @@ def main(argv: list[str] | None = None) -> float:
         if c["total_steps"] // args.test_every_steps >= c["test_flag"]:
             while c["total_steps"] // args.test_every_steps >= c["test_flag"]:
                 c["test_flag"] += 1
-            avg_return = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
+            avg_return = evaluate(
+                eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, args.last_action
+            )
             summary.add_scalar("eval/episode_return", avg_return, c["total_steps"])
             bar.set_postfix(train=f"{episode_return:.1f}", eval=f"{avg_return:.1f}")
             save_checkpoint(args, agent, memory, c)
@@ -264,7 +301,9 @@ def main(argv: list[str] | None = None) -> float:
     save_checkpoint(args, agent, memory, c)
     agent.save(os.path.join(args.logdir, "model.ckpt"))
     agent.save(os.path.join(args.logdir, "mixer.ckpt"), model=agent.alg.qmixer_model)
-    final = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
+    final = evaluate(
+        eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, args.last_action
+    )
     logger.info(
         "done: %d steps; evaluation over %d episodes: %.2f",
         c["total_steps"], args.eval_episodes, final,
@@ -314,7 +353,15 @@ def make_parser() -> argparse.ArgumentParser:
         "--update_target_interval", default=200, type=int,
         help="updates between two copies into the target networks",
     )  # fmt: skip
-    parser.add_argument("--rnn_hidden_dim", default=64, type=int, help="GRU width")
+    parser.add_argument(
+        "--agent", default="gru", choices=["gru", "fc"],
+        help="the agents' network: a GRU (PARL's) or feed-forward (EPyMARL's QMIX)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no_last_action", dest="last_action", action="store_false",
+        help="leave the last action out of the agents' inputs (EPyMARL's QMIX)",
+    )  # fmt: skip
+    parser.add_argument("--rnn_hidden_dim", default=64, type=int, help="the agents' network width")
     parser.add_argument("--mixing_embed_dim", default=32, type=int, help="mixer width")
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the episode memory too")
     parser.add_argument(

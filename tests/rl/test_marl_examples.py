@@ -115,6 +115,41 @@ def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     assert "written with --optimizer rmsprop" in proc.stderr
 
 
+def test_qmix_example_resumes_with_a_feed_forward_agent_without_last_actions(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """EPyMARL's QMIX agent: feed-forward, its inputs the observation and the id only. A resumed
+    run ends as the straight one; a checkpoint of the other network is refused by flag."""
+    args = [*SHORT, *OWN["QMIX"], "--env", "Foraging-8x8-2p-2f-coop-v3", "--agent", "fc",
+            "--no_last_action"]  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_example(run_python, "QMIX", *args, "--logdir", str(straight))
+    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
+    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--resume")
+    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
+    weights = torch.load(straight / "model.ckpt", weights_only=True)
+    assert "rnn.weight_ih" not in weights and "fc_hidden.weight" in weights
+    # foraging 8x8, 2 agents, 2 foods: observations of 12 values (x, y, level of each food and
+    # agent), 6 actions, 2 ids; no last action
+    assert weights["fc1.weight"].shape[1] == 12 + 2
+    memory = np.load(straight / "rpm.npz")
+    assert memory["obs"].shape[-1] == 12 + 2
+    gru = tmp_path / "gru"
+    run_example(run_python, "QMIX", *SHORT, *OWN["QMIX"], "--env", "Foraging-8x8-2p-2f-coop-v3",
+                "--logdir", str(gru))  # fmt: skip
+    assert torch.load(gru / "model.ckpt", weights_only=True)["fc1.weight"].shape[1] == 12 + 6 + 2
+    proc = run_python(
+        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *args,
+              "--logdir", str(gru), "--resume"],
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert (
+        "written with --agent gru and without --no_last_action; this run is with --agent fc and "
+        "with --no_last_action" in proc.stderr
+    )
+
+
 def test_qmix_agent_standardises_rewards_with_the_real_steps_statistics(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
