@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,30 +163,50 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
+def _rows(rows: list[int]) -> str:
+    """``row 2``, ``rows 1 and 3``, ``rows 1, 2 and 4``."""
+    if len(rows) == 1:
+        return f"row {rows[0]}"
+    return "rows " + ", ".join(map(str, rows[:-1])) + f" and {rows[-1]}"
+
+
+def grouped(
+    label: str, records: list[dict[str, Any]], text_of: Callable[[dict[str, Any]], str | None]
+) -> str:
+    """``label: text.`` when every row of the table has the same text; else a list with each
+    distinct text once, in the table's order, after the rows (counted from 1) it belongs to;
+    ``""`` when no row has one."""
+    rows: dict[str, list[int]] = {}
+    for row, record in enumerate(records, 1):
+        if text := text_of(record):
+            rows.setdefault(text, []).append(row)
+    if not rows:
+        return ""
+    if len(rows) == 1 and len(next(iter(rows.values()))) == len(records):
+        return f"{label}: {next(iter(rows))}."
+    return f"{label}, by row of the table:\n\n" + "\n".join(
+        f"- {_rows(numbers)}: {text}." for text, numbers in rows.items()
+    )
+
+
 def render_page(records: list[dict[str, Any]]) -> str:
     """The Markdown between one page's markers."""
     parts = [PAGE_HEADER + "\n" + "\n".join(page_row(record) for record in records)]
     parts += [table for record in records if (table := evaluation_table(record))]
-    # in the table's order, each once
-    metrics = list(dict.fromkeys(f"{_task(r)}: {r['metric']}" for r in records))
+    parts.append(grouped("Figures", records, lambda r: r["metric"]))
     commands = list(dict.fromkeys(f"`{r['command']}`" for r in records))
-    parts.append("Figures: " + "; ".join(metrics) + ". Commands: " + ", ".join(commands) + ".")
-    references = list(dict.fromkeys(
-        f"{_task(r)}: {r['figures']['baseline']['name']}, {number(r['figures']['baseline']['value'])}"
-        for r in records if r["figures"]["baseline"]
-    ))  # fmt: skip
-    if references:
-        parts.append("Beside it: " + "; ".join(references) + ".")
+    parts.append(("Command: " if len(commands) == 1 else "Commands: ") + ", ".join(commands) + ".")
+
+    def reference(r: dict[str, Any]) -> str | None:
+        baseline = r["figures"]["baseline"]
+        return f"{baseline['name']}, {number(baseline['value'])}" if baseline else None
+
     # a transcribed record's note is about its provenance, which the source column says
-    notes = list(
-        dict.fromkeys(
-            f"{_task(r)}: {r['note'].rstrip('.')}"
-            for r in records
-            if r["note"] and r["source"] == "measured"
-        )
-    )
-    if notes:
-        parts.append("Notes: " + "; ".join(notes) + ".")
+    def note(r: dict[str, Any]) -> str | None:
+        return r["note"].rstrip(".") if r["note"] and r["source"] == "measured" else None
+
+    parts += [text for text in (grouped("Beside it", records, reference),
+                                grouped("Notes", records, note)) if text]  # fmt: skip
     # each curve once, as the pages under docs/algorithms/ reach docs/curves/
     curves = dict.fromkeys(
         (r["curve"], f"{r['algorithm']} on {_task(r)}") for r in records if r["curve"]

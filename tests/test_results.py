@@ -161,14 +161,24 @@ def test_a_page_shows_its_reference_its_measured_notes_and_its_curve(record) -> 
     transcribed = copy.deepcopy(record)
     transcribed.update(source="transcribed", note="copied from the old page", env="Walker2d-v5")
     page = render_results.render_page([record, transcribed])
-    assert (
-        "Beside it: Hopper-v5, PARL's MuJoCo configuration: PARL's published curve, 3,300" in page
-    )
-    assert "one seed" in page and "copied from the old page" not in page
+    # the rows share the reference: said once; only the measured row's note shows, by its row
+    assert "Beside it: PARL's published curve, 3,300.\n" in page
+    assert "Notes, by row of the table:\n\n- row 1: one seed.\n" in page
+    assert "copied from the old page" not in page
     assert (
         page.count("![PPO on Hopper-v5, PARL's MuJoCo configuration](../curves/ppo_Hopper-v5.svg)")
         == 1
     )
+
+
+def test_a_page_says_each_metric_once_and_by_row_when_the_rows_differ(record) -> None:
+    rows = [copy.deepcopy(record) for _ in range(4)]
+    for row, metric in zip(rows, ["returns", "scores", "returns", "returns"], strict=True):
+        row["metric"] = metric
+    page = render_results.render_page(rows)
+    assert "Figures, by row of the table:\n\n- rows 1, 3 and 4: returns.\n- row 2: scores." in page
+    assert render_results.render_page(rows[2:]).count("returns") == 1
+    assert "Figures: returns.\n" in render_results.render_page(rows[2:])
 
 
 def test_the_evaluations_along_the_run_render_a_row_per_seed(record) -> None:
