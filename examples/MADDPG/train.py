@@ -31,15 +31,20 @@ from model import MAModel
 from tqdm import tqdm
 
 from parl.algorithms import MADDPG
+from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
 
 CRITIC_LR = 0.01  # learning rate of the critics
 ACTOR_LR = 0.01  # learning rate of the actors
 GAMMA = 0.95  # reward discount factor
 TAU = 0.01  # soft target update rate
 EVAL_EPISODES = 3
+# flags a resumed run must share with the run that wrote the checkpoint (their values for a
+# checkpoint that does not record them)
+CHECKED_FLAGS = {"continuous_actions": False, "time_limit_as_terminal": False,
+                 "legacy_dynamics": False}  # fmt: skip
 
 
 def build_agents(args: argparse.Namespace, env: MAenv) -> list[MAAgent]:
@@ -155,15 +160,20 @@ def ctrl_c_deferred() -> Iterator[None]:
 
 
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
+    flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
     with ctrl_c_deferred():
         for i, agent in enumerate(agents):
             own = {**counters, "global_train_step": agent.global_train_step}
-            agent.save_checkpoint(os.path.join(args.logdir, f"checkpoint_agent{i}.pt"), own)
+            path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
+            agent.save_checkpoint(path, own, flags)
             if args.save_rpm:
                 agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
 
 
 def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[str, Any]:
+    # another episode treatment or dynamics would load and silently change the run
+    written = load_file(os.path.join(args.logdir, "checkpoint_agent0.pt")).get("extra", {})
+    refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
     counters: dict[str, Any] = {}
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
@@ -199,8 +209,8 @@ def main(argv: list[str] | None = None) -> float:
         args.seed,
     )
     env, eval_env = (
-        MAenv(args.env, args.continuous_actions),
-        MAenv(args.env, args.continuous_actions),
+        MAenv(args.env, args.continuous_actions, legacy_dynamics=args.legacy_dynamics),
+        MAenv(args.env, args.continuous_actions, legacy_dynamics=args.legacy_dynamics),
     )
     set_seed(args.seed)
     agents = build_agents(args, env)
@@ -269,6 +279,12 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="store an episode's last step, cut at its length, as terminal, as PARL's MPE runs "
         "did (by default the critic bootstraps there)",
+    )
+    parser.add_argument(
+        "--legacy_dynamics",
+        action="store_true",
+        help="move the particles as PettingZoo 1.22 and earlier did, the MPE of PARL's runs and "
+        "published curves (by default mpe2's: a push shows one step later)",
     )
     parser.add_argument("--max_episodes", type=int, default=25_000, help="episodes to train for")
     parser.add_argument(

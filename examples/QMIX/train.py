@@ -35,7 +35,12 @@ from parl.algorithms import QMIX
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    non_negative_int,
+    refuse_other_flags,
+)
 
 EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
@@ -216,29 +221,12 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
             memory.save(os.path.join(args.logdir, "rpm.npz"))
 
 
-def flag_text(flag: str, value: Any) -> str:
-    """How a flag's value reads on the command line: ``--optimizer adam``, ``--no_last_action``."""
-    if flag == "last_action":
-        return "without --no_last_action" if value else "with --no_last_action"
-    if isinstance(value, bool):
-        return f"{'with' if value else 'without'} --{flag}"
-    return f"with --{flag} {value}"
-
-
 def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     path = os.path.join(args.logdir, "checkpoint.pt")
     # an optimizer's state loads into either class, and another network would not load: name
     # the flags that differ before anything is restored
-    extra = load_file(path).get("extra", {})
-    written = {flag: extra.get(flag, default) for flag, default in CHECKED_FLAGS.items()}
-    differ = [flag for flag in CHECKED_FLAGS if written[flag] != getattr(args, flag)]
-    if differ:
-        raise ValueError(
-            f"the checkpoint in {args.logdir} was written "
-            f"{' and '.join(flag_text(f, written[f]) for f in differ)}; this run is "
-            f"{' and '.join(flag_text(f, getattr(args, f)) for f in differ)}: resume with the "
-            "flags of the run that wrote it"
-        )
+    written = load_file(path).get("extra", {})
+    refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
     counters, extra = agent.restore_checkpoint(path)
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
     agent.load_reward_stats_state(extra.get("reward_stats"))

@@ -43,6 +43,10 @@ class MAenv:
             (``"Foraging-8x8-2p-2f-coop-v3"``).
         continuous_actions: continuous actions in ``[-1, 1]`` instead of discrete ones (MPE).
         max_cycles: the episode length; ``None`` keeps PARL's 25 for MPE (50 for foraging).
+        legacy_dynamics: move MPE's particles as PettingZoo 1.22 and earlier did (the
+            scenarios PARL's ``MAenv`` opened and its published MADDPG curves were measured
+            on): a step's force moves the particle in that step. mpe2's own order (the
+            default) moves it one step later; see :mod:`parl.env.multiagent_scenarios`.
         **kwargs: more arguments of the scenario's constructor (e.g. ``N=4`` for
             ``simple_spread``), over the settings PARL uses.
 
@@ -67,15 +71,20 @@ class MAenv:
         continuous_actions: bool = False,
         *,
         max_cycles: int | None = None,
+        legacy_dynamics: bool = False,
         **kwargs: Any,
     ) -> None:
         check_bool("continuous_actions", continuous_actions)
+        check_bool("legacy_dynamics", legacy_dynamics)
         if max_cycles is not None:
             max_cycles = check_int("max_cycles", max_cycles, low=1, what="an int >= 1 or None")
-        opened = open_env(scenario_name, bool(continuous_actions), max_cycles, kwargs)
+        opened = open_env(
+            scenario_name, bool(continuous_actions), max_cycles, kwargs, bool(legacy_dynamics)
+        )
         self.scenario_name = scenario_name
         self.env = opened.env
         self.continuous_actions = bool(continuous_actions)
+        self.legacy_dynamics = bool(legacy_dynamics)
         self.max_step = opened.max_step
         self._masks = opened.masks
         self._state_is_obs = opened.state_is_obs

@@ -11,6 +11,14 @@ agent, ``state()``):
   gymnasium env with one Tuple entry per agent, adapted here; its action masks are real: a move
   into a wall or a food cell, and a load with no food beside the agent, are not available.
 
+mpe2 moves the particles as PettingZoo has since 1.23 (its v3 scenarios, v4 for
+``simple_speaker_listener``): a step moves each particle by its velocity from before that step's
+force, so an action first shows in the position one step later. PettingZoo 1.22 and earlier (the
+v2 scenarios, v3 for speaker-listener, which PARL's ``MAenv`` opened and on which PARL's
+published MADDPG curves were measured) moved it by the velocity after the force.
+``legacy_dynamics=True`` gives an MPE scenario that order back (:func:`move_after_pushing`);
+nothing else in the scenarios changed.
+
 Both packages come with the ``multiagent`` extra (``pip install parl-torch[multiagent]``); they
 are imported when an env is opened, never at import time.
 """
@@ -18,6 +26,7 @@ are imported when an env is opened, never at import time.
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -31,6 +40,7 @@ __all__ = [
     "ParallelEnv",
     "check_env_id",
     "known_names",
+    "move_after_pushing",
     "open_env",
 ]
 
@@ -121,11 +131,35 @@ def check_env_id(env_id: str) -> None:
         )
 
 
+def move_after_pushing(world: Any, p_force: list[Any]) -> None:
+    """An MPE ``World``'s ``integrate_state`` in the order of PettingZoo 1.22 and earlier: each
+    movable entity's velocity is damped, pushed by its force and capped at its top speed, and
+    only then moves its position (mpe2 moves the position first, by the old velocity)."""
+    for entity, force in zip(world.entities, p_force, strict=True):
+        if not entity.movable:
+            continue
+        state = entity.state
+        state.p_vel = state.p_vel * (1 - world.damping)
+        if force is not None:
+            state.p_vel += (force / entity.mass) * world.dt
+        if entity.max_speed is not None:
+            speed = np.sqrt(np.square(state.p_vel[0]) + np.square(state.p_vel[1]))
+            if speed > entity.max_speed:
+                state.p_vel = state.p_vel / speed * entity.max_speed
+        state.p_pos += state.p_vel * world.dt
+
+
 def open_env(
-    env_id: str, continuous_actions: bool, max_cycles: int | None, kwargs: dict[str, Any]
+    env_id: str,
+    continuous_actions: bool,
+    max_cycles: int | None,
+    kwargs: dict[str, Any],
+    legacy_dynamics: bool = False,
 ) -> Opened:
     """Open ``env_id``: an MPE scenario (PARL's name or mpe2's versioned id) or an
-    ``lbforaging`` id (``Foraging-...``). ``kwargs`` go to the env's constructor."""
+    ``lbforaging`` id (``Foraging-...``). ``kwargs`` go to the env's constructor;
+    ``legacy_dynamics`` gives an MPE scenario PettingZoo 1.22's order of moving
+    (:func:`move_after_pushing`)."""
     check_env_id(env_id)
     found = _mpe_module(env_id)
     if found is not None:
@@ -145,7 +179,15 @@ def open_env(
                 **kwargs,
             }
         )
+        if legacy_dynamics:
+            world = env.unwrapped.world
+            world.integrate_state = types.MethodType(move_after_pushing, world)
         return Opened(env, None, env.state_space, steps, True)
+    if legacy_dynamics:
+        raise ValueError(
+            f"legacy_dynamics=True is for MPE's particle scenarios; {env_id} is level-based "
+            "foraging, which has one kind of movement: leave it False"
+        )
     if env_id.startswith("Foraging"):
         if continuous_actions:
             raise ValueError(

@@ -199,3 +199,47 @@ def non_negative_int(value: str) -> int:
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {number}")
     return number
+
+
+def flag_text(parser: argparse.ArgumentParser, dest: str, value: Any) -> str:
+    """How ``dest`` set to ``value`` reads on ``parser``'s command line: ``with --optimizer
+    adam``, ``with --standardise_rewards``, ``without --no_last_action``."""
+    action = next((a for a in parser._actions if a.dest == dest), None)  # argparse's own list
+    option = action.option_strings[0] if action and action.option_strings else f"--{dest}"
+    if isinstance(action, argparse._StoreTrueAction):
+        return f"{'with' if value else 'without'} {option}"
+    if isinstance(action, argparse._StoreFalseAction):
+        return f"{'without' if value else 'with'} {option}"
+    return f"with {option} {value}"
+
+
+def refuse_other_flags(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    written: Mapping[str, Any],
+    checked: Mapping[str, Any],
+    where: str,
+) -> None:
+    """Refuse to resume, naming every flag that differs, when ``args`` sets one of ``checked``
+    otherwise than the run that wrote a checkpoint did.
+
+    Args:
+        parser: the example's parser (for the flags' spellings).
+        args: this run's flags.
+        written: the flags the checkpoint recorded (its ``extra``).
+        checked: the flags to compare, each with the value to assume when ``written`` lacks it
+            (a checkpoint from before the flag existed).
+        where: the checkpoint's folder, for the message.
+
+    Raises:
+        ValueError: a flag differs.
+    """
+    then = {dest: written.get(dest, default) for dest, default in checked.items()}
+    differ = [dest for dest in checked if then[dest] != getattr(args, dest)]
+    if differ:
+        raise ValueError(
+            f"the checkpoint in {where} was written "
+            f"{' and '.join(flag_text(parser, d, then[d]) for d in differ)}; this run is "
+            f"{' and '.join(flag_text(parser, d, getattr(args, d)) for d in differ)}: resume "
+            "with the flags of the run that wrote it"
+        )

@@ -117,3 +117,38 @@ def test_the_time_limit_is_stored_as_terminal_only_when_asked(
         assert stored.shape == (50,)  # two episodes of 25 steps
         expected = [24, 49] if as_terminal else []
         assert np.flatnonzero(stored).tolist() == expected
+
+
+def test_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """``--legacy_dynamics``: the stored transitions replay exactly in ``MAenv(...,
+    legacy_dynamics=True)`` and not in mpe2's own order; resuming without the flag (or with
+    another episode treatment) is refused, naming the flags."""
+    from parl.env.multiagent_env import MAenv
+
+    args = ["--max_episodes", "1", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    args += ["--warmup_size", "1000", "--save_rpm", "--logdir", str(tmp_path)]
+    run_example(run_python, *args, "--legacy_dynamics", "--continuous_actions")
+    memories = [np.load(tmp_path / f"rpm_agent{i}.npz") for i in range(AGENTS)]
+    replays = {}
+    for legacy in (False, True):
+        env = MAenv("simple_speaker_listener", True, legacy_dynamics=legacy)
+        env.reset(seed=0)  # the example seeds episode k with --seed + k
+        replays[legacy] = [
+            env.step([memory["action"][t] for memory in memories])[0] for t in range(25)
+        ]
+    listener = 1
+    stored = memories[listener]["next_obs"][:25]
+    np.testing.assert_array_equal(np.stack([o[listener] for o in replays[True]]), stored)
+    assert not np.array_equal(np.stack([o[listener] for o in replays[False]]), stored)
+    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
+    refused = {
+        (): "written with --legacy_dynamics; this run is without --legacy_dynamics",
+        ("--legacy_dynamics", "--time_limit_as_terminal"): "written without "
+        "--time_limit_as_terminal; this run is with --time_limit_as_terminal",
+    }
+    for other, message in refused.items():
+        argv = [str(script), "--no_progress", *args, "--continuous_actions", *other, "--resume"]
+        proc = run_python(args=argv, timeout=180)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
