@@ -46,7 +46,7 @@ class MAenv:
         legacy_dynamics: move MPE's particles as PettingZoo 1.22 and earlier did (the
             scenarios PARL's ``MAenv`` opened and its published MADDPG curves were measured
             on): a step's force moves the particle in that step. mpe2's own order (the
-            default) moves it one step later; see :mod:`parl.env.multiagent_scenarios`.
+            default) moves it one step later; see ``parl.env.multiagent_scenarios``.
         **kwargs: more arguments of the scenario's constructor (e.g. ``N=4`` for
             ``simple_spread``), over the settings PARL uses.
 
