@@ -27,12 +27,22 @@ from coma_model import ComaModel
 from tqdm import tqdm
 
 from parl.algorithms import COMA
+from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
+from parl.utils.train_flags import (
+    add_common_flags,
+    add_legacy_dynamics_flag,
+    example_parser,
+    non_negative_int,
+    refuse_other_flags,
+)
 
 EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
+# flags a resumed run must share with the run that wrote the checkpoint (their values for a
+# checkpoint that does not record them)
+CHECKED_FLAGS = {"legacy_dynamics": False}
 
 
 def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
@@ -97,13 +107,16 @@ def main(argv: list[str] | None = None) -> float:
     args = parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     logger.info("COMA, env %s, seed %d", args.env, args.seed)
-    env, eval_env = MAenv(args.env), MAenv(args.env)
+    env, eval_env = (MAenv(args.env, legacy_dynamics=args.legacy_dynamics) for _ in range(2))
     set_seed(args.seed)
     agent = build_agent(args, env)
     summary.set_dir(args.logdir)
     checkpoint = os.path.join(args.logdir, "checkpoint.pt")
     c: dict[str, Any] = {"total_steps": 0, "episodes": 0, "iterations": 0, "test_flag": 0}
+    flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
     if args.resume:
+        written = load_file(checkpoint).get("extra", {})
+        refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
         counters, extra = agent.restore_checkpoint(checkpoint)
         c, agent.train_steps = dict(counters), extra["train_steps"]
         logger.info("resumed from %s at step %d", args.logdir, c["total_steps"])
@@ -138,9 +151,9 @@ def main(argv: list[str] | None = None) -> float:
             avg_return = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
             summary.add_scalar("eval/episode_return", avg_return, c["total_steps"])
             bar.set_postfix(train=f"{np.mean(returns):.1f}", eval=f"{avg_return:.1f}")
-            agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps})
+            agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps, **flags})
     bar.close()
-    agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps})
+    agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps, **flags})
     agent.save(os.path.join(args.logdir, "model.ckpt"))
     final = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
     logger.info(
@@ -167,6 +180,7 @@ def make_parser() -> argparse.ArgumentParser:
         aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
         help={"env": "an MPE scenario (simple_spread, ...) or a foraging id"},
     )
+    add_legacy_dynamics_flag(parser)
     parser.add_argument("--episodes_per_iteration", default=5, type=int, help="episodes per update")
     parser.add_argument("--actor_lr", default=1e-4, type=float, help="the actor's learning rate")
     parser.add_argument("--critic_lr", default=1e-3, type=float, help="the critic's learning rate")

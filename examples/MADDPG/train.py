@@ -34,7 +34,12 @@ from parl.algorithms import MADDPG
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
+from parl.utils.train_flags import (
+    add_common_flags,
+    add_legacy_dynamics_flag,
+    example_parser,
+    refuse_other_flags,
+)
 
 CRITIC_LR = 0.01  # learning rate of the critics
 ACTOR_LR = 0.01  # learning rate of the actors
@@ -280,12 +285,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="store an episode's last step, cut at its length, as terminal, as PARL's MPE runs "
         "did (by default the critic bootstraps there)",
     )
-    parser.add_argument(
-        "--legacy_dynamics",
-        action="store_true",
-        help="move the particles as PettingZoo 1.22 and earlier did, the MPE of PARL's runs and "
-        "published curves (by default mpe2's: a push shows one step later)",
-    )
+    add_legacy_dynamics_flag(parser)
     parser.add_argument("--max_episodes", type=int, default=25_000, help="episodes to train for")
     parser.add_argument(
         "--test_every_episodes",

@@ -35,10 +35,23 @@ from tqdm import tqdm
 
 import parl
 from parl.algorithms import MAPPO
+from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.env.multiagent_vector_env import MultiAgentVectorEnv
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    add_legacy_dynamics_flag,
+    example_parser,
+    refuse_other_flags,
+)
+
+# flags a resumed run must share with the run that wrote the checkpoint (their values for a
+# checkpoint that does not record them)
+CHECKED_FLAGS = {
+    "continuous_actions": False, "legacy_dynamics": False, "use_popart": True,
+    "use_centralized_V": True,
+}  # fmt: skip
 
 
 @dataclass
@@ -59,6 +72,7 @@ class Config:
     env_num: int = 32
     num_workers: int = 2
     continuous_actions: bool = False
+    legacy_dynamics: bool = False
     lr: float = 7e-4
     value_loss_coef: float = 1.0
     entropy_coef: float = 0.01
@@ -208,19 +222,27 @@ def train(config: Config) -> TrainResult:
     set_seed(config.seed)
     if config.xparl_addr:
         parl.connect(config.xparl_addr)
-    eval_env = MAenv(config.env, config.continuous_actions)
+    eval_env = MAenv(config.env, config.continuous_actions, legacy_dynamics=config.legacy_dynamics)
     episode_length = eval_env.max_step
+    logdir = config.logdir or os.path.join("train_log", f"MAPPO_{config.env}")
+    paths = _checkpoint_paths(logdir, eval_env.n)
+    resuming = config.resume and all(os.path.exists(p) for p in paths)
+    if resuming:  # before any actor starts
+        written = load_file(paths[0]).get("extra", {})
+        refuse_other_flags(make_parser(), config, written, CHECKED_FLAGS, logdir)
     envs = MultiAgentVectorEnv.make(
-        config.env, config.env_num, config.num_workers, continuous_actions=config.continuous_actions
+        config.env,
+        config.env_num,
+        config.num_workers,
+        continuous_actions=config.continuous_actions,
+        legacy_dynamics=config.legacy_dynamics,
     )
     team = Team(config, envs, episode_length)
     batch_steps = episode_length * config.env_num
     num_updates = max(1, config.train_total_steps // batch_steps)
-    logdir = config.logdir or os.path.join("train_log", f"MAPPO_{config.env}")
-    paths = _checkpoint_paths(logdir, team.n)
     result = TrainResult(checkpoint=paths[0])
     start_update = 0
-    if config.resume and all(os.path.exists(p) for p in paths):
+    if resuming:
         states = [
             agent.restore_checkpoint(path) for agent, path in zip(team.agents, paths, strict=True)
         ]
@@ -269,7 +291,10 @@ def train(config: Config) -> TrainResult:
                         agent.save_checkpoint(
                             path,
                             counters={"total_steps": total_steps, "update": update},
-                            extra={"eval_history": result.eval_history},
+                            extra={
+                                "eval_history": result.eval_history,
+                                **{flag: getattr(config, flag) for flag in CHECKED_FLAGS},
+                            },
                         )
     finally:
         bar.close()
@@ -376,6 +401,7 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Gaussian policies on MPE's continuous actions",
     )
+    add_legacy_dynamics_flag(parser)
     parser.add_argument(
         "--ppo_epoch", type=int, default=defaults.ppo_epoch, help="passes over a rollout"
     )

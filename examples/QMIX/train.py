@@ -37,6 +37,7 @@ from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
 from parl.utils.train_flags import (
     add_common_flags,
+    add_legacy_dynamics_flag,
     example_parser,
     non_negative_int,
     refuse_other_flags,
@@ -49,6 +50,7 @@ KEYS = ("state", "actions", "reward", "terminated", "obs", "available_actions", 
 # checkpoint that does not record them)
 CHECKED_FLAGS = {
     "optimizer": "rmsprop", "standardise_rewards": False, "agent": "gru", "last_action": True,
+    "legacy_dynamics": False,
 }  # fmt: skip
 
 
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> float:
     args = parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     logger.info("QMIX, env %s, seed %d", args.env, args.seed)
-    env, eval_env = MAenv(args.env), MAenv(args.env)
+    env, eval_env = (MAenv(args.env, legacy_dynamics=args.legacy_dynamics) for _ in range(2))
     set_seed(args.seed)
     agent = build_agent(args, env)
     memory = EpisodeMemory(
@@ -316,6 +318,7 @@ def make_parser() -> argparse.ArgumentParser:
         aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
         help={"env": "an MPE scenario (simple_spread, ...) or a foraging id"},
     )
+    add_legacy_dynamics_flag(parser)
     parser.add_argument("--batch_size", default=32, type=int, help="episodes per update")
     parser.add_argument("--buffer_size", default=5000, type=int, help="episodes kept for replay")
     parser.add_argument("--lr", default=5e-4, type=float, help="the optimizer's learning rate")

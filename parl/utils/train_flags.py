@@ -201,6 +201,17 @@ def non_negative_int(value: str) -> int:
     return number
 
 
+def add_legacy_dynamics_flag(parser: argparse.ArgumentParser) -> None:
+    """``--legacy_dynamics`` (``MAenv(..., legacy_dynamics=True)``) for the multi-agent examples:
+    MPE's particles moved as PettingZoo 1.22 and earlier moved them."""
+    parser.add_argument(
+        "--legacy_dynamics",
+        action="store_true",
+        help="move MPE's particles as PettingZoo 1.22 and earlier did, the MPE of PARL's and "
+        "EPyMARL's published runs (by default mpe2's: a push shows one step later)",
+    )
+
+
 def flag_text(parser: argparse.ArgumentParser, dest: str, value: Any) -> str:
     """How ``dest`` set to ``value`` reads on ``parser``'s command line: ``with --optimizer
     adam``, ``with --standardise_rewards``, ``without --no_last_action``."""
@@ -215,7 +226,7 @@ def flag_text(parser: argparse.ArgumentParser, dest: str, value: Any) -> str:
 
 def refuse_other_flags(
     parser: argparse.ArgumentParser,
-    args: argparse.Namespace,
+    args: object,
     written: Mapping[str, Any],
     checked: Mapping[str, Any],
     where: str,
@@ -225,7 +236,7 @@ def refuse_other_flags(
 
     Args:
         parser: the example's parser (for the flags' spellings).
-        args: this run's flags.
+        args: this run's flags, as attributes (the parsed namespace, or a config made from it).
         written: the flags the checkpoint recorded (its ``extra``).
         checked: the flags to compare, each with the value to assume when ``written`` lacks it
             (a checkpoint from before the flag existed).

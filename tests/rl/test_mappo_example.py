@@ -97,6 +97,31 @@ print("same")
     assert proc.returncode == 0 and "same" in proc.stdout, proc.stderr[-2000:]
 
 
+def test_mappo_example_legacy_dynamics_reach_the_actors_envs_and_a_resume_keeps_them(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """``--legacy_dynamics`` travels to the envs the actors build: the first rollout, which the
+    same untrained policies act in, scores otherwise; resuming without the flag is refused."""
+    common = [*SMALL, "--train_total_steps", "100", "--test_every_steps", "100", "--seed", "3"]
+    common += ["--eval_episodes", "1"]
+    legacy, plain = _run_mains(
+        run_python,
+        [
+            [*common, "--legacy_dynamics", "--logdir", str(tmp_path / "legacy")],
+            [*common, "--logdir", str(tmp_path / "plain")],
+        ],
+    )
+    assert legacy["train_returns"][0] != plain["train_returns"][0]
+    argv = [str(MAPPO_DIR / "train.py"), *common, "--logdir", str(tmp_path / "legacy")]
+    # without the flag, and with another value of a flag that takes one
+    proc = run_python(args=[*argv, "--resume", "--use_popart", "False"], timeout=180)
+    assert proc.returncode != 0
+    assert (
+        "written with --legacy_dynamics and with --use_popart True; this run is without "
+        "--legacy_dynamics and with --use_popart False" in proc.stderr
+    ), proc.stderr[-2000:]
+
+
 def test_mappo_example_refuses_observations_and_actions_of_another_agent_count(
     run_python: RunPython,
 ) -> None:

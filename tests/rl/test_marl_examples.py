@@ -42,6 +42,34 @@ def test_marl_example_resume_equals_straight_run(
 
 
 @pytest.mark.parametrize("name", list(OWN))
+def test_marl_example_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    """``--legacy_dynamics``: the same seed trains another run (for QMIX, whose first episodes
+    act at random: the same actions, other rewards); resuming without the flag is refused by
+    name, and foraging, which has no such dynamics, refuses the flag."""
+    args = [*SHORT, *OWN[name]]
+    legacy, plain = tmp_path / "legacy", tmp_path / "plain"
+    run_example(run_python, name, *args, "--legacy_dynamics", "--logdir", str(legacy))
+    run_example(run_python, name, *args, "--logdir", str(plain))
+    weights = [torch.load(run / "model.ckpt", weights_only=True) for run in (legacy, plain)]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    if name == "QMIX":
+        memories = [np.load(run / "rpm.npz") for run in (legacy, plain)]
+        np.testing.assert_array_equal(memories[0]["actions"][0], memories[1]["actions"][0])
+        assert not np.array_equal(memories[0]["reward"][0], memories[1]["reward"][0])
+    script = str(REPO_ROOT / "examples" / name / "train.py")
+    proc = run_python(
+        args=[script, "--no_progress", *args, "--logdir", str(legacy), "--resume"], timeout=180
+    )
+    assert proc.returncode != 0
+    assert "written with --legacy_dynamics; this run is without --legacy_dynamics" in proc.stderr
+    foraging = [*args, "--env", "Foraging-8x8-2p-2f-coop-v3", "--legacy_dynamics"]
+    proc = run_python(args=[script, "--no_progress", *foraging, "--logdir", str(tmp_path / "f")])
+    assert proc.returncode != 0 and "for MPE's particle scenarios" in proc.stderr
+
+
+@pytest.mark.parametrize("name", list(OWN))
 def test_marl_example_runs_on_foraging(run_python: RunPython, tmp_path: Path, name: str) -> None:
     args = [*SHORT, *OWN[name], "--env", "Foraging-8x8-2p-2f-coop-v3"]
     log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
