@@ -31,6 +31,18 @@ class RNNModel(parl.Model):
         hidden = self.rnn(F.relu(self.fc1(inputs)), hidden_state.reshape(-1, self.rnn_hidden_dim))
         return self.fc2(hidden), hidden
 
+    def unroll(self, inputs: torch.Tensor, hidden_state: torch.Tensor) -> torch.Tensor:
+        """``forward`` along whole episodes, ``(T, B, input_dim) -> Q (T, B, n_actions)``: the
+        linear layers over every step at once, the GRU cell's weights in torch's GRU (the same
+        maths; its loop over the steps runs in C++)."""
+        cell = self.rnn
+        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        hidden, _ = torch.gru(
+            F.relu(self.fc1(inputs)), hidden_state.reshape(1, -1, self.rnn_hidden_dim), weights,
+            True, 1, 0.0, self.training, False, False,
+        )  # fmt: skip  # biases, layers, dropout, training, bidirectional, batch_first
+        return self.fc2(hidden)
+
 
 class FCModel(parl.Model):
     """A feed-forward agent network with ``RNNModel``'s interface: ``(inputs, hidden) -> (Q,
@@ -52,6 +64,11 @@ class FCModel(parl.Model):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = F.relu(self.fc_hidden(F.relu(self.fc1(inputs))))
         return self.fc2(hidden), hidden_state.reshape(-1, self.rnn_hidden_dim)
+
+    def unroll(self, inputs: torch.Tensor, hidden_state: torch.Tensor) -> torch.Tensor:
+        """``forward`` along whole episodes in one call, ``(T, B, input_dim) -> (T, B,
+        n_actions)`` (no state passes between the steps)."""
+        return self.fc2(F.relu(self.fc_hidden(F.relu(self.fc1(inputs)))))
 
 
 class QMixerModel(parl.Model):

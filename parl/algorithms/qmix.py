@@ -84,7 +84,11 @@ class QMIX(Algorithm):
 
     ``agent_model(obs, hidden) -> (q (B * n_agents, n_actions), hidden (B * n_agents, H))`` and
     ``agent_model.init_hidden() -> (1, H)``; ``qmixer_model(agent_qs (B, T, n_agents), states
-    (B, T, state_dim)) -> (B, T, 1)``, with an integer attribute ``n_agents``.
+    (B, T, state_dim)) -> (B, T, 1)``, with an integer attribute ``n_agents``. An agent model
+    may also have ``unroll(inputs (T, B * n_agents, obs_dim), hidden (B * n_agents, H)) -> q
+    (T, B * n_agents, n_actions)``: the Q-values of a whole batch of episodes at once, what
+    ``forward`` gives step by step. ``learn`` then uses it (the example's networks run their
+    layers over every step in one call, and their GRU in torch's own loop).
 
     Episodes are padded to one length ``T``, PARL's layout: step ``t`` holds ``s_t, o_t, u_t,
     r_t`` and ``terminated_t``; padding steps have ``filled = 1`` (and no available action). A
@@ -233,6 +237,19 @@ class QMIX(Algorithm):
     def _unroll(self, model: Any, obs_batch: torch.Tensor, batch_size: int) -> torch.Tensor:
         """``model``'s Q-values along the episodes, ``(B, T, n_agents, n_actions)``."""
         hidden = model.init_hidden().unsqueeze(0).expand(batch_size, self.n_agents, -1)
+        unroll = getattr(model, "unroll", None)
+        if callable(unroll):
+            steps = obs_batch.shape[1]
+            inputs = obs_batch.transpose(0, 1).reshape(steps, batch_size * self.n_agents, -1)
+            q = unroll(inputs, hidden.reshape(batch_size * self.n_agents, -1))
+            if q.shape[:2] != (steps, batch_size * self.n_agents):
+                raise ValueError(
+                    f"QMIX.learn: agent_model.unroll returned Q-values of shape "
+                    f"{tuple(q.shape)} for inputs of shape {tuple(inputs.shape)}; it must "
+                    f"return (T, B * n_agents, n_actions) = ({steps}, "
+                    f"{batch_size * self.n_agents}, n_actions)"
+                )
+            return q.reshape(steps, batch_size, self.n_agents, -1).transpose(0, 1)
         qs = []
         for t in range(obs_batch.shape[1]):
             obs = obs_batch[:, t].reshape(-1, obs_batch.shape[-1])

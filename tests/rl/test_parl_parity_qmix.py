@@ -13,6 +13,7 @@ case where PARL's mask and ours agree.
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 
 from parl.algorithms import QMIX
 
+from .conftest import REPO_ROOT
 from .marl_nets import Mixer, QmixDims, RNNAgent, load_published, qmix_batch
 from .test_parl_parity import ATOL, LOSS_RTOL, UPDATES, cpu_only, parl_wheel  # noqa: F401
 
@@ -117,3 +119,32 @@ def test_qmix_learns_the_terminal_transition_where_published_parl_masks_it_out(
         losses["ours"].append(ours.learn(*(t.clone() for t in rewards))[0])
     assert losses["theirs"][0] == losses["theirs"][1]
     assert losses["ours"][1] > losses["ours"][0] + 1.0
+
+
+@pytest.mark.parametrize("network", ["RNNModel", "FCModel"])
+def test_qmix_with_the_examples_unrolled_networks_matches_published_parl(
+    published_qmix: type,
+    cpu_only: None,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    network: str,
+) -> None:
+    """The example's networks have ``unroll``, which ``learn`` uses where PARL calls
+    ``forward`` once per step: the updates agree all the same."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "QMIX"))
+    monkeypatch.delitem(sys.modules, "qmix_model", raising=False)
+    import qmix_model
+
+    torch.manual_seed(0)
+    agent = getattr(qmix_model, network)(DIMS.obs_dim, DIMS.n_actions, rnn_hidden_dim=16)
+    mixer = qmix_model.QMixerModel(DIMS.n_agents, DIMS.state_dim, mixing_embed_dim=8)
+    config = CONFIGS["max_q-clip"]
+    theirs = published_qmix(copy.deepcopy(agent), copy.deepcopy(mixer), **config)
+    ours = QMIX(agent, mixer, **config, device="cpu")
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(UPDATES):
+        batch = qmix_batch(gen, DIMS)
+        theirs_out = theirs.learn(*(t.clone() for t in batch))
+        ours_out = ours.learn(*(t.clone() for t in batch))
+        assert ours_out == pytest.approx(theirs_out, rel=LOSS_RTOL, abs=ATOL)
+    diffs = {name: _max_diff(getattr(theirs, name), getattr(ours, name)) for name in MODELS}
+    assert max(diffs.values()) <= ATOL, diffs

@@ -3,6 +3,8 @@ and errors on bad episode batches."""
 
 from __future__ import annotations
 
+import copy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch
 import parl
 from parl.algorithms import QMIX
 
+from .conftest import REPO_ROOT
 from .marl_nets import (
     CoordinationGame,
     Mixer,
@@ -206,3 +209,49 @@ def test_qmix_optimizer_is_rmsprop_or_adam() -> None:
     assert any(not torch.equal(b, p) for b, p in zip(before, adam.params, strict=True))
     with pytest.raises(ValueError, match="optimizer must be one of.*'sgd'"):
         make_qmix(optimizer="sgd")
+
+
+@pytest.mark.parametrize("network", ["RNNModel", "FCModel"])
+def test_an_agent_models_unroll_gives_the_updates_of_its_step_by_step_forward(
+    monkeypatch: pytest.MonkeyPatch, single_thread: None, network: str
+) -> None:
+    """The example's networks have ``unroll`` (whole episodes in one call, the GRU in torch's
+    loop): ``learn`` with it takes the update it takes calling ``forward`` step by step, padded
+    episodes included."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "QMIX"))
+    monkeypatch.delitem(sys.modules, "qmix_model", raising=False)
+    import qmix_model
+
+    dims = QmixDims(batch=5, steps=9)
+    torch.manual_seed(3)
+    agent = getattr(qmix_model, network)(dims.obs_dim, dims.n_actions, rnn_hidden_dim=16)
+    mixer = qmix_model.QMixerModel(dims.n_agents, dims.state_dim, mixing_embed_dim=8)
+    step_by_step = copy.deepcopy(agent)
+    step_by_step.unroll = None  # not callable: QMIX calls forward once per step
+    algs = [
+        QMIX(model, copy.deepcopy(mixer), clip_grad_norm=10.0, device="cpu")
+        for model in (agent, step_by_step)
+    ]
+    batch = qmix_batch(torch.Generator().manual_seed(4), dims, lengths=[9, 4, 7, 1, 9])
+    losses = [alg.learn(*batch) for alg in algs]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    for ours, theirs in zip(agent.parameters(), step_by_step.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+    assert any(  # it did learn: the online network left its target
+        not torch.equal(p, q)
+        for p, q in zip(agent.parameters(), algs[0].target_agent_model.parameters(), strict=True)
+    )
+
+
+def test_an_unroll_of_the_wrong_shape_is_refused() -> None:
+    class Flat(RNNAgent):
+        def unroll(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(inputs.shape[1], inputs.shape[0], 2)  # steps and rows swapped
+
+    dims = QmixDims()
+    alg = QMIX(Flat(dims.obs_dim, dims.n_actions), Mixer(dims.n_agents, dims.state_dim))
+    batch = qmix_batch(torch.Generator().manual_seed(0), dims)
+    with pytest.raises(
+        ValueError, match=r"agent_model.unroll returned Q-values of shape \(12, 6, 2\)"
+    ):
+        alg.learn(*batch)
