@@ -412,6 +412,17 @@ EXPERIMENTS = {
             note="one seed; the budget is PARL's 100,000 episodes of 25 steps",
         ),
         Experiment(
+            "MADDPG", "maddpg", "MADDPG", "simple_spread", 100_000, 1_000,
+            PARL_MADDPG_METRIC,
+            "PARL's settings, continuous actions, PettingZoo 1.22's dynamics (those of PARL's "
+            "runs)", unit="episodes", flags=("--continuous_actions", "--legacy_dynamics"),
+            every_flag="--test_every_episodes", tag="train/episode_reward_wrt_episode",
+            bin=1_000, variant="continuous_legacy", seeds=(0,),
+            baseline={"name": "PARL's published training curve (continuous actions)",
+                      "value": -72},
+            note="one seed; the budget is PARL's 100,000 episodes of 25 steps",
+        ),
+        Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,
             "test MSE on 10,000 held-out 5-shot tasks (lower is better)",
             "PARL's full protocol (80 epochs of 500 meta-updates of 16 tasks), the "
