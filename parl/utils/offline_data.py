@@ -78,6 +78,21 @@ def _column(name: str, array: np.ndarray, rows: int, source: str) -> np.ndarray:
     return array.reshape(rows)
 
 
+def _flags(name: str, array: np.ndarray, rows: int, source: str) -> np.ndarray:
+    """``(N,)`` or ``(N, 1)`` of booleans (or 0 and 1) -> ``(N,)`` bool; anything else is an
+    error (a cast to bool would take any non-zero value as the end of an episode)."""
+    column = _column(name, array, rows, source)
+    if column.dtype != np.bool_:
+        odd = ~np.isin(column, (0, 1)) if column.dtype.kind in "biuf" else np.ones(rows, bool)
+        if odd.any():
+            first = int(np.flatnonzero(odd)[0])
+            raise ValueError(
+                f"{source}: {name!r} must hold booleans (or 0 and 1), got "
+                f"{column[first].item()!r} at index {first} (dtype {column.dtype})"
+            )
+    return column.astype(np.bool_)
+
+
 def check_qlearning_dataset(
     dataset: Mapping[str, Any], source: str = "dataset"
 ) -> dict[str, np.ndarray]:
@@ -108,6 +123,12 @@ def check_qlearning_dataset(
             f"this one has {sorted(dataset)}"
         )
     arrays = {key: np.asarray(dataset[key]) for key in QLEARNING_KEYS}
+    for key, array in arrays.items():
+        if array.dtype.kind not in "biuf":
+            raise ValueError(
+                f"{source}: {key!r} must hold numbers, got dtype {array.dtype}; convert it with "
+                "np.asarray(values, dtype=np.float32)"
+            )
     rows = _rows("observations", arrays["observations"], source)
     if rows == 0:
         raise ValueError(f"{source}: the dataset has no steps")
@@ -127,7 +148,7 @@ def check_qlearning_dataset(
     if actions.ndim != 2:
         raise ValueError(f"{source}: actions must be (N, act_dim), got {actions.shape}")
     rewards = _column("rewards", arrays["rewards"], rows, source).astype(np.float32)
-    terminals = _column("terminals", arrays["terminals"], rows, source).astype(np.bool_)
+    terminals = _flags("terminals", arrays["terminals"], rows, source)
     checked = {
         "observations": obs.astype(np.float32, copy=False),
         "actions": actions.astype(np.float32, copy=False),
@@ -138,6 +159,14 @@ def check_qlearning_dataset(
     for key in ("rewards", "observations", "next_observations", "actions"):
         _finite(key, checked[key], source)
     return checked
+
+
+def _no_episode_end(source: str, rows: int) -> ValueError:
+    return ValueError(
+        f"{source}: no step ends an episode ({rows} steps, every terminal and timeout is "
+        "False), so the episodes cannot be told apart; mark each episode's last step in "
+        "'terminals' (the task ended) or 'timeouts' (a time limit cut it)"
+    )
 
 
 def qlearning_from_steps(
@@ -169,16 +198,12 @@ def qlearning_from_steps(
     """
     observations = np.asarray(observations)
     rows = _rows("observations", observations, source)
-    terminals = _column("terminals", np.asarray(terminals), rows, source).astype(np.bool_)
+    terminals = _flags("terminals", np.asarray(terminals), rows, source)
     if timeouts is None:
         timeouts = np.zeros(rows, dtype=np.bool_)
-    timeouts = _column("timeouts", np.asarray(timeouts), rows, source).astype(np.bool_)
+    timeouts = _flags("timeouts", np.asarray(timeouts), rows, source)
     if not (terminals | timeouts).any():
-        raise ValueError(
-            f"{source}: no step ends an episode ({rows} steps, every terminal and timeout is "
-            "False), so the episodes cannot be told apart; mark each episode's last step in "
-            "'terminals' (the task ended) or 'timeouts' (a time limit cut it)"
-        )
+        raise _no_episode_end(source, rows)
     keep = np.flatnonzero(~timeouts[:-1])
     return check_qlearning_dataset(
         {
@@ -210,7 +235,8 @@ def load_d4rl_steps(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: a dataset is missing.
+        ValueError: the file is not HDF5, a dataset is missing, the file has no steps, or the
+            datasets disagree on the number of steps.
     """
     file = _existing(
         path,
@@ -223,7 +249,16 @@ def load_d4rl_steps(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     except ImportError as exc:  # pragma: no cover - the offline extra is installed in CI
         raise ImportError(f"reading {file} needs h5py: {_EXTRA_HINT}") from exc
     source = os.fspath(file)
-    with h5py.File(file, "r") as handle:
+    try:
+        handle = h5py.File(file, "r")
+    except PermissionError:
+        raise
+    except OSError as exc:  # h5py's own message names neither the file nor the fix
+        raise ValueError(
+            f"{source} is not an HDF5 file ({str(exc).splitlines()[0]}); give a D4RL .hdf5 "
+            "file, or a Minari dataset's folder or id"
+        ) from exc
+    with handle:
         needed = ("observations", "actions", "rewards", "terminals")
         missing = [key for key in needed if key not in handle]
         if missing:
@@ -233,9 +268,14 @@ def load_d4rl_steps(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             )
         steps = {key: np.asarray(handle[key][()]) for key in needed}
         rows = _rows("observations", steps["observations"], source)
-        steps["terminals"] = _column("terminals", steps["terminals"], rows, source).astype(bool)
+        if rows == 0:
+            raise ValueError(f"{source}: the file has no steps")
+        counts = {key: int(array.shape[0]) if array.ndim else None for key, array in steps.items()}
+        if set(counts.values()) != {rows}:
+            raise ValueError(f"{source}: every dataset must have one row per step; rows: {counts}")
+        steps["terminals"] = _flags("terminals", steps["terminals"], rows, source)
         timeouts = np.asarray(handle["timeouts"][()]) if "timeouts" in handle else np.zeros(rows)
-        steps["timeouts"] = _column("timeouts", timeouts, rows, source).astype(np.bool_)
+        steps["timeouts"] = _flags("timeouts", timeouts, rows, source)
     return steps
 
 
@@ -403,6 +443,8 @@ def load_episodes(dataset: str | os.PathLike[str]) -> list[dict[str, np.ndarray]
     if name.endswith((".hdf5", ".h5")):
         steps = load_d4rl_steps(name)
         ends = np.flatnonzero(steps["terminals"] | steps["timeouts"]) + 1
+        if ends.size == 0:  # the whole file as one episode is never what was recorded
+            raise _no_episode_end(name, len(steps["rewards"]))
         bounds = [0, *ends.tolist()]
         if bounds[-1] < len(steps["rewards"]):
             bounds.append(len(steps["rewards"]))

@@ -130,9 +130,18 @@ def test_load_from_d4rl_errors_name_the_problem() -> None:
         (lambda d: d["rewards"].__setitem__(4, np.nan), r"'rewards' has 1 NaN .* index \[4\]"),
         (lambda d: d["observations"].__setitem__((2, 1), np.inf), "'observations' has 1 NaN"),
         (lambda d: d.update({k: v[:0] for k, v in d.items()}), "has no steps"),
+        (
+            lambda d: d.update(terminals=np.arange(10) % 3),
+            r"'terminals' must hold booleans \(or 0 and 1\), got 2 at index 2",
+        ),
+        (lambda d: d.update(rewards=d["rewards"].astype(str)), "'rewards' must hold numbers"),
+        (lambda d: d.update(rewards=[None] * 10), "'rewards' must hold numbers, got dtype object"),
     ],
-    ids=["missing-key", "rows", "obs-shape", "terminal-shape", "nan-reward", "inf-obs", "empty"],
-)
+    ids=[
+        "missing-key", "rows", "obs-shape", "terminal-shape", "nan-reward", "inf-obs", "empty",
+        "terminal-values", "string-rewards", "object-rewards",
+    ],
+)  # fmt: skip
 def test_malformed_datasets_are_clear_errors(change: Any, message: str) -> None:
     data = qlearning(10)
     change(data)
@@ -207,6 +216,38 @@ def test_d4rl_hdf5_errors(tmp_path: Path) -> None:
     save_d4rl_hdf5(tmp_path / "nan.hdf5", **log)
     with pytest.raises(ValueError, match="'rewards' has 1 NaN"):
         load_d4rl_hdf5(tmp_path / "nan.hdf5")
+
+
+@pytest.mark.parametrize("reader", [load_d4rl_hdf5, load_episodes], ids=["qlearning", "episodes"])
+def test_a_malformed_d4rl_file_is_a_clear_error_for_either_reader(
+    tmp_path: Path, reader: Any
+) -> None:
+    h5py = _needed("h5py")
+    short = steps(12)
+    short["actions"] = short["actions"][:9]
+    save_d4rl_hdf5(tmp_path / "short.hdf5", **short)
+    rows = r"rows: \{'observations': 12, 'actions': 9, 'rewards': 12, 'terminals': 12\}"
+    with pytest.raises(
+        ValueError, match=f"short.hdf5: every dataset must have one row per step; {rows}"
+    ):
+        reader(tmp_path / "short.hdf5")
+    (tmp_path / "text.hdf5").write_text("not hdf5")
+    with pytest.raises(ValueError, match="text.hdf5 is not an HDF5 file"):
+        reader(tmp_path / "text.hdf5")
+    empty = {key: value[:0] for key, value in steps(12).items()}
+    save_d4rl_hdf5(tmp_path / "empty.hdf5", **empty)
+    with pytest.raises(ValueError, match="empty.hdf5: the file has no steps"):
+        reader(tmp_path / "empty.hdf5")
+    endless = steps(12)
+    endless["terminals"][:] = endless["timeouts"][:] = False
+    save_d4rl_hdf5(tmp_path / "endless.hdf5", **endless)
+    with pytest.raises(ValueError, match="endless.hdf5: no step ends an episode"):
+        reader(tmp_path / "endless.hdf5")
+    with h5py.File(tmp_path / "odd.hdf5", "w") as handle:  # save_d4rl_hdf5 writes booleans
+        for key, value in steps(12).items():
+            handle[key] = value * 2.0 if key == "timeouts" else value
+    with pytest.raises(ValueError, match="'timeouts' must hold booleans .* got 2.0 at index 7"):
+        reader(tmp_path / "odd.hdf5")
 
 
 # -- Minari datasets ----------------------------------------------------------------------------
