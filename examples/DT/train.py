@@ -30,13 +30,24 @@ from tqdm import tqdm
 
 from parl.algorithms import DecisionTransformer
 from parl.algorithms.trajectory_model import TrajectoryModel
+from parl.core.checkpoint import load_file
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import TrajectorySampler, logger, set_seed, summary
-from parl.utils.offline_data import D4RL_REF_SCORES, d4rl_normalized_score, load_episodes
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.offline_data import (
+    D4RL_REF_SCORES,
+    d4rl_normalized_score,
+    dataset_digest,
+    load_episodes,
+)
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
 
 # the return-to-go each evaluation episode asks for, as in the paper's Table of hyperparameters
 TARGET_RETURNS = {"halfcheetah": 6000.0, "hopper": 3600.0, "walker2d": 5000.0}
+# flags a resumed run must share with the run that wrote the checkpoint (a checkpoint that does
+# not record them is taken to match), besides the dataset itself (its digest)
+CHECKED_FLAGS = ("env", "context", "embed_dim", "n_layer", "n_head", "batch_size", "warmup_steps",
+                 "learning_rate", "weight_decay", "dropout", "rew_scale", "max_ep_len",
+                 "pct_traj")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,19 @@ def run_evaluate_episodes(agent, env, sampler, args, seed: int) -> float:  # typ
     return total / args.eval_episodes
 
 
+def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
+    """Refuse to resume from a checkpoint of other flags or another dataset."""
+    written = load_file(checkpoint).get("extra", {})
+    checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+    refuse_other_flags(make_parser(), args, written, checked, args.logdir)
+    if written.get("dataset_digest", digest) != digest:
+        raise ValueError(
+            f"the checkpoint in {args.logdir} was trained on --dataset {written['dataset']}, and "
+            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
+            "that wrote it"
+        )
+
+
 def evaluate(agent, env, sampler, args, step: int) -> float:  # type: ignore[no-untyped-def]
     avg_reward = run_evaluate_episodes(agent, env, sampler, args, args.seed + 10_000)
     summary.add_scalar("eval/episode_reward", avg_reward, step)
@@ -144,15 +168,19 @@ def main(argv: list[str] | None = None) -> float:
     agent = DTAgent(algorithm)
     summary.set_dir(args.logdir)
     checkpoint = os.path.join(args.logdir, "checkpoint.pt")
+    digest = dataset_digest(episodes)
     start = 0
     if args.resume:
+        refuse_other_run(checkpoint, args, digest)
         counters, extra = agent.restore_checkpoint(checkpoint)
         sampler.rng.bit_generator.state = json.loads(extra["sampler_rng"])
         start = int(counters["total_steps"])
         logger.info("resumed from %s at step %d", args.logdir, start)
 
     def save(total_steps: int) -> None:
-        extra = {"sampler_rng": json.dumps(sampler.rng.bit_generator.state)}
+        flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+        extra = {"sampler_rng": json.dumps(sampler.rng.bit_generator.state),
+                 "dataset": args.dataset, "dataset_digest": digest, **flags}  # fmt: skip
         agent.save_checkpoint(checkpoint, {"total_steps": total_steps}, extra)
 
     avg_reward = float("nan")

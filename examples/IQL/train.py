@@ -26,18 +26,23 @@ from mujoco_model import MujocoModel
 from tqdm import tqdm
 
 from parl.algorithms import IQL
+from parl.core.checkpoint import load_file
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
 from parl.utils.offline_data import (
     D4RL_REF_SCORES,
     d4rl_normalized_score,
+    dataset_digest,
     load_d4rl_hdf5,
     load_minari,
 )
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
 
 EVAL_EPISODES = 10
 BATCH_SIZE = 256
+# flags a resumed run must share with the run that wrote the checkpoint (a checkpoint that does
+# not record them is taken to match), besides the dataset itself (its digest)
+CHECKED_FLAGS = ("env", "hidden", "batch_size", "beta", "scale_rewards")
 
 
 def make_env(env_id: str) -> Any:
@@ -69,6 +74,31 @@ def scale_rewards(dataset: dict[str, np.ndarray]) -> None:
         dataset["rewards"] *= np.float32(1000.0 / spread)
 
 
+def check_fits(dataset: dict[str, np.ndarray], env: Any, args: argparse.Namespace) -> None:
+    """Refuse a dataset collected on an env of other observation or action sizes."""
+    sizes = (dataset["observations"].shape[1], dataset["actions"].shape[1])
+    wanted = (env.observation_space.shape[0], env.action_space.shape[0])
+    if sizes != wanted:
+        raise ValueError(
+            f"--dataset {args.dataset} has observations of {sizes[0]} values and actions of "
+            f"{sizes[1]}, but {args.env} has {wanted[0]} and {wanted[1]}: pass the --env the "
+            "dataset was collected on"
+        )
+
+
+def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
+    """Refuse to resume from a checkpoint of other flags or another dataset."""
+    written = load_file(checkpoint).get("extra", {})
+    checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+    refuse_other_flags(make_parser(), args, written, checked, args.logdir)
+    if written.get("dataset_digest", digest) != digest:
+        raise ValueError(
+            f"the checkpoint in {args.logdir} was trained on --dataset {written['dataset']}, and "
+            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
+            "that wrote it"
+        )
+
+
 def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  # type: ignore[no-untyped-def]
     total = 0.0
     for i in range(eval_episodes):
@@ -96,9 +126,11 @@ def main(argv: list[str] | None = None) -> float:
     torch.set_num_threads(args.torch_threads)
     logger.info("IQL, env %s, dataset %s, seed %d", args.env, args.dataset, args.seed)
     dataset = load_dataset(args.dataset)
+    digest = dataset_digest(dataset)
     if args.scale_rewards:
         scale_rewards(dataset)
     env = make_env(args.env)
+    check_fits(dataset, env, args)
     set_seed(args.seed)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     model = MujocoModel(obs_dim, action_dim, args.hidden)
@@ -110,9 +142,16 @@ def main(argv: list[str] | None = None) -> float:
     checkpoint = os.path.join(args.logdir, "checkpoint.pt")
     start = 0
     if args.resume:
+        refuse_other_run(checkpoint, args, digest)
         counters, _ = agent.restore_checkpoint(checkpoint)
         start = int(counters["total_steps"])
         logger.info("resumed from %s at step %d", args.logdir, start)
+
+    def save(total_steps: int) -> None:
+        flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+        extra = {"dataset": args.dataset, "dataset_digest": digest, **flags}
+        agent.save_checkpoint(checkpoint, {"total_steps": total_steps}, extra)
+
     avg_reward = float("nan")
     for step in tqdm(
         range(start, args.train_total_steps), initial=start, total=args.train_total_steps,
@@ -125,11 +164,11 @@ def main(argv: list[str] | None = None) -> float:
             summary.add_scalar("train/actor_loss", actor_loss, step)
         if step % args.test_every_steps == 0:
             avg_reward = evaluate(agent, env, args, step)
-            agent.save_checkpoint(checkpoint, {"total_steps": step + 1})
+            save(step + 1)
     if (args.train_total_steps - 1) % args.test_every_steps != 0:
         # the trained policy itself, unless the loop's last update was just evaluated
         avg_reward = evaluate(agent, env, args, args.train_total_steps)
-    agent.save_checkpoint(checkpoint, {"total_steps": args.train_total_steps})
+    save(args.train_total_steps)
     agent.save(os.path.join(args.logdir, "model.ckpt"))
     summary.flush()
     return avg_reward

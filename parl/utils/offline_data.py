@@ -13,14 +13,16 @@ downloads: a dataset that is not on disk is an error that says how to make or pl
 - ``load_episodes(dataset)``: either kind as whole episodes, for Decision Transformer.
 - ``check_qlearning_dataset(dataset)``: the checks, for a dict made any other way.
 - ``d4rl_normalized_score(env, score)``: D4RL's 0-100 score of a return.
+- ``dataset_digest(dataset)``: a short hash of the data, which a checkpoint records.
 
 ``h5py`` and ``minari`` come with the ``offline`` extra (``pip install 'parl-torch[offline]'``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "QLEARNING_KEYS",
     "check_qlearning_dataset",
     "d4rl_normalized_score",
+    "dataset_digest",
     "load_d4rl_hdf5",
     "load_d4rl_steps",
     "load_episodes",
@@ -464,6 +467,22 @@ def load_episodes(dataset: str | os.PathLike[str]) -> list[dict[str, np.ndarray]
         )
         episode.update({key: checked[key] for key in _EPISODE_KEYS})
     return episodes
+
+
+def dataset_digest(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
+    """A short hash of a dataset's arrays, the same however the data was named or read: a
+    training checkpoint records it, so that a resumed run can tell it is given other data.
+
+    Args:
+        dataset: a ``qlearning_dataset`` dict, or a list of episodes (``load_episodes``'s).
+    """
+    digest = hashlib.sha256()
+    for part in [dataset] if isinstance(dataset, Mapping) else dataset:
+        for key in sorted(part):
+            array = np.ascontiguousarray(part[key])
+            digest.update(f"{key} {array.dtype.str} {array.shape};".encode())
+            digest.update(array.data)
+    return digest.hexdigest()[:16]
 
 
 def d4rl_normalized_score(env: str, score: float | np.ndarray) -> float | np.ndarray:

@@ -19,6 +19,7 @@ from parl.utils.offline_data import (
     QLEARNING_KEYS,
     check_qlearning_dataset,
     d4rl_normalized_score,
+    dataset_digest,
     load_d4rl_hdf5,
     load_episodes,
     load_minari,
@@ -173,6 +174,22 @@ def test_steps_without_any_episode_end_are_an_error() -> None:
     log["timeouts"][:] = False
     with pytest.raises(ValueError, match="no step ends an episode .* 'terminals' .* 'timeouts'"):
         qlearning_from_steps(**log, source="log.hdf5")
+
+
+def test_dataset_digest_tells_data_apart_however_it_was_read(tmp_path: Path) -> None:
+    _needed("h5py")
+    log = steps(12)
+    save_d4rl_hdf5(tmp_path / "a.hdf5", **log)
+    (tmp_path / "b.hdf5").write_bytes((tmp_path / "a.hdf5").read_bytes())
+    digest = dataset_digest(load_d4rl_hdf5(tmp_path / "a.hdf5"))
+    assert dataset_digest(load_d4rl_hdf5(tmp_path / "b.hdf5")) == digest
+    assert dataset_digest(qlearning_from_steps(**log)) == digest
+    changed = qlearning_from_steps(**log)
+    changed["rewards"][5] += 1.0
+    assert dataset_digest(changed) != digest
+    episodes = load_episodes(tmp_path / "a.hdf5")
+    assert dataset_digest(episodes) == dataset_digest(load_episodes(tmp_path / "b.hdf5"))
+    assert dataset_digest(episodes) != dataset_digest(episodes[:-1])
 
 
 def test_d4rl_normalized_scores_use_d4rl_reference_returns() -> None:

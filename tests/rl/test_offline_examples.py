@@ -43,11 +43,15 @@ def random_steps(episodes: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
     return steps
 
 
-def run_example(run_python: RunPython, name: str, *args: str) -> str:
+def run_example(run_python: RunPython, name: str, *args: str, ok: bool = True) -> str:
+    """The example's stderr; ``ok=False``: it must fail with a ``ValueError`` (its last line)."""
     script = str(EXAMPLES / name / "train.py")
     proc = run_python(args=[script, "--no_progress", *SMALL, *args], timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stderr
+    if ok:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    return proc.stderr.strip().splitlines()[-1]
 
 
 def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
@@ -82,6 +86,38 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     assert first.keys() == second.keys()
     for key in first:
         assert torch.equal(first[key], second[key]), key
+    # a resume with other flags or other data is refused, before anything is restored
+    more = [*common, "--train_total_steps", "40", "--logdir", str(resumed), "--resume"]
+    error = run_example(run_python, "CQL", *more, "--with_lagrange", ok=False)
+    assert error == (
+        f"ValueError: the checkpoint in {resumed} was written without --with_lagrange; this run "
+        "is with --with_lagrange: resume with the flags of the run that wrote it"
+    )
+    other = tmp_path / "other.hdf5"
+    save_d4rl_hdf5(other, **random_steps(seed=1))
+    error = run_example(run_python, "CQL", *more, "--dataset", str(other), ok=False)
+    assert f"trained on --dataset {dataset}, and --dataset {other} holds other data" in error
+    copy = tmp_path / "copy.hdf5"
+    copy.write_bytes(dataset.read_bytes())  # the same data elsewhere is the same dataset
+    log = run_example(run_python, "CQL", *more, "--dataset", str(copy))
+    assert "Evaluation: total_steps 40" in log
+
+
+@pytest.mark.parametrize("name", ["CQL", "IQL"])
+def test_a_dataset_of_another_env_is_refused_naming_env(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    _needed("h5py")
+    dataset = tmp_path / "pendulum-random-v0.hdf5"
+    save_d4rl_hdf5(dataset, **random_steps(episodes=1))
+    error = run_example(
+        run_python, name, "--dataset", str(dataset), "--env", "MountainCarContinuous-v0",
+        "--logdir", str(tmp_path / "log"), ok=False,
+    )  # fmt: skip
+    assert error == (
+        f"ValueError: --dataset {dataset} has observations of 3 values and actions of 1, but "
+        "MountainCarContinuous-v0 has 2 and 1: pass the --env the dataset was collected on"
+    )
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -175,3 +211,14 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
     assert first.keys() == second.keys()
     for key in first:
         assert torch.equal(first[key], second[key]), key
+    more = ["--train_total_steps", "40", "--logdir", str(resumed), "--resume"]
+    proc = run_python(args=[script, *common, *more, "--context", "5"], timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"ValueError: the checkpoint in {resumed} was written with --context 4; this run is "
+        "with --context 5: resume with the flags of the run that wrote it"
+    )
+    other = tmp_path / "other.hdf5"
+    save_d4rl_hdf5(other, **random_steps(seed=1))
+    proc = run_python(args=[script, *common, *more, "--dataset", str(other)], timeout=300)
+    assert proc.returncode == 1
+    assert f"--dataset {other} holds other data" in proc.stderr.strip().splitlines()[-1]
