@@ -396,6 +396,12 @@ class SACRun:
             self.restore(stage)
         else:
             self.medium()
+            if len(self.log) >= args.expert_steps:  # the expert would be the medium policy
+                raise ValueError(
+                    f"the medium policy trained for {len(self.log)} steps, --expert_steps "
+                    f"{args.expert_steps} or more, so the expert would be the medium policy: "
+                    "ask for more --expert_steps"
+                )
         self.train_until(lambda: False, args.expert_steps, "SAC to expert",
                          partial="expert-partial")  # fmt: skip
         self.policy()  # evaluated at its last step, for the record

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,6 +208,8 @@ for argv in {cases!r}:
 def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path: Path) -> None:
     hopper_policy = str(made / "sac-hopper-seed0" / "medium" / "model.ckpt")
     out = str(made)
+    medium_only = tmp_path / "medium-only"
+    shutil.copytree(made / "sac-hopper-seed0" / "medium", medium_only / "medium")
     cases = [
         ["--env", "Pendulum-v1", "--out", out],
         ["--env", "Hopper-v5", "--out", out, "--kinds", "random"],
@@ -218,12 +221,14 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
          "--policy", hopper_policy],
         ["--env", "Hopper-v5", "--out", str(tmp_path / "o4"), "--kinds", "medium",
          "--workdir", str(made / "sac-hopper-seed0"), "--hidden", "32"],
+        [*TINY, "--out", str(tmp_path / "o5"), "--kinds", "expert", "--workdir",
+         str(medium_only), "--expert_steps", "100"],
     ]  # fmt: skip
     code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
     proc = run_python(code, timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("EXIT", "ERROR", "NO"))]
     assert len(lines) == len(cases), proc.stdout + proc.stderr[-3000:]
-    unknown_env, exists, wrong_env, missing, replay, other_run = lines
+    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert = lines
     assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
     assert "HalfCheetah" in proc.stderr  # the tasks it can make
     assert exists.startswith("ERROR FileExistsError") and "--overwrite" in exists
@@ -232,6 +237,12 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
     assert missing.startswith("ERROR FileNotFoundError") and "missing.ckpt" in missing
     assert replay.startswith("ERROR ValueError") and "medium-replay" in replay
     assert other_run.startswith("ERROR ValueError") and "'hidden': (16, 32)" in other_run
+    medium_steps = generation(made / "hopper-medium-v0")["policy"]["steps_trained"]
+    assert short_expert == (
+        f"ERROR ValueError the medium policy trained for {medium_steps} steps, --expert_steps 100 "
+        "or more, so the expert would be the medium policy: ask for more --expert_steps"
+    )
+    assert not (tmp_path / "o5" / "hopper-expert-v0").exists()
     for name in ("o1", "o2", "o3", "o4"):
         assert not (tmp_path / name / "hopper-medium-v0").exists()
 
