@@ -28,6 +28,7 @@ from tqdm import tqdm
 from parl.algorithms import OAC
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
 
 EVAL_EPISODES = 5
@@ -98,13 +99,21 @@ def save_checkpoint(args, agent, rpm, env, counters) -> None:  # type: ignore[no
         "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
         "algorithm": {k: getattr(agent.alg, k) for k in ("total_it",) if hasattr(agent.alg, k)},
     }
-    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
-    if args.save_rpm:
-        rpm.save(os.path.join(args.logdir, "rpm.npz"))
+    # a Ctrl-C waits until both are written: never a checkpoint and a memory of different steps
+    with ctrl_c_deferred():
+        agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+        if args.save_rpm:
+            rpm.save(os.path.join(args.logdir, "rpm.npz"))
 
 
 def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    counters, extra = agent.restore_checkpoint(os.path.join(args.logdir, "checkpoint.pt"))
+    path = os.path.join(args.logdir, "checkpoint.pt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir "
+            "of the run to continue"
+        )
+    counters, extra = agent.restore_checkpoint(path)
     env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
     for key, value in extra["algorithm"].items():
         setattr(agent.alg, key, value)

@@ -148,6 +148,46 @@ def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> N
     assert (tmp_path / "model.ckpt").is_file()
 
 
+OAC_SAVE = """
+import os, signal, sys, threading, types
+import gymnasium as gym
+sys.path.insert(0, {folder!r})
+import train
+# another thread, as torch and tqdm start: the signal may be delivered to it
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+written = []
+
+def save_checkpoint(path, counters, extra):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the checkpoint is written
+    written.append("checkpoint")
+
+agent = types.SimpleNamespace(alg=object(), save_checkpoint=save_checkpoint)
+memory = types.SimpleNamespace(save=lambda path: written.append("memory"))
+env = gym.make("Pendulum-v1")
+env.reset(seed=0)
+args = types.SimpleNamespace(logdir={logdir!r}, save_rpm=True)
+try:
+    train.save_checkpoint(args, agent, memory, env, {{"total_steps": 1}})
+except KeyboardInterrupt:
+    print("interrupted after:", written)
+"""
+
+
+def test_oac_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    code = OAC_SAVE.format(folder=str(EXAMPLES / "OAC"), logdir=str(tmp_path))
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "interrupted after: ['checkpoint', 'memory']" in proc.stdout
+    logdir = tmp_path / "never_ran"
+    script = str(EXAMPLES / "OAC" / "train.py")
+    proc = run_python(args=[script, "--resume", "--logdir", str(logdir)], timeout=60)
+    assert proc.returncode == 1
+    expected = f"--resume: no checkpoint {logdir / 'checkpoint.pt'}; run without --resume first"
+    assert expected in proc.stderr, proc.stderr[-2000:]
+
+
 def test_dqn_refuses_a_negative_stop_and_a_resume_without_a_checkpoint(
     run_python: RunPython, tmp_path: Path
 ) -> None:
