@@ -32,10 +32,18 @@ _atexit_registered = False
 
 
 def set_dir(logdir: str | os.PathLike[str]) -> None:
-    """Write the next events to ``logdir`` (the current event file, if any, is closed)."""
+    """Write the next events to ``logdir`` (the current event file, if any, is closed).
+
+    Raises:
+        NotADirectoryError: ``logdir`` is a file (said now, not at the first write).
+    """
     global _chosen_dir
     if not isinstance(logdir, (str, os.PathLike)):
         raise TypeError(f"logdir must be a str or os.PathLike, got {type(logdir).__name__}")
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise NotADirectoryError(
+            f"logdir {os.fspath(logdir)!r} is a file, not a folder: give another logdir"
+        )
     close()
     with _lock:
         _chosen_dir = os.fspath(logdir)

@@ -64,6 +64,10 @@ def test_bad_input_names_the_argument(summary_dir: Path) -> None:
     with pytest.raises(TypeError, match="values must be numeric"):
         summary.add_histogram("h", ["a", "b"])
     assert not summary_dir.exists()
+    summary_dir.parent.mkdir(parents=True, exist_ok=True)
+    summary_dir.write_text("a file")
+    with pytest.raises(NotADirectoryError, match="is a file, not a folder: give another logdir"):
+        summary.set_dir(summary_dir)
 
 
 def test_default_folder_is_train_log_script_name(run_python: RunPython, tmp_path: Path) -> None:
