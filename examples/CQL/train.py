@@ -97,7 +97,12 @@ def check_fits(dataset: dict[str, np.ndarray], env: Any, args: argparse.Namespac
 
 
 def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
-    """Refuse to resume from a checkpoint of other flags or another dataset."""
+    """Refuse to resume from a checkpoint of other flags or another dataset, or from none."""
+    if not os.path.exists(checkpoint):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
+            "--logdir of the run to continue"
+        )
     written = load_file(checkpoint).get("extra", {})
     checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
     refuse_other_flags(make_parser(), args, written, checked, args.logdir)

@@ -113,7 +113,12 @@ def run_evaluate_episodes(agent, env, sampler, args, seed: int) -> float:  # typ
 
 
 def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
-    """Refuse to resume from a checkpoint of other flags or another dataset."""
+    """Refuse to resume from a checkpoint of other flags or another dataset, or from none."""
+    if not os.path.exists(checkpoint):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
+            "--logdir of the run to continue"
+        )
     written = load_file(checkpoint).get("extra", {})
     checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
     refuse_other_flags(make_parser(), args, written, checked, args.logdir)
