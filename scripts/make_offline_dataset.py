@@ -295,6 +295,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name} must be 1 or more, got {getattr(args, name)}")
     if args.warmup_steps < 0:
         parser.error(f"--warmup_steps must be 0 or more, got {args.warmup_steps}")
+    for name in ("out", "workdir"):
+        if getattr(args, name) is not None and Path(getattr(args, name)).is_file():
+            parser.error(f"--{name} {getattr(args, name)} is a file: give a folder")
     try:
         task = task_of(args.env)
     except ValueError as error:
