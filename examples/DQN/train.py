@@ -30,6 +30,7 @@ from tqdm import tqdm
 from parl.algorithms import DDQN, DQN
 from parl.env import CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
@@ -129,9 +130,10 @@ def save_checkpoint(args, agent, rpm, env, counters: dict[str, Any]) -> None:  #
         "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
         "e_greed": agent.e_greed,
     }
-    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
-    if args.save_rpm:
-        rpm.save(os.path.join(args.logdir, "rpm.npz"))
+    with ctrl_c_deferred():  # the checkpoint and the memory are of one step
+        agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+        if args.save_rpm:
+            rpm.save(os.path.join(args.logdir, "rpm.npz"))
 
 
 def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]

@@ -17,11 +17,7 @@ memories) is written after each evaluation and at the end; ``--resume`` continue
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,6 +30,7 @@ from parl.algorithms import MADDPG
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
@@ -141,27 +138,6 @@ def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed
             total += sum(reward_n)
         totals.append(total)
     return float(np.mean(totals))
-
-
-@contextlib.contextmanager
-def ctrl_c_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
-    never part new, part old (each file alone is written atomically)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread handles signals
-        return
-    held: list[int] = []
-    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:  # the held Ctrl-C comes now
-        if callable(previous):
-            previous(signal.SIGINT, None)
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
 
 
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:

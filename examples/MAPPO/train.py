@@ -17,12 +17,8 @@ from it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +35,7 @@ from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.env.multiagent_vector_env import MultiAgentVectorEnv
 from parl.utils import logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
@@ -194,27 +191,6 @@ def run_evaluate_episodes(team: Team, env: MAenv, episodes: int, seed: int) -> f
 
 def _checkpoint_paths(logdir: str, n: int) -> list[str]:
     return [os.path.join(logdir, f"checkpoint_agent{i}.pt") for i in range(n)]
-
-
-@contextlib.contextmanager
-def ctrl_c_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block ends: a checkpoint of several files is then
-    never part new, part old (each file alone is written atomically)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread handles signals
-        return
-    held: list[int] = []
-    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:  # the held Ctrl-C comes now
-        if callable(previous):
-            previous(signal.SIGINT, None)
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
 
 
 def train(config: Config) -> TrainResult:

@@ -18,11 +18,7 @@ terminal one. A checkpoint (networks, optimizer, random states, counters, explor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +31,7 @@ from parl.algorithms import QMIX
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.utils import logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
@@ -188,27 +185,6 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
         algorithm, 1.0, args.min_exploration, decay, args.update_target_interval,
         standardise_rewards=args.standardise_rewards,
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def ctrl_c_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block ends: the checkpoint and the episode memory
-    are then never from different points of the run (each file alone is written atomically)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread handles signals
-        return
-    held: list[int] = []
-    # a handler, not a blocked signal mask: the signal may reach any thread (torch's, tqdm's)
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:  # the held Ctrl-C comes now
-        if callable(previous):
-            previous(signal.SIGINT, None)
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
 
 
 def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-untyped-def]

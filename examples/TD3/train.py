@@ -28,6 +28,7 @@ from tqdm import tqdm
 from parl.algorithms import TD3
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
+from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
 
 EVAL_EPISODES = 5
@@ -97,9 +98,10 @@ def save_checkpoint(args, agent, rpm, env, counters) -> None:  # type: ignore[no
         "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
         "algorithm": {k: getattr(agent.alg, k) for k in ("total_it",) if hasattr(agent.alg, k)},
     }
-    agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
-    if args.save_rpm:
-        rpm.save(os.path.join(args.logdir, "rpm.npz"))
+    with ctrl_c_deferred():  # the checkpoint and the memory are of one step
+        agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
+        if args.save_rpm:
+            rpm.save(os.path.join(args.logdir, "rpm.npz"))
 
 
 def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]

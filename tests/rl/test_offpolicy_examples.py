@@ -148,7 +148,7 @@ def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> N
     assert (tmp_path / "model.ckpt").is_file()
 
 
-OAC_SAVE = """
+SAVE_WITH_CTRL_C = """
 import os, signal, sys, threading, types
 import gymnasium as gym
 sys.path.insert(0, {folder!r})
@@ -161,7 +161,7 @@ def save_checkpoint(path, counters, extra):
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the checkpoint is written
     written.append("checkpoint")
 
-agent = types.SimpleNamespace(alg=object(), save_checkpoint=save_checkpoint)
+agent = types.SimpleNamespace(alg=object(), e_greed=0.1, save_checkpoint=save_checkpoint)
 memory = types.SimpleNamespace(save=lambda path: written.append("memory"))
 env = gym.make("Pendulum-v1")
 env.reset(seed=0)
@@ -173,13 +173,19 @@ except KeyboardInterrupt:
 """
 
 
-def test_oac_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
-    run_python: RunPython, tmp_path: Path
+@pytest.mark.parametrize("name", ["OAC", "SAC", "TD3", "DDPG", "DQN"])
+def test_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
+    run_python: RunPython, tmp_path: Path, name: str
 ) -> None:
-    code = OAC_SAVE.format(folder=str(EXAMPLES / "OAC"), logdir=str(tmp_path))
+    code = SAVE_WITH_CTRL_C.format(folder=str(EXAMPLES / name), logdir=str(tmp_path))
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted after: ['checkpoint', 'memory']" in proc.stdout
+
+
+def test_oac_example_says_to_run_without_resume_when_there_is_no_checkpoint(
+    run_python: RunPython, tmp_path: Path
+) -> None:
     logdir = tmp_path / "never_ran"
     script = str(EXAMPLES / "OAC" / "train.py")
     proc = run_python(args=[script, "--resume", "--logdir", str(logdir)], timeout=60)
