@@ -153,8 +153,9 @@ def write_dataset(args: argparse.Namespace, kind: str, episodes: list[dict[str, 
     return final
 
 
-def make_datasets(args: argparse.Namespace) -> dict[str, Path]:
-    """Make every kind in ``--kinds``; returns each one's folder."""
+def refuse_bad_plan(args: argparse.Namespace) -> None:
+    """Refuse, before any work, datasets that exist (without ``--overwrite``) and policies
+    that cannot give the kinds asked for."""
     task_of(args.env)
     for kind in args.kinds:
         final = Path(args.out) / dataset_id(args.env, kind)
@@ -170,6 +171,11 @@ def make_datasets(args: argparse.Namespace) -> dict[str, Path]:
     if args.expert_policy and not args.policy and set(args.kinds) & NEEDS_MEDIUM:
         raise ValueError("--expert_policy without --policy: give the medium policy too, or "
                          "drop --expert_policy to train both here")  # fmt: skip
+
+
+def make_datasets(args: argparse.Namespace) -> dict[str, Path]:
+    """Make every kind in ``--kinds``; returns each one's folder."""
+    refuse_bad_plan(args)
     torch.set_num_threads(args.torch_threads)
     set_seed(args.seed)
     written, run = {}, None
@@ -307,6 +313,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.kinds = [kind for kind in KINDS if kind in args.kinds]
     if args.workdir is None:
         args.workdir = str(Path(args.out) / f"sac-{task}-seed{args.seed}")
+    try:
+        refuse_bad_plan(args)
+    except (FileExistsError, ValueError) as error:
+        parser.error(str(error))
     return args
 
 

@@ -233,11 +233,11 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
     unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file = lines
     assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
     assert "HalfCheetah" in proc.stderr  # the tasks it can make
-    assert exists.startswith("ERROR FileExistsError") and "--overwrite" in exists
+    assert exists == "EXIT 2" and "hopper-random-v0 exists: pass --overwrite" in proc.stderr
     assert wrong_env.startswith("ERROR ValueError") and "11 observation values" in wrong_env
     assert "HalfCheetah-v5 has 17 and 6" in wrong_env
     assert missing.startswith("ERROR FileNotFoundError") and "missing.ckpt" in missing
-    assert replay.startswith("ERROR ValueError") and "medium-replay" in replay
+    assert replay == "EXIT 2" and "medium-replay is the SAC run's own" in proc.stderr
     assert other_run.startswith("ERROR ValueError") and "'hidden': (16, 32)" in other_run
     medium_steps = generation(made / "hopper-medium-v0")["policy"]["steps_trained"]
     assert short_expert == (
