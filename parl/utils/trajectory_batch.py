@@ -138,6 +138,27 @@ def trajectory_window(
     )
 
 
+def _check_trajectory(owner: str, index: int, trajectory: Mapping[str, Any]) -> None:
+    """One step or more, with ``(T, obs_dim)`` observations, ``(T, act_dim)`` actions and ``T``
+    rewards."""
+    where = f"{owner}: trajectory {index}"
+    missing = [k for k in ("observations", "actions", "rewards") if k not in trajectory]
+    if missing:
+        raise KeyError(f"{where} has no {missing}; each needs observations, actions and rewards")
+    rewards = np.asarray(trajectory["rewards"])
+    steps = len(rewards) if rewards.ndim else 0
+    if steps == 0:
+        raise ValueError(f"{where} has no steps; leave empty episodes out")
+    for key in ("observations", "actions"):
+        array = np.asarray(trajectory[key])
+        if array.ndim != 2 or len(array) != steps:
+            raise ValueError(
+                f"{where}: {key} must be ({steps}, size), one row per reward, got shape "
+                f"{array.shape}"
+                + ("; give one value a step as array.reshape(-1, 1)" if array.ndim == 1 else "")
+            )
+
+
 class TrajectorySampler:
     """Random windows of a set of trajectories, as PARL's DT example samples them.
 
@@ -170,6 +191,8 @@ class TrajectorySampler:
         if len(trajectories) == 0:
             raise ValueError(f"{owner}: trajectories is empty; pass at least one episode")
         self.trajectories = list(trajectories)
+        for i, trajectory in enumerate(self.trajectories):
+            _check_trajectory(owner, i, trajectory)
         self.context = check_int("context", context, low=1, owner=owner)
         self.max_ep_len = check_int("max_ep_len", max_ep_len, low=1, owner=owner)
         self.scale = check_float("scale", scale, low=0.0, low_open=True, owner=owner)

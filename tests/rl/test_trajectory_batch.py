@@ -98,3 +98,19 @@ def test_bad_input_is_named() -> None:
         trajectory_window(episode([1, 2]), 2, 2)
     with pytest.raises(ValueError, match="padding must be 'left' or 'right'"):
         TrajectorySampler([episode([1, 2])], padding="middle")
+
+
+def test_the_sampler_names_an_empty_or_misshapen_trajectory() -> None:
+    """An episode of no steps used to end in numpy's "probabilities contain NaN" at the first
+    batch (when it was the only one), and 1-D actions in windows without their action axis."""
+    empty = {key: value[:0] for key, value in episode([1.0]).items()}
+    with pytest.raises(ValueError, match="trajectory 1 has no steps; leave empty episodes out"):
+        TrajectorySampler([episode([1, 2]), empty])
+    flat = {**episode([1, 2, 3]), "actions": np.array([0.1, 0.2, 0.3], np.float32)}
+    with pytest.raises(ValueError, match=r"trajectory 0: actions must be \(3, size\).*\(3,\)"):
+        TrajectorySampler([flat])
+    short = {**episode([1, 2, 3]), "observations": np.zeros((2, 4), np.float32)}
+    with pytest.raises(ValueError, match=r"observations must be \(3, size\).*\(2, 4\)"):
+        TrajectorySampler([episode([5]), short])
+    with pytest.raises(KeyError, match=r"trajectory 0 has no \['rewards'\]"):
+        TrajectorySampler([{"observations": np.zeros((1, 1)), "actions": np.zeros((1, 1))}])
