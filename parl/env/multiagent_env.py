@@ -166,8 +166,11 @@ class MAenv:
         """
         if self._no_step:
             raise RuntimeError(self._no_step)
-        if isinstance(actions, (str, bytes, dict)) or len(actions) != self.n:
-            got = len(actions) if isinstance(actions, (list, tuple, np.ndarray)) else actions
+        # a lone action (an int, a 0-d array) or a generator has no len(): name what was given
+        listed = isinstance(actions, Sequence) and not isinstance(actions, (str, bytes))
+        sized = listed or (isinstance(actions, np.ndarray) and actions.ndim > 0)
+        if not sized or len(actions) != self.n:
+            got = len(actions) if sized else actions
             raise ValueError(
                 f"step() needs a list of {self.n} actions (one per agent, in the order "
                 f"{self.agents_name}), got {got!r}"
@@ -226,6 +229,11 @@ class MAenv:
             if not 0 <= index < n:
                 raise ValueError(f"{who}: action {index} is outside [0, {n})")
         elif act.shape == (n,):
+            if act.dtype.kind not in "biuf" or np.isnan(act).any():
+                # argmax would take the first NaN: a diverged policy would act on as action 0
+                raise ValueError(
+                    f"{who}: a vector of {n} scores must be numbers, not NaN, got {action!r}"
+                )
             index = int(np.argmax(act))  # PARL's MADDPG gives scores (a relaxed one-hot)
         else:
             raise ValueError(

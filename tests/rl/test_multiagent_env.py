@@ -282,6 +282,12 @@ def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
         spread.step([0, 1.0, 0])
     with pytest.raises(ValueError, match="shape"):
         spread.step([0, np.zeros(4), 0])
+    for lone in (2, None, np.array(2), (a for a in [0, 0, 0])):  # no list around the actions
+        with pytest.raises(ValueError, match="list of 3 actions"):
+            spread.step(lone)  # type: ignore[arg-type]
+    scores = np.array([0.0, np.nan, 0.0, 0.0, 1.0])  # a diverged policy's, not action 0
+    with pytest.raises(ValueError, match=r"agent 2 \(agent_2\): a vector of 5 scores.*NaN"):
+        spread.step([0, 0, scores])
     for _ in range(25):
         spread.step([0, 0, 0])
     with pytest.raises(RuntimeError, match="after the episode ended"):
