@@ -236,6 +236,7 @@ class MultiAgentVectorEnv(RemoteVectorEnv):
                 "MultiAgentVectorEnv needs a non-empty list of functions that build MAenv"
             )
         transport = _check_common(num_workers, transport)
+        self._was_reset = False
         ranges = _split(len(env_fns), min(num_workers, len(env_fns)))
         builders: list[Builder] = [
             functools.partial(MAEnvList, [env_fns[i] for i in r]) for r in ranges
@@ -294,10 +295,20 @@ class MultiAgentVectorEnv(RemoteVectorEnv):
         bufs["avail_actions"] = zeros((n, agents, self.n_actions), np.bool_)
         return bufs
 
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset every env; ``seed=s`` gives env ``i`` the seed ``s + i``."""
+        result = super().reset(seed=seed, options=options)
+        self._was_reset = True
+        return result
+
     def step_async(self, actions: Any) -> None:
         """Start a step with ``actions`` (batched), checked here first: an action an env would
         refuse (out of range, not available now) fails the whole step before any env moves,
         where an actor's error would come after the envs before it had stepped."""
+        if not self._was_reset:  # the masks are still all False: every action would be refused
+            raise RuntimeError("step() before reset(): call reset() first")
         if not self._pending:  # a pending step is refused by the base class
             self._check_actions(actions)
         super().step_async(actions)

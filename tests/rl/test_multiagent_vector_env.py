@@ -124,6 +124,8 @@ def test_bad_input_gets_clear_errors() -> None:
     with pytest.raises(TypeError, match="must build MAenv"):
         MultiAgentVectorEnv([functools.partial(dict)], num_workers=1)  # type: ignore[list-item]
     with MultiAgentVectorEnv.make(FORAGING, 2, num_workers=1) as venv:
+        with pytest.raises(RuntimeError, match=r"before reset\(\)"):  # not "not available"
+            venv.step(np.zeros((2, 2), np.int64))
         venv.reset(seed=0)
         with pytest.raises(ValueError, match="one action per env"):
             venv.step(np.zeros(2, np.int64))
