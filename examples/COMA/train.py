@@ -45,6 +45,12 @@ EVAL_SEED_OFFSET = 10_000
 CHECKED_FLAGS = {"legacy_dynamics": False}
 
 
+def checked_flags(args: Any) -> dict[str, Any]:
+    """``CHECKED_FLAGS`` and ``--env``: another env's checkpoint would load wherever its networks
+    have the same shapes (taken as this run's env where a checkpoint does not record it)."""
+    return {**CHECKED_FLAGS, "env": args.env}
+
+
 def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
     """``(n_agents, width)``: the agents' observations, a shorter one zero-padded (in
     ``simple_tag``, ``simple_crypto`` or ``simple_world_comm`` agents see different amounts)."""
@@ -113,10 +119,10 @@ def main(argv: list[str] | None = None) -> float:
     summary.set_dir(args.logdir)
     checkpoint = os.path.join(args.logdir, "checkpoint.pt")
     c: dict[str, Any] = {"total_steps": 0, "episodes": 0, "iterations": 0, "test_flag": 0}
-    flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+    flags = {flag: getattr(args, flag) for flag in checked_flags(args)}
     if args.resume:
         written = load_file(checkpoint).get("extra", {})
-        refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
+        refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
         counters, extra = agent.restore_checkpoint(checkpoint)
         c, agent.train_steps = dict(counters), extra["train_steps"]
         logger.info("resumed from %s at step %d", args.logdir, c["total_steps"])

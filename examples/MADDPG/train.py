@@ -49,6 +49,12 @@ CHECKED_FLAGS = {"continuous_actions": False, "time_limit_as_terminal": False,
                  "legacy_dynamics": False}  # fmt: skip
 
 
+def checked_flags(args: Any) -> dict[str, Any]:
+    """``CHECKED_FLAGS`` and ``--env``: another env's checkpoint would load wherever its networks
+    have the same shapes (taken as this run's env where a checkpoint does not record it)."""
+    return {**CHECKED_FLAGS, "env": args.env}
+
+
 def build_agents(args: argparse.Namespace, env: MAenv) -> list[MAAgent]:
     critic_in_dim = sum(env.obs_shape_n) + sum(env.act_shape_n)
     agents = []
@@ -141,7 +147,7 @@ def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed
 
 
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
-    flags = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
+    flags = {flag: getattr(args, flag) for flag in checked_flags(args)}
     with ctrl_c_deferred():
         for i, agent in enumerate(agents):
             own = {**counters, "global_train_step": agent.global_train_step}
@@ -154,7 +160,7 @@ def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: A
 def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[str, Any]:
     # another episode treatment or dynamics would load and silently change the run
     written = load_file(os.path.join(args.logdir, "checkpoint_agent0.pt")).get("extra", {})
-    refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
+    refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
     counters: dict[str, Any] = {}
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins

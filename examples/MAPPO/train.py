@@ -51,6 +51,12 @@ CHECKED_FLAGS = {
 }  # fmt: skip
 
 
+def checked_flags(args: Any) -> dict[str, Any]:
+    """``CHECKED_FLAGS`` and ``--env``: another env's checkpoint would load wherever its networks
+    have the same shapes (taken as this run's env where a checkpoint does not record it)."""
+    return {**CHECKED_FLAGS, "env": args.env}
+
+
 @dataclass
 class Config:
     """The run's settings: the flags, with PARL's MAPPO hyperparameters as defaults."""
@@ -202,10 +208,13 @@ def train(config: Config) -> TrainResult:
     episode_length = eval_env.max_step
     logdir = config.logdir or os.path.join("train_log", f"MAPPO_{config.env}")
     paths = _checkpoint_paths(logdir, eval_env.n)
-    resuming = config.resume and all(os.path.exists(p) for p in paths)
+    # any file resumes (one missing is an error below): a run with another number of agents
+    # must be refused, not start afresh over the checkpoint files it finds
+    found = [p for p in paths if os.path.exists(p)]
+    resuming = config.resume and bool(found)
     if resuming:  # before any actor starts
-        written = load_file(paths[0]).get("extra", {})
-        refuse_other_flags(make_parser(), config, written, CHECKED_FLAGS, logdir)
+        written = load_file(found[0]).get("extra", {})
+        refuse_other_flags(make_parser(), config, written, checked_flags(config), logdir)
     envs = MultiAgentVectorEnv.make(
         config.env,
         config.env_num,
@@ -269,7 +278,7 @@ def train(config: Config) -> TrainResult:
                             counters={"total_steps": total_steps, "update": update},
                             extra={
                                 "eval_history": result.eval_history,
-                                **{flag: getattr(config, flag) for flag in CHECKED_FLAGS},
+                                **{flag: getattr(config, flag) for flag in checked_flags(config)},
                             },
                         )
     finally:

@@ -51,6 +51,12 @@ CHECKED_FLAGS = {
 }  # fmt: skip
 
 
+def checked_flags(args: Any) -> dict[str, Any]:
+    """``CHECKED_FLAGS`` and ``--env``: another env's checkpoint would load wherever its networks
+    have the same shapes (taken as this run's env where a checkpoint does not record it)."""
+    return {**CHECKED_FLAGS, "env": args.env}
+
+
 class EpisodeMemory:
     """The last ``size`` episodes, each ``slots`` steps long (padding: ``filled = 1``)."""
 
@@ -191,7 +197,7 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
     extra = {
         "exploration": agent.exploration, "global_step": agent.global_step,
         "reward_stats": agent.reward_stats_state(),
-        **{flag: getattr(args, flag) for flag in CHECKED_FLAGS},
+        **{flag: getattr(args, flag) for flag in checked_flags(args)},
     }  # fmt: skip
     with ctrl_c_deferred():
         agent.save_checkpoint(os.path.join(args.logdir, "checkpoint.pt"), counters, extra)
@@ -204,7 +210,7 @@ def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[n
     # an optimizer's state loads into either class, and another network would not load: name
     # the flags that differ before anything is restored
     written = load_file(path).get("extra", {})
-    refuse_other_flags(make_parser(), args, written, CHECKED_FLAGS, args.logdir)
+    refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
     counters, extra = agent.restore_checkpoint(path)
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
     agent.load_reward_stats_state(extra.get("reward_stats"))

@@ -101,6 +101,22 @@ def test_maddpg_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) 
     assert "done: 2 episodes, 100 steps" in log
 
 
+def test_maddpg_resume_refuses_another_env(run_python: RunPython, tmp_path: Path) -> None:
+    """Foraging with and without ``-coop`` has the same spaces: the checkpoint would load and the
+    run go on in another game; the resume is refused by ``--env``."""
+    small = ["--max_episodes", "1", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    args = [*small, "--warmup_size", "1000", "--logdir", str(tmp_path)]
+    run_example(run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3")
+    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
+    argv = [str(script), "--no_progress", *args, "--env", "Foraging-5x5-2p-1f-v3", "--resume"]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert (
+        "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
+        "Foraging-5x5-2p-1f-v3" in proc.stderr
+    ), proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("as_terminal", [False, True], ids=["bootstraps", "terminal"])
 def test_the_time_limit_is_stored_as_terminal_only_when_asked(
     run_python: RunPython, tmp_path: Path, as_terminal: bool

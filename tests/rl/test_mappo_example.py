@@ -190,6 +190,26 @@ except RuntimeError as exc:
     assert "REFUSED the checkpoint files in" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_mappo_example_refuses_to_resume_on_another_env(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """simple_tag has four agents where simple_spread has three: the resume is refused by
+    ``--env`` instead of starting afresh over the three checkpoint files it finds."""
+    logdir = tmp_path / "run"
+    args = [*SMALL, "--train_total_steps", "50", "--test_every_steps", "50", "--eval_episodes"]
+    args += ["1", "--logdir", str(logdir)]
+    _run_mains(run_python, [[*args, "--env", "simple_spread"]])
+    written = (logdir / "checkpoint_agent0.pt").read_bytes()
+    argv = [str(MAPPO_DIR / "train.py"), *args, "--env", "simple_tag", "--resume"]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert "written with --env simple_spread; this run is with --env simple_tag" in proc.stderr, (
+        proc.stderr[-2000:]
+    )
+    assert (logdir / "checkpoint_agent0.pt").read_bytes() == written
+    assert not (logdir / "checkpoint_agent3.pt").exists()
+
+
 def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
     """Foraging forbids some actions (a move into a wall, a load with no food beside) and
     MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging itself,

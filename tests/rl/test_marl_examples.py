@@ -88,6 +88,25 @@ def test_marl_example_runs_where_agents_see_different_amounts(
     assert "done: " in log
 
 
+@pytest.mark.parametrize("name", list(OWN))
+def test_marl_example_refuses_to_resume_on_another_env(
+    run_python: RunPython, tmp_path: Path, name: str
+) -> None:
+    """Foraging with and without ``-coop`` has the same spaces: the checkpoint would load and the
+    run go on in another game; the resume is refused by ``--env``."""
+    short = ["--train_total_steps", "50", "--test_every_steps", "50", "--eval_episodes", "1"]
+    args = [*short, *OWN[name], "--logdir", str(tmp_path)]
+    run_example(run_python, name, *args, "--env", "Foraging-5x5-2p-1f-coop-v3")
+    script = str(REPO_ROOT / "examples" / name / "train.py")
+    argv = [script, "--no_progress", *args, "--env", "Foraging-5x5-2p-1f-v3", "--resume"]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert (
+        "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
+        "Foraging-5x5-2p-1f-v3" in proc.stderr
+    ), proc.stderr[-2000:]
+
+
 def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     run_python: RunPython,
 ) -> None:
