@@ -193,6 +193,13 @@ class COMA(Algorithm):
                 f"COMA.learn: batch lacks {missing}; it needs {list(_BATCH_KEYS)} (PARL's agent "
                 f"adds actor_inputs, critic_inputs and critic_inputs_next)"
             )
+        for key in _BATCH_KEYS:
+            if not isinstance(batch[key], torch.Tensor):
+                raise TypeError(
+                    f"COMA.learn: batch[{key!r}] must be a torch.Tensor, got "
+                    f"{type(batch[key]).__name__} (PARL's agent converts the episodes with "
+                    "torch.as_tensor)"
+                )
         ep_num, tr_num = batch["r"].shape[:2]
         for key, (shape, rank) in _BATCH_KEYS.items():
             tensor = batch[key]
@@ -212,6 +219,9 @@ class COMA(Algorithm):
                 f"batch['u'] (E, T, n_agents, 1), got {tuple(batch['avail_u'].shape)} and "
                 f"{tuple(batch['u'].shape)}"
             )
+        if batch["u"].is_floating_point() and not torch.equal(batch["u"], batch["u"].round()):
+            # .long() would truncate them: the critic would learn other actions than were taken
+            raise ValueError("COMA.learn: batch['u'] must hold integer action indices")
         u = batch["u"].long()
         if bool(((u < 0) | (u >= self.n_actions)).any()):
             raise ValueError(f"COMA.learn: batch['u'] holds actions outside [0, {self.n_actions})")

@@ -168,6 +168,17 @@ def test_coma_rejects_actions_outside_the_available_action_mask() -> None:
         _alg().learn(batch, 0.1)
 
 
+def test_coma_rejects_arrays_and_fractional_actions() -> None:
+    batch = _batch()
+    batch["avail_u"] = batch["avail_u"].numpy()  # type: ignore[assignment]
+    with pytest.raises(TypeError, match=r"batch\['avail_u'\] must be a torch.Tensor, got ndarray"):
+        _alg().learn(batch, 0.1)
+    batch = _batch()
+    batch["u"] = batch["u"].float() + 0.5  # not truncated into other actions
+    with pytest.raises(ValueError, match="integer action indices"):
+        _alg().learn(batch, 0.1)
+
+
 def test_coma_rejects_mismatched_episode_lengths_and_missing_keys() -> None:
     batch = _batch()
     batch["isover"] = batch["isover"][:, :-1]
