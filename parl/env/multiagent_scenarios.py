@@ -270,6 +270,10 @@ class ForagingParallelEnv:
     def reset(
         self, seed: int | None = None, options: dict | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        # lbforaging spawns a player only on a cell free of every player's position, the last
+        # episode's too: forgotten here, an episode is a function of its seed alone
+        for player in self._game.players:
+            player.position = None
         self._obs, _ = self._env.reset(seed=seed, options=options)
         return self._per_agent(self._obs), {a: {} for a in self.possible_agents}
 

@@ -172,6 +172,21 @@ def test_the_same_seed_gives_the_same_episode() -> None:
     assert not all(np.array_equal(a, b) for a, b in zip(first, episode(8, False), strict=True))
 
 
+@pytest.mark.parametrize("name", ["simple_tag", FORAGING])
+def test_a_seed_gives_the_same_episode_whatever_came_before(name: str) -> None:
+    """lbforaging spawns players away from where the last episode left them: an env that has
+    played must reset to a seed's episode as a fresh one does (a resumed run meets it so)."""
+    with MAenv(name) as fresh, MAenv(name) as played:
+        rng = np.random.default_rng(0)
+        for seed in range(8):
+            played.reset(seed=seed)  # the players start on the cells the seed spawns them on
+            for _ in range(2):
+                played.step(_random_actions(played, rng))
+            first = np.concatenate(fresh.reset(seed=seed))
+            np.testing.assert_array_equal(np.concatenate(played.reset(seed=seed)), first)
+            np.testing.assert_array_equal(played.get_avail_actions(), fresh.get_avail_actions())
+
+
 def test_mpe_allows_every_action_and_pads_shorter_masks() -> None:
     with MAenv("simple_speaker_listener") as env:
         env.reset(seed=0)
