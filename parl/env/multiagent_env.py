@@ -250,7 +250,9 @@ class MAenv:
     def state(self) -> np.ndarray:
         """The global state (MPE's and foraging's: every agent's observation side by side),
         float32."""
-        if self._state_is_obs and self._obs:
+        if not self._obs:
+            raise RuntimeError("state() before reset(): call reset() first")
+        if self._state_is_obs:
             return np.concatenate(self._obs, axis=None).astype(np.float32, copy=False)
         return np.asarray(self.env.state(), dtype=np.float32)
 
@@ -271,13 +273,13 @@ class MAenv:
         agent_id = check_int("agent_id", agent_id, low=0, high=self.n - 1)
         if self._masks is None:
             return np.ones(self.act_shape_n[agent_id], dtype=bool)
-        return self._masks()[agent_id]
+        return self._current_masks("get_avail_agent_actions()")[agent_id]
 
     def get_avail_actions(self) -> np.ndarray:
         """Every agent's available actions, shape ``(n, n_actions)`` (bool); an agent with
         fewer actions than ``n_actions`` has its row padded with False."""
         masks = (
-            self._masks()
+            self._current_masks("get_avail_actions()")
             if self._masks is not None
             else [np.ones(size, dtype=bool) for size in self.act_shape_n]
         )
@@ -285,6 +287,13 @@ class MAenv:
         for i, mask in enumerate(masks):
             out[i, : len(mask)] = mask
         return out
+
+    def _current_masks(self, what: str) -> list[np.ndarray]:
+        """The env's own masks, which read its field: there is none before the first reset."""
+        assert self._masks is not None
+        if not self._obs:
+            raise RuntimeError(f"{what} before reset(): call reset() first")
+        return self._masks()
 
     def get_env_info(self) -> dict[str, Any]:
         """SMAC's summary: ``n_agents``, ``n_actions``, ``obs_shape`` (the largest),

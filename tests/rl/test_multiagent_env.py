@@ -288,6 +288,12 @@ def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
         MAenv("simple", max_cycles=0)
     with pytest.raises(RuntimeError, match="before reset"):
         spread.step([0, 0, 0])
+    with pytest.raises(RuntimeError, match=r"state\(\) before reset"):
+        spread.state()
+    with MAenv(FORAGING) as env:  # its masks read the field, which the first reset lays out
+        for call in (env.state, env.get_avail_actions, lambda: env.get_avail_agent_actions(0)):
+            with pytest.raises(RuntimeError, match="before reset"):
+                call()
     spread.reset(seed=0)
     with pytest.raises(ValueError, match="list of 3 actions"):
         spread.step([0, 0])
