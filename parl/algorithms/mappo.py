@@ -266,7 +266,17 @@ class MAPPO(Algorithm):
                 f"component is expected, and model.policy returns {len(heads)} component(s); "
                 f"pass the (B, {len(heads)}) actions sample returned"
             )
+        if actions.is_floating_point() and not torch.equal(actions, actions.round()):
+            # .long() would truncate them into other actions than were taken
+            raise ValueError("MAPPO.learn: discrete actions must hold integer action indices")
         actions = actions.long()  # rollout buffers often store them as floats
+        for i, logits in enumerate(heads):
+            outside = (actions[:, i] < 0) | (actions[:, i] >= logits.shape[-1])
+            if bool(outside.any()):
+                raise ValueError(
+                    f"MAPPO.learn: actions[:, {i}] holds indices outside [0, "
+                    f"{logits.shape[-1]}): {actions[:, i][outside].unique().tolist()}"
+                )
         log_probs, entropies = [], []
         for i, logits in enumerate(heads):
             log_prob, entropy = categorical_log_prob_entropy(logits, actions[:, i])

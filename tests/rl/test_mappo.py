@@ -205,6 +205,8 @@ def _batch(rows: int = 8, heads: int = 1) -> dict[str, torch.Tensor]:
         ({"active_masks": torch.ones(9)}, r"active_masks must have shape \(8, 1\)"),
         ({"actions": torch.zeros(8, 2)}, r"model.policy returns 1 component"),
         ({"actions": torch.zeros(6, 1)}, r"actions has shape \(6, 1\), but obs has 8 rows"),
+        ({"actions": torch.full((8, 1), 3)}, r"actions\[:, 0\] holds indices outside \[0, 3\)"),
+        ({"actions": torch.full((8, 1), 1.5)}, r"must hold integer action indices"),
         ({"old_log_probs": torch.zeros(8, 3)}, r"old_log_probs have shape \(8, 3\)"),
         ({"obs": np.zeros((8, CONTEXTS), np.float32)}, r"obs must be a torch.Tensor.*to_tensor"),
         ({"obs": torch.zeros(CONTEXTS)}, r"obs must be a batch \(B, dim\)"),
