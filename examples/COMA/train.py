@@ -35,6 +35,7 @@ from parl.utils.train_flags import (
     add_legacy_dynamics_flag,
     example_parser,
     non_negative_int,
+    positive_int,
     refuse_other_flags,
 )
 
@@ -187,7 +188,9 @@ def make_parser() -> argparse.ArgumentParser:
         help={"env": "an MPE scenario (simple_spread, ...) or a foraging id"},
     )
     add_legacy_dynamics_flag(parser)
-    parser.add_argument("--episodes_per_iteration", default=5, type=int, help="episodes per update")
+    parser.add_argument(
+        "--episodes_per_iteration", default=5, type=positive_int, help="episodes per update"
+    )
     parser.add_argument("--actor_lr", default=1e-4, type=float, help="the actor's learning rate")
     parser.add_argument("--critic_lr", default=1e-3, type=float, help="the critic's learning rate")
     parser.add_argument("--gamma", default=0.99, type=float, help="discount factor")
@@ -201,7 +204,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--min_epsilon", default=0.02, type=float, help="final exploration share")
     parser.add_argument(
-        "--target_update_cycle", default=200, type=int,
+        "--target_update_cycle", default=200, type=positive_int,
         help="updates between two copies into the target critic",
     )  # fmt: skip
     parser.add_argument(

@@ -35,6 +35,8 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    non_negative_int,
+    positive_int,
     refuse_other_flags,
 )
 
@@ -268,32 +270,39 @@ def make_parser() -> argparse.ArgumentParser:
         "did (by default the critic bootstraps there)",
     )
     add_legacy_dynamics_flag(parser)
-    parser.add_argument("--max_episodes", type=int, default=25_000, help="episodes to train for")
+    parser.add_argument(
+        "--max_episodes", type=positive_int, default=25_000, help="episodes to train for"
+    )
     parser.add_argument(
         "--test_every_episodes",
-        type=int,
+        type=positive_int,
         default=1000,
         help="evaluate and write a checkpoint every this many episodes",
     )
-    parser.add_argument("--batch_size", type=int, default=1024, help="transitions per update")
     parser.add_argument(
-        "--learn_every", type=int, default=100, help="env steps between two updates of an agent"
+        "--batch_size", type=positive_int, default=1024, help="transitions per update"
+    )
+    parser.add_argument(
+        "--learn_every",
+        type=positive_int,
+        default=100,
+        help="env steps between two updates of an agent",
     )
     parser.add_argument(
         "--warmup_size",
-        type=int,
+        type=non_negative_int,
         default=None,
         help="transitions stored before learning starts (default: batch_size * 25, PARL's)",
     )
     parser.add_argument(
-        "--memory_size", type=int, default=int(1e5), help="replay memory size per agent"
+        "--memory_size", type=positive_int, default=int(1e5), help="replay memory size per agent"
     )
     parser.add_argument(
         "--save_rpm", action="store_true", help="checkpoint the replay memories too"
     )
     parser.add_argument(
         "--stop_after_episodes",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="end this run early, as if interrupted",
     )

@@ -40,6 +40,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    positive_int,
     refuse_other_flags,
 )
 
@@ -377,9 +378,14 @@ def make_parser() -> argparse.ArgumentParser:
         },
         zero_eval_episodes=True,
     )
-    parser.add_argument("--env_num", type=int, default=defaults.env_num, help="parallel envs")
     parser.add_argument(
-        "--num_workers", type=int, default=defaults.num_workers, help="actors stepping the envs"
+        "--env_num", type=positive_int, default=defaults.env_num, help="parallel envs"
+    )
+    parser.add_argument(
+        "--num_workers",
+        type=positive_int,
+        default=defaults.num_workers,
+        help="actors stepping the envs",
     )
     parser.add_argument(
         "--continuous_actions",
@@ -388,10 +394,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     add_legacy_dynamics_flag(parser)
     parser.add_argument(
-        "--ppo_epoch", type=int, default=defaults.ppo_epoch, help="passes over a rollout"
+        "--ppo_epoch", type=positive_int, default=defaults.ppo_epoch, help="passes over a rollout"
     )
     parser.add_argument(
-        "--num_mini_batch", type=int, default=defaults.num_mini_batch, help="minibatches per pass"
+        "--num_mini_batch",
+        type=positive_int,
+        default=defaults.num_mini_batch,
+        help="minibatches per pass",
     )
     parser.add_argument("--lr", type=float, default=defaults.lr, help="Adam learning rate")
     for name, text in (

@@ -37,6 +37,7 @@ from parl.utils.train_flags import (
     add_legacy_dynamics_flag,
     example_parser,
     non_negative_int,
+    positive_int,
     refuse_other_flags,
 )
 
@@ -301,8 +302,10 @@ def make_parser() -> argparse.ArgumentParser:
         help={"env": "an MPE scenario (simple_spread, ...) or a foraging id"},
     )
     add_legacy_dynamics_flag(parser)
-    parser.add_argument("--batch_size", default=32, type=int, help="episodes per update")
-    parser.add_argument("--buffer_size", default=5000, type=int, help="episodes kept for replay")
+    parser.add_argument("--batch_size", default=32, type=positive_int, help="episodes per update")
+    parser.add_argument(
+        "--buffer_size", default=5000, type=positive_int, help="episodes kept for replay"
+    )
     parser.add_argument("--lr", default=5e-4, type=float, help="the optimizer's learning rate")
     parser.add_argument(
         "--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
@@ -318,12 +321,12 @@ def make_parser() -> argparse.ArgumentParser:
         "--clip_grad_norm", default=10.0, type=float, help="clip the gradients' global norm"
     )
     parser.add_argument(
-        "--exploration_steps", default=100_000, type=int,
+        "--exploration_steps", default=100_000, type=positive_int,
         help="environment steps over which epsilon falls from 1 to --min_exploration",
     )  # fmt: skip
     parser.add_argument("--min_exploration", default=0.05, type=float, help="final epsilon")
     parser.add_argument(
-        "--update_target_interval", default=200, type=int,
+        "--update_target_interval", default=200, type=positive_int,
         help="updates between two copies into the target networks",
     )  # fmt: skip
     parser.add_argument(
@@ -334,8 +337,10 @@ def make_parser() -> argparse.ArgumentParser:
         "--no_last_action", dest="last_action", action="store_false",
         help="leave the last action out of the agents' inputs (EPyMARL's QMIX)",
     )  # fmt: skip
-    parser.add_argument("--rnn_hidden_dim", default=64, type=int, help="the agents' network width")
-    parser.add_argument("--mixing_embed_dim", default=32, type=int, help="mixer width")
+    parser.add_argument(
+        "--rnn_hidden_dim", default=64, type=positive_int, help="the agents' network width"
+    )
+    parser.add_argument("--mixing_embed_dim", default=32, type=positive_int, help="mixer width")
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the episode memory too")
     parser.add_argument(
         "--stop_after_steps", type=non_negative_int, default=0,

@@ -1,5 +1,6 @@
 """What the multi-agent env tests share: the ``multiagent`` extra must be there under ``CI=true``
-(CI installs it), and a serial loop over ``MAenv`` that a vector env must reproduce."""
+(CI installs it), a serial loop over ``MAenv`` that a vector env must reproduce, and a check
+that an example's parser refuses flag values it cannot run with."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from parl.env.multiagent_env import MAenv
+
+from .conftest import REPO_ROOT, RunPython
 
 
 def require_multiagent() -> None:
@@ -79,3 +82,25 @@ class SerialLoop:
             masks,
             finals,
         )
+
+
+def assert_flags_refused(run_python: RunPython, example: str, flags: list[str]) -> None:
+    """``examples/<example>/train.py``'s parser refuses each of ``flags`` at 0 (and at -1) by
+    name, where the run would divide by zero, index an empty list or never learn."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
+import train
+for flag in {flags!r}:
+    for value in ("0", "-1"):
+        try:
+            train.make_parser().parse_args([flag, value])
+        except SystemExit:
+            continue
+        print("ACCEPTED", flag, value)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ACCEPTED" not in proc.stdout, proc.stdout
+    for flag in flags:
+        assert f"argument {flag}: must be 1 or more, got 0" in proc.stderr, proc.stderr[-3000:]

@@ -12,6 +12,7 @@ import torch
 
 from . import test_offpolicy_examples as offpolicy
 from .conftest import REPO_ROOT, RunPython
+from .multiagent_support import assert_flags_refused
 
 pytestmark = pytest.mark.slow  # the example script, run for real
 
@@ -168,3 +169,10 @@ def test_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
         argv = [str(script), "--no_progress", *args, "--continuous_actions", *other, "--resume"]
         proc = run_python(args=argv, timeout=180)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_maddpg_example_refuses_counts_it_cannot_run_with(run_python: RunPython) -> None:
+    """A count of 0 stopped the run with a ZeroDivisionError or an IndexError, or (a batch of
+    0) trained nothing for the whole run."""
+    counts = ["--max_episodes", "--test_every_episodes", "--batch_size", "--learn_every"]
+    assert_flags_refused(run_python, "MADDPG", [*counts, "--memory_size"])

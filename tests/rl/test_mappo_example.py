@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO_ROOT, RunPython
-from .multiagent_support import require_multiagent
+from .multiagent_support import assert_flags_refused, require_multiagent
 
 require_multiagent()  # a failure under CI=true, where the extra is installed
 pytestmark = pytest.mark.slow  # the example script, run for real
@@ -223,3 +223,10 @@ def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -
         ],
     )
     assert result["total_steps"] == 400 and len(result["eval_history"]) == 1
+
+
+def test_mappo_example_refuses_counts_it_cannot_run_with(run_python: RunPython) -> None:
+    """No env or actor stopped the run with an error from inside it; no PPO epoch trained
+    nothing for the whole run."""
+    flags = ["--env_num", "--num_workers", "--ppo_epoch", "--num_mini_batch"]
+    assert_flags_refused(run_python, "MAPPO", flags)

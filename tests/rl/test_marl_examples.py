@@ -13,6 +13,7 @@ import torch
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from .conftest import REPO_ROOT, RunPython
+from .multiagent_support import assert_flags_refused
 from .test_offpolicy_examples import assert_same_weights, run_example
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
@@ -222,3 +223,21 @@ def test_qmix_agent_standardises_rewards_with_the_real_steps_statistics(
         expected = (reward - agent.reward_stats.mean) / np.sqrt(agent.reward_stats.var)
         np.testing.assert_allclose(out[filled == 0], expected[filled == 0], rtol=1e-5)
     assert agent.reward_stats_state()["count"] == pytest.approx(3 * 16, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        (
+            "QMIX",
+            ["--batch_size", "--buffer_size", "--exploration_steps", "--update_target_interval"]
+            + ["--rnn_hidden_dim", "--mixing_embed_dim"],
+        ),
+        ("COMA", ["--episodes_per_iteration", "--target_update_cycle"]),
+    ],
+)
+def test_marl_example_refuses_counts_it_cannot_run_with(
+    run_python: RunPython, name: str, flags: list[str]
+) -> None:
+    """A count of 0 stopped the run with a ZeroDivisionError or an IndexError."""
+    assert_flags_refused(run_python, name, flags)
