@@ -170,6 +170,12 @@ def open_env(
             raise ImportError(
                 f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_INSTALL}"
             ) from exc
+        if kwargs.get("render_mode") not in (None, "human", "rgb_array"):
+            # mpe2 takes any mode and then renders nothing
+            raise ValueError(
+                f"render_mode={kwargs['render_mode']!r}: MPE renders 'human' (a window) or "
+                "'rgb_array' (frames), or nothing with None"
+            )
         steps = MPE_STEPS if max_cycles is None else max_cycles
         env = module.parallel_env(
             **{

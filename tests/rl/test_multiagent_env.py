@@ -286,6 +286,8 @@ def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
         MAenv("Foraging-3x3-2p-2f-v3")
     with pytest.raises(ValueError, match="max_cycles"):
         MAenv("simple", max_cycles=0)
+    with pytest.raises(ValueError, match="render_mode='rgb'"):  # rendered nothing, silently
+        MAenv("simple", render_mode="rgb")
     with pytest.raises(RuntimeError, match="before reset"):
         spread.step([0, 0, 0])
     with pytest.raises(RuntimeError, match=r"state\(\) before reset"):
