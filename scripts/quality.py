@@ -420,7 +420,7 @@ EXPERIMENTS = {
             bin=1_000, variant="continuous_legacy", seeds=(0,),
             baseline={"name": "PARL's published training curve (continuous actions)",
                       "value": -72},
-            note="one seed; the budget is PARL's 100,000 episodes of 25 steps",
+            note="one seed; PARL's budget is 100,000 episodes of 25 steps",
         ),
         Experiment(
             "MAML++", "maml", "MAML", "sine", 40_000, 500,
@@ -518,11 +518,16 @@ def finished(
         folder = logdir(logroot, experiment, seed)
         points: list[tuple[int, float]] = []
         first = last = None
+        # a run that went on past the budget (stopped by hand later) is read up to the budget:
+        # binned values to it exactly, evaluations with the slack of a last episode past it
+        limit = steps if experiment.bin else steps + experiment.every // 2
         for path in sorted(Path(folder).rglob("*tfevents*")) if os.path.isdir(folder) else []:
             events = EventAccumulator(str(path), size_guidance={"scalars": 0})
             events.Reload()
             for tag in events.Tags()["scalars"]:
                 for event in events.Scalars(tag):
+                    if event.step > limit:
+                        continue
                     first = event.wall_time if first is None else min(first, event.wall_time)
                     last = event.wall_time if last is None else max(last, event.wall_time)
                     if tag == experiment.tag:
@@ -642,17 +647,12 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         import plot_curves
 
         curve = os.path.join(args.plot_dir, f"{experiment.name}.svg")
-        series = []
-        for run in runs:
-            if run["seed"] in trained:
-                points = plot_curves.read_scalars(
-                    logdir(args.logroot, experiment, run["seed"]), experiment.tag
-                )
-                if experiment.bin:
-                    points = plot_curves.bin_points(points, experiment.bin)
-            else:  # a kept seed: its logs may be gone, its evaluations are in its record
-                points = [(float(x), float(y)) for x, y in run.get("evaluations") or []]
-            series.append((f"seed {run['seed']}", points))
+        # every run's evaluations as recorded (a kept seed's logs may be gone; a run that went
+        # on past the budget is drawn up to it)
+        series = [
+            (f"seed {run['seed']}", [(float(x), float(y)) for x, y in run.get("evaluations") or []])
+            for run in runs
+        ]
         plot_curves.write_svg(
             curve, series, f"{experiment.algorithm} on {experiment.env}",
             f"environment {unit}" if unit == "steps" else unit, experiment.metric,

@@ -153,6 +153,40 @@ def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "not a readable record" in proc.stderr
 
 
+def test_quality_reads_a_run_that_went_past_the_budget_up_to_it(tmp_path: Path) -> None:
+    """A run stopped by hand after ``--steps`` is recorded as the run to ``--steps``: its final
+    figure, its best, its curve and its binned values (per episode, MADDPG's) end there."""
+    import json
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+
+    experiment = quality.EXPERIMENTS["maddpg_continuous_legacy_simple_spread"]
+    width = experiment.bin
+    summary.set_dir(quality.logdir(str(tmp_path / "runs"), experiment, 0))
+    for episode in range(1, 4 * width + 1):  # bins: -30, -20, -10 and, past the budget, -5
+        summary.add_scalar(experiment.tag, (-30.0, -20.0, -10.0, -5.0)[(episode - 1) // width],
+                           episode)  # fmt: skip
+    summary.close()
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "quality.py"), experiment.name, "--report",
+         "--seeds", "0", "--steps", str(3 * width), "--logroot", str(tmp_path / "runs"),
+         "--plot_dir", str(tmp_path / "pics")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "runs" / f"{experiment.name}.json").read_text())
+    (run,) = record["figures"]["per_seed"]
+    assert run["final"] == -10.0 and run["best"] == -10.0
+    assert run["evaluations"] == [[width, -30.0], [2 * width, -20.0], [3 * width, -10.0]]
+    assert record["budget"] == {"env_steps": None, "episodes": 3 * width}
+    svg = ET.parse(tmp_path / "pics" / f"{experiment.name}.svg").getroot()
+    (line,) = svg.findall(f"{SVG}polyline")
+    assert len(line.get("points", "").split()) == 3
+
+
 def test_quality_baselines_are_read_from_a_record_and_from_a_dataset(tmp_path: Path) -> None:
     """A ``record`` baseline is the published record's mean over the seeds of the run (only
     those it holds, said in a note); a ``dataset`` baseline is the dataset's mean episode
