@@ -32,7 +32,6 @@ from mujoco_model import MujocoModel
 from tqdm import tqdm
 
 from parl.algorithms import CQL
-from parl.core.checkpoint import load_file
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
 from parl.utils.offline_data import (
@@ -42,7 +41,7 @@ from parl.utils.offline_data import (
     load_d4rl_hdf5,
     load_minari,
 )
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_run
 
 BATCH_SIZE = 256
 GAMMA = 0.99
@@ -93,24 +92,6 @@ def check_fits(dataset: dict[str, np.ndarray], env: Any, args: argparse.Namespac
             f"--dataset {args.dataset} has observations of {sizes[0]} values and actions of "
             f"{sizes[1]}, but {args.env} has {wanted[0]} and {wanted[1]}: pass the --env the "
             "dataset was collected on"
-        )
-
-
-def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
-    """Refuse to resume from a checkpoint of other flags or another dataset, or from none."""
-    if not os.path.exists(checkpoint):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
-    written = load_file(checkpoint).get("extra", {})
-    checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
-    refuse_other_flags(make_parser(), args, written, checked, args.logdir)
-    if written.get("dataset_digest", digest) != digest:
-        raise ValueError(
-            f"the checkpoint in {args.logdir} was trained on --dataset {written['dataset']}, and "
-            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
-            "that wrote it"
         )
 
 
@@ -169,7 +150,7 @@ def main(argv: list[str] | None = None) -> float:
     digest = dataset_digest(dataset)
     start = 0
     if args.resume:
-        refuse_other_run(checkpoint, args, digest)
+        refuse_other_run(make_parser(), args, checkpoint, CHECKED_FLAGS, digest)
         counters, extra = agent.restore_checkpoint(checkpoint)
         start = int(counters["total_steps"])
         algorithm.current_steps = int(extra["cql_updates"])

@@ -30,7 +30,6 @@ from tqdm import tqdm
 
 from parl.algorithms import DecisionTransformer
 from parl.algorithms.trajectory_model import TrajectoryModel
-from parl.core.checkpoint import load_file
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import TrajectorySampler, logger, set_seed, summary
 from parl.utils.offline_data import (
@@ -39,7 +38,7 @@ from parl.utils.offline_data import (
     dataset_digest,
     load_episodes,
 )
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_run
 
 # the return-to-go each evaluation episode asks for, as in the paper's Table of hyperparameters
 TARGET_RETURNS = {"halfcheetah": 6000.0, "hopper": 3600.0, "walker2d": 5000.0}
@@ -112,24 +111,6 @@ def run_evaluate_episodes(agent, env, sampler, args, seed: int) -> float:  # typ
     return total / args.eval_episodes
 
 
-def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
-    """Refuse to resume from a checkpoint of other flags or another dataset, or from none."""
-    if not os.path.exists(checkpoint):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
-    written = load_file(checkpoint).get("extra", {})
-    checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
-    refuse_other_flags(make_parser(), args, written, checked, args.logdir)
-    if written.get("dataset_digest", digest) != digest:
-        raise ValueError(
-            f"the checkpoint in {args.logdir} was trained on --dataset {written['dataset']}, and "
-            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
-            "that wrote it"
-        )
-
-
 def evaluate(agent, env, sampler, args, step: int) -> float:  # type: ignore[no-untyped-def]
     avg_reward = run_evaluate_episodes(agent, env, sampler, args, args.seed + 10_000)
     summary.add_scalar("eval/episode_reward", avg_reward, step)
@@ -176,7 +157,7 @@ def main(argv: list[str] | None = None) -> float:
     digest = dataset_digest(episodes)
     start = 0
     if args.resume:
-        refuse_other_run(checkpoint, args, digest)
+        refuse_other_run(make_parser(), args, checkpoint, CHECKED_FLAGS, digest)
         counters, extra = agent.restore_checkpoint(checkpoint)
         sampler.rng.bit_generator.state = json.loads(extra["sampler_rng"])
         start = int(counters["total_steps"])

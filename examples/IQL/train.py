@@ -26,7 +26,6 @@ from mujoco_model import MujocoModel
 from tqdm import tqdm
 
 from parl.algorithms import IQL
-from parl.core.checkpoint import load_file
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
 from parl.utils.offline_data import (
@@ -36,7 +35,7 @@ from parl.utils.offline_data import (
     load_d4rl_hdf5,
     load_minari,
 )
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_flags
+from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_run
 
 EVAL_EPISODES = 10
 BATCH_SIZE = 256
@@ -86,24 +85,6 @@ def check_fits(dataset: dict[str, np.ndarray], env: Any, args: argparse.Namespac
         )
 
 
-def refuse_other_run(checkpoint: str, args: argparse.Namespace, digest: str) -> None:
-    """Refuse to resume from a checkpoint of other flags or another dataset, or from none."""
-    if not os.path.exists(checkpoint):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
-    written = load_file(checkpoint).get("extra", {})
-    checked = {flag: getattr(args, flag) for flag in CHECKED_FLAGS}
-    refuse_other_flags(make_parser(), args, written, checked, args.logdir)
-    if written.get("dataset_digest", digest) != digest:
-        raise ValueError(
-            f"the checkpoint in {args.logdir} was trained on --dataset {written['dataset']}, and "
-            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
-            "that wrote it"
-        )
-
-
 def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  # type: ignore[no-untyped-def]
     total = 0.0
     for i in range(eval_episodes):
@@ -147,7 +128,7 @@ def main(argv: list[str] | None = None) -> float:
     checkpoint = os.path.join(args.logdir, "checkpoint.pt")
     start = 0
     if args.resume:
-        refuse_other_run(checkpoint, args, digest)
+        refuse_other_run(make_parser(), args, checkpoint, CHECKED_FLAGS, digest)
         counters, _ = agent.restore_checkpoint(checkpoint)
         start = int(counters["total_steps"])
         logger.info("resumed from %s at step %d", args.logdir, start)

@@ -254,3 +254,39 @@ def refuse_other_flags(
             f"{' and '.join(flag_text(parser, d, getattr(args, d)) for d in differ)}: resume "
             "with the flags of the run that wrote it"
         )
+
+
+def refuse_other_run(
+    parser: argparse.ArgumentParser,
+    args: Any,
+    checkpoint: str,
+    flags: Sequence[str],
+    dataset_digest: str,
+) -> None:
+    """Refuse ``--resume`` from ``checkpoint`` when there is none, when it was written with other
+    values of ``flags``, or when it trained on other data than ``dataset_digest`` (an offline
+    example's ``parl.utils.offline_data.dataset_digest`` of its dataset, which the checkpoint
+    records beside the flags; a checkpoint that records neither is taken to match).
+
+    Raises:
+        FileNotFoundError: no checkpoint.
+        ValueError: a flag or the data differ.
+    """
+    import os
+
+    from parl.core.checkpoint import load_file  # torch: only when resuming
+
+    if not os.path.exists(checkpoint):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
+            "--logdir of the run to continue"
+        )
+    written = load_file(checkpoint).get("extra", {})
+    where = os.path.dirname(checkpoint)
+    refuse_other_flags(parser, args, written, {flag: getattr(args, flag) for flag in flags}, where)
+    if written.get("dataset_digest", dataset_digest) != dataset_digest:
+        raise ValueError(
+            f"the checkpoint in {where} was trained on --dataset {written['dataset']}, and "
+            f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
+            "that wrote it"
+        )
