@@ -41,7 +41,12 @@ from parl.utils.offline_data import (
     load_d4rl_hdf5,
     load_minari,
 )
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_run
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_other_env,
+    refuse_other_run,
+)
 
 BATCH_SIZE = 256
 GAMMA = 0.99
@@ -83,18 +88,6 @@ def load_dataset(path: str) -> dict[str, np.ndarray]:
     return load_minari(path)
 
 
-def check_fits(dataset: dict[str, np.ndarray], env: Any, args: argparse.Namespace) -> None:
-    """Refuse a dataset collected on an env of other observation or action sizes."""
-    sizes = (dataset["observations"].shape[1], dataset["actions"].shape[1])
-    wanted = (env.observation_space.shape[0], env.action_space.shape[0])
-    if sizes != wanted:
-        raise ValueError(
-            f"--dataset {args.dataset} has observations of {sizes[0]} values and actions of "
-            f"{sizes[1]}, but {args.env} has {wanted[0]} and {wanted[1]}: pass the --env the "
-            "dataset was collected on"
-        )
-
-
 def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  # type: ignore[no-untyped-def]
     total = 0.0
     for i in range(eval_episodes):
@@ -124,7 +117,7 @@ def main(argv: list[str] | None = None) -> float:
                 args.env, args.dataset, args.seed, args.config, args.num_random)  # fmt: skip
     dataset = load_dataset(args.dataset)
     env = make_env(args.env)
-    check_fits(dataset, env, args)
+    refuse_other_env(args, env, (dataset["observations"].shape[1], dataset["actions"].shape[1]))
     set_seed(args.seed)
     obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
     model = MujocoModel(obs_dim, action_dim, args.hidden)

@@ -38,7 +38,12 @@ from parl.utils.offline_data import (
     dataset_digest,
     load_episodes,
 )
-from parl.utils.train_flags import add_common_flags, example_parser, refuse_other_run
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_other_env,
+    refuse_other_run,
+)
 
 # the return-to-go each evaluation episode asks for, as in the paper's Table of hyperparameters
 TARGET_RETURNS = {"halfcheetah": 6000.0, "hopper": 3600.0, "walker2d": 5000.0}
@@ -137,12 +142,7 @@ def main(argv: list[str] | None = None) -> float:
         pct_traj=args.pct_traj, seed=args.seed,
     )  # fmt: skip
     state_dim, act_dim = episodes[0]["observations"].shape[1], episodes[0]["actions"].shape[1]
-    if (state_dim, act_dim) != (env.observation_space.shape[0], env.action_space.shape[0]):
-        raise ValueError(
-            f"--dataset {args.dataset} has observations of {state_dim} values and actions of "
-            f"{act_dim}, but {args.env} has {env.observation_space.shape[0]} and "
-            f"{env.action_space.shape[0]}: pass the --env the dataset was collected on"
-        )
+    refuse_other_env(args, env, (state_dim, act_dim))
     model = TrajectoryModel(
         state_dim, act_dim, hidden_size=config.embed_dim, max_length=config.context,
         max_ep_len=args.max_ep_len, n_layer=config.n_layer, n_head=config.n_head,

@@ -290,3 +290,19 @@ def refuse_other_run(
             f"--dataset {args.dataset} holds other data: resume with the dataset of the run "
             "that wrote it"
         )
+
+
+def refuse_other_env(args: Any, env: Any, sizes: tuple[int, int]) -> None:
+    """Refuse ``--dataset`` whose observation and action ``sizes`` are not those of ``env`` (made
+    from ``--env``): the data was collected on another env.
+
+    Raises:
+        ValueError: the sizes differ.
+    """
+    wanted = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
+    if tuple(sizes) != wanted:
+        raise ValueError(
+            f"--dataset {args.dataset} has observations of {sizes[0]} values and actions of "
+            f"{sizes[1]}, but {args.env} has {wanted[0]} and {wanted[1]}: pass the --env the "
+            "dataset was collected on"
+        )
