@@ -7,7 +7,8 @@
 particle envs or a Kaggle file), the script's folder is copied to a
 temporary folder and a one-line ``gym.py`` that *is* gymnasium is put beside it, which is the
 same as changing ``import gym`` to ``import gymnasium as gym`` and nothing else. The script then
-runs with this Python (and so this package) under a small budget given through its own flags; the
+runs with this Python, and the ``parl`` of the checkout this script is in, under a small budget
+given through its own flags; the
 scripts that read their settings from a config module (``a2c_config.py``, ``es_config.py``) get
 the budget as a ``config.update(...)`` line appended to that module, since they have no flags
 (MAML++'s settings class gets its smaller numbers written in).
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GYM_SHIM = "import sys, gymnasium; sys.modules[__name__] = gymnasium\n"
+# the checkout this script is in: its ``parl`` is the one the scripts run against
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -217,12 +220,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def child_env(home: Path) -> dict[str, str]:
+    """The environment of a script or an ``xparl`` command: a private ``HOME``, and this
+    checkout's ``parl`` first on the path (an installed copy, or a PARL checkout on the
+    caller's ``PYTHONPATH``, would otherwise be what runs)."""
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(CHECKOUT),
+    }
+
+
 def xparl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("xparl")
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "parl.ssh.xparl"]
     return subprocess.run(
         [*command, *args],
-        env={**os.environ, "HOME": str(home)},
+        env=child_env(home),
         capture_output=True,
         text=True,
         timeout=60,
@@ -275,8 +290,7 @@ def run_one(checkout: Path, run: ScriptRun, workdir: Path) -> Outcome:
             return Outcome(run, False, f"{edit.file} no longer has {edit.old!r} once", 0.0)
         path.write_text(text.replace(edit.old, edit.new))
     argv = [a.replace("{port}", str(port)) for a in run.argv]
-    env = {**os.environ, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTHONPATH", None)
+    env = child_env(home)
     started = time.monotonic()
     if run.cluster_cpus:
         result = xparl(home, "start", "--port", str(port), "--cpu_num", str(run.cluster_cpus))

@@ -33,6 +33,7 @@ import parl
 from parl.algorithms import MAPPO
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
+from parl.env.multiagent_scenarios import check_env_id
 from parl.env.multiagent_vector_env import MultiAgentVectorEnv
 from parl.utils import logger, set_seed, summary
 from parl.utils.interrupts import ctrl_c_deferred
@@ -41,6 +42,7 @@ from parl.utils.train_flags import (
     add_legacy_dynamics_flag,
     example_parser,
     positive_int,
+    refuse_as_usage,
     refuse_other_flags,
 )
 
@@ -413,7 +415,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    refuse_as_usage(
+        parser,
+        lambda: check_env_id(
+            args.env,
+            continuous_actions=args.continuous_actions,
+            legacy_dynamics=args.legacy_dynamics,
+        ),
+    )
     return Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
 
 
@@ -422,9 +433,13 @@ def main(argv: list[str] | None = None) -> TrainResult:
     torch.set_num_threads(config.torch_threads)
     logger.info("MAPPO on %s: %s", config.env, asdict(config))
     result = train(config)
-    last = result.eval_history[-1][1] if result.eval_history else float("nan")
+    last = (
+        f"last evaluation {result.eval_history[-1][1]:.2f}"
+        if result.eval_history
+        else "no evaluation (--eval_episodes 0)"
+    )
     logger.info(
-        "done: %d steps, %.1f s of training, last evaluation %.2f; checkpoints in %s",
+        "done: %d steps, %.1f s of training, %s; checkpoints in %s",
         result.total_steps,
         result.train_seconds,
         last,

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from parl.algorithms import QMIX
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
+from parl.env.multiagent_scenarios import check_env_id
 from parl.utils import logger, set_seed, summary
 from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
@@ -38,6 +39,7 @@ from parl.utils.train_flags import (
     example_parser,
     non_negative_int,
     positive_int,
+    refuse_as_usage,
     refuse_other_flags,
 )
 
@@ -350,7 +352,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
+    return args
 
 
 if __name__ == "__main__":

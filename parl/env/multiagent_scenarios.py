@@ -119,15 +119,28 @@ def _mpe_module(name: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def check_env_id(env_id: str) -> None:
-    """Refuse, naming the known ones, a name that ``open_env`` would not open (without
-    importing mpe2 or lbforaging)."""
+def check_env_id(
+    env_id: str, *, continuous_actions: bool = False, legacy_dynamics: bool = False
+) -> None:
+    """Refuse, naming the known ones, a name that ``open_env`` would not open, and the
+    settings it would refuse for it (without importing mpe2 or lbforaging)."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a str such as 'simple_spread', got {env_id!r}")
-    if _mpe_module(env_id) is None and not env_id.startswith("Foraging"):
+    if _mpe_module(env_id) is not None:
+        return
+    if not env_id.startswith("Foraging"):
         raise ValueError(
             f"unknown multi-agent env {env_id!r}: the MPE scenarios are {known_names()}, and "
             "level-based foraging ids start with 'Foraging' (e.g. 'Foraging-8x8-2p-2f-coop-v3')"
+        )
+    if legacy_dynamics:
+        raise ValueError(
+            f"legacy_dynamics=True is for MPE's particle scenarios; {env_id} is level-based "
+            "foraging, which has one kind of movement: leave it False"
+        )
+    if continuous_actions:
+        raise ValueError(
+            f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
         )
 
 
@@ -160,7 +173,7 @@ def open_env(
     ``lbforaging`` id (``Foraging-...``). ``kwargs`` go to the env's constructor;
     ``legacy_dynamics`` gives an MPE scenario PettingZoo 1.22's order of moving
     (:func:`move_after_pushing`)."""
-    check_env_id(env_id)
+    check_env_id(env_id, continuous_actions=continuous_actions, legacy_dynamics=legacy_dynamics)
     found = _mpe_module(env_id)
     if found is not None:
         module_name, settings = found
@@ -189,16 +202,7 @@ def open_env(
             world = env.unwrapped.world
             world.integrate_state = types.MethodType(move_after_pushing, world)
         return Opened(env, None, env.state_space, steps, True)
-    if legacy_dynamics:
-        raise ValueError(
-            f"legacy_dynamics=True is for MPE's particle scenarios; {env_id} is level-based "
-            "foraging, which has one kind of movement: leave it False"
-        )
     if env_id.startswith("Foraging"):
-        if continuous_actions:
-            raise ValueError(
-                f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
-            )
         foraging = ForagingParallelEnv(env_id, max_cycles, kwargs)
         return Opened(
             foraging, foraging.action_masks, foraging.state_space, foraging.max_step, True

@@ -267,7 +267,11 @@ class MultiAgentVectorEnv(RemoteVectorEnv):
             transport: ``"shm"``, ``"values"`` or ``None`` (pick).
             **kwargs: more arguments of :class:`MAenv` (``max_cycles=``, scenario settings).
         """
-        check_env_id(env_id)
+        check_env_id(
+            env_id,
+            continuous_actions=bool(continuous_actions),
+            legacy_dynamics=bool(kwargs.get("legacy_dynamics", False)),
+        )
         num_envs = check_int("num_envs", num_envs, low=1)
         fn = functools.partial(MAenv, env_id, continuous_actions, **kwargs)
         return cls([fn] * num_envs, num_workers, autoreset_mode, transport)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 COMMON_FLAGS: tuple[str, ...] = (
@@ -210,6 +210,16 @@ def add_legacy_dynamics_flag(parser: argparse.ArgumentParser) -> None:
         help="move MPE's particles as PettingZoo 1.22 and earlier did, the MPE of PARL's and "
         "EPyMARL's published runs (by default mpe2's: a push shows one step later)",
     )
+
+
+def refuse_as_usage(parser: argparse.ArgumentParser, check: Callable[[], object]) -> None:
+    """Run ``check`` (a library's own argument check); the ``ValueError`` or ``TypeError`` it
+    raises becomes ``parser``'s usage error (the usage line, the message, exit status 2)
+    instead of a traceback from deep in a run that has not started."""
+    try:
+        check()
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc))
 
 
 def flag_text(parser: argparse.ArgumentParser, dest: str, value: Any) -> str:

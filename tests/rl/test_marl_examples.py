@@ -67,7 +67,32 @@ def test_marl_example_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
     assert "written with --legacy_dynamics; this run is without --legacy_dynamics" in proc.stderr
     foraging = [*args, "--env", "Foraging-8x8-2p-2f-coop-v3", "--legacy_dynamics"]
     proc = run_python(args=[script, "--no_progress", *foraging, "--logdir", str(tmp_path / "f")])
-    assert proc.returncode != 0 and "for MPE's particle scenarios" in proc.stderr
+    assert proc.returncode == 2 and "for MPE's particle scenarios" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "message"),
+    [
+        ("QMIX", ["--env", "simple_sprad"], "unknown multi-agent env 'simple_sprad'"),
+        ("COMA", ["--legacy_dynamics"], "for MPE's particle scenarios"),
+        ("MAPPO", ["--legacy_dynamics"], "for MPE's particle scenarios"),
+        ("MAPPO", ["--continuous_actions"], "discrete actions only"),
+        ("MADDPG", ["--continuous_actions"], "discrete actions only"),
+    ],
+)
+def test_marl_examples_refuse_an_env_they_cannot_open_as_a_usage_error(
+    run_python: RunPython, tmp_path: Path, name: str, flags: list[str], message: str
+) -> None:
+    """An ``--env`` the run cannot open with its other flags ends the run before it starts:
+    the usage line and the reason, exit status 2, no traceback, nothing written."""
+    script = str(REPO_ROOT / "examples" / name / "train.py")
+    env = [] if "--env" in flags else ["--env", "Foraging-8x8-2p-2f-coop-v3"]
+    logdir = tmp_path / "run"
+    proc = run_python(args=[script, *env, *flags, "--logdir", str(logdir)], timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "usage:" in proc.stderr and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not logdir.exists()
 
 
 @pytest.mark.parametrize("name", list(OWN))

@@ -246,6 +246,8 @@ def test_foraging_refuses_a_masked_action() -> None:
             env.step(actions)
     with pytest.raises(ValueError, match="discrete actions only"):
         MAenv(FORAGING, continuous_actions=True)
+    with pytest.raises(ValueError, match="for MPE's particle scenarios"):
+        MAenv(FORAGING, legacy_dynamics=True)
 
 
 def test_foraging_can_end_by_termination() -> None:

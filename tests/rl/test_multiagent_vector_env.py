@@ -119,6 +119,11 @@ def test_shapes_and_episode_statistics() -> None:
 def test_bad_input_gets_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown multi-agent env 'simple_sprad'"):
         MultiAgentVectorEnv.make("simple_sprad", 2)
+    # refused here, before an actor starts to build an env that would refuse it
+    with pytest.raises(ValueError, match="for MPE's particle scenarios"):
+        MultiAgentVectorEnv.make("Foraging-8x8-2p-2f-coop-v3", 2, legacy_dynamics=True)
+    with pytest.raises(ValueError, match="discrete actions only"):
+        MultiAgentVectorEnv.make("Foraging-8x8-2p-2f-coop-v3", 2, continuous_actions=True)
     with pytest.raises(ValueError, match="num_envs"):
         MultiAgentVectorEnv.make("simple", 0)
     with pytest.raises(TypeError, match="must build MAenv"):

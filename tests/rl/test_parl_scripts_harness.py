@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +55,38 @@ def test_a_script_sees_gymnasium_as_gym_and_stops_at_its_evaluation(
     assert outcome.detail.endswith("Reward: gymnasium") and outcome.seconds < 30
     table = harness.table([outcome])
     assert "| `benchmark/torch/demo` | `train.py --flag 1` | evaluates: `Evaluation over" in table
+
+
+def test_a_script_runs_the_parl_beside_the_harness_whatever_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scripts run against the ``parl`` of the checkout the harness is in, not an installed
+    copy nor one first on the caller's ``PYTHONPATH`` (a PARL checkout, another worktree)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(HARNESS, checkout / "scripts" / HARNESS.name)
+    (checkout / "parl").mkdir()
+    (checkout / "parl" / "__init__.py").write_text("")
+    other = tmp_path / "other"
+    (other / "parl").mkdir(parents=True)
+    (other / "parl" / "__init__.py").write_text("raise ImportError('the wrong parl')\n")
+    monkeypatch.setenv("PYTHONPATH", str(other))
+    spec = importlib.util.spec_from_file_location(
+        "harness_copy", checkout / "scripts" / HARNESS.name
+    )
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = copy
+    try:
+        spec.loader.exec_module(copy)
+        script = "import parl\nprint('Evaluation over:', parl.__file__, flush=True)\n"
+        _script(tmp_path / "parl_checkout", "which", {"train.py": script})
+        run = copy.ScriptRun("which", "which", (), timeout_s=60.0)
+        outcome = copy.run_one(tmp_path / "parl_checkout", run, tmp_path / "work")
+    finally:
+        del sys.modules[spec.name]
+    assert outcome.ok, outcome.detail
+    assert outcome.detail.endswith(str(checkout / "parl" / "__init__.py"))
 
 
 def test_nth_waits_for_a_later_evaluation_and_the_table_says_which(
