@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from parl.algorithms.finite import check_finite_inputs, check_finite_step
 from parl.algorithms.offpolicy import clip_grad_norm, make_target
 from parl.core.algorithm import Algorithm
 from parl.core.model import sync_module_weights
@@ -262,6 +263,7 @@ class COMA(Algorithm):
         q_taken = q_values.gather(3, u).squeeze(3)
         masked_td_error = (targets - q_taken) * mask
         loss = masked_td_error.square().sum() / mask.sum()
+        check_finite_step("COMA.learn", "the critic's loss", loss)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_norm_clip is not None:
@@ -294,6 +296,7 @@ class COMA(Algorithm):
         baseline = (q_values * action_prob.detach()).sum(dim=3)
         advantage = q_taken - baseline
         loss = -(advantage * torch.log(pi_taken) * mask).sum() / mask.sum()
+        check_finite_step("COMA.learn", "the actor's loss", loss)
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_norm_clip is not None:
@@ -316,6 +319,13 @@ class COMA(Algorithm):
         """
         epsilon = check_float("epsilon", epsilon, low=0.0, high=1.0, owner="COMA.learn")
         self._check_batch(batch)
+        check_finite_inputs(
+            "COMA.learn",
+            {
+                f"batch[{key!r}]": batch[key]
+                for key in ("r", "actor_inputs", "critic_inputs", "critic_inputs_next")
+            },
+        )
         mask = (1.0 - batch["padded"].float()).expand(-1, -1, self.n_agents)
         if float(mask.sum()) == 0.0:
             raise ValueError("COMA.learn: every step of the batch is padding (padded == 1)")

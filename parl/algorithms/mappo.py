@@ -35,6 +35,7 @@ from parl.algorithms.action_dists import (
     gaussian_log_prob,
     gaussian_sample,
 )
+from parl.algorithms.finite import check_finite_inputs, check_finite_step
 from parl.algorithms.popart import PopArt
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
@@ -320,6 +321,16 @@ class MAPPO(Algorithm):
         mask = None if active_masks is None else _column(active_masks, "active_masks", batch, owner)
         _check_rows(actions, "actions", batch, owner)
         _check_rows(old_log_probs, "old_log_probs", batch, owner)
+        check_finite_inputs(
+            owner,
+            {
+                "share_obs": share_obs,
+                "obs": obs,
+                "value_preds": value_preds,
+                "returns": returns,
+                "adv_targ": adv_targ,
+            },
+        )
 
         policy = self.model.policy(obs)
         log_probs, dist_entropy = self._log_probs_entropy(policy, actions, mask)
@@ -339,13 +350,16 @@ class MAPPO(Algorithm):
         pg_loss2 = torch.clamp(ratio, 1.0 - self.clip_param, 1.0 + self.clip_param) * adv_targ
         surrogate = torch.sum(torch.min(pg_loss1, pg_loss2), dim=-1, keepdim=True)
         policy_loss = _masked_mean(-surrogate, mask)
+        actor_loss = policy_loss - dist_entropy * self.entropy_coef
+        check_finite_step(owner, "the actor's loss", actor_loss)
         self.actor_optimizer.zero_grad()
-        (policy_loss - dist_entropy * self.entropy_coef).backward()
+        actor_loss.backward()
         self._clip(self._actor_params)
         self.actor_optimizer.step()
 
         # critic: the values were computed before PopArt moves its statistics, as in the paper
         value_loss = self.cal_value_loss(values, value_preds, returns, mask)
+        check_finite_step(owner, "the value loss", value_loss)
         self.critic_optimizer.zero_grad()
         (value_loss * self.value_loss_coef).backward()
         self._clip(self._critic_params)

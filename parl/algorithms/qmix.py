@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from parl.algorithms.finite import check_finite_inputs, check_finite_step
 from parl.algorithms.offpolicy import clip_grad_norm as clip_gradients
 from parl.algorithms.offpolicy import make_target
 from parl.core.algorithm import Algorithm, require_model_methods
@@ -291,6 +292,10 @@ class QMIX(Algorithm):
         )
         real = 1.0 - filled_batch.float()
         self._check_actions(actions_batch, available_actions_batch, real)
+        check_finite_inputs(
+            "QMIX.learn",
+            {"reward_batch": reward_batch, "state_batch": state_batch, "obs_batch": obs_batch},
+        )
         terminated = terminated_batch[:, :-1].float()
         reward = reward_batch[:, :-1].float()
         # transition t counts if step t is real and either ends the episode or has a real next
@@ -327,6 +332,7 @@ class QMIX(Algorithm):
         q_tot = self.qmixer_model(chosen_qs, state_batch[:, :-1])
         masked_td_error = (target - q_tot) * mask
         loss = masked_td_error.square().sum() / mask.sum()
+        check_finite_step("QMIX.learn", "the TD loss", loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.clip_grad_norm is not None:

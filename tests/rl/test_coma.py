@@ -3,6 +3,7 @@ mixture by hand, determinism, checkpoints and errors on bad batches."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -190,6 +191,29 @@ def test_coma_rejects_mismatched_episode_lengths_and_missing_keys() -> None:
         _alg().learn(batch, 0.1)
     with pytest.raises(ValueError, match="epsilon"):
         _alg().learn(_batch(), 1.5)
+
+
+def test_coma_refuses_nan_rewards_and_overflowing_losses_without_a_step() -> None:
+    alg = _alg()
+    before = copy.deepcopy(alg.model.state_dict())
+    batch = _batch()
+    batch["r"][1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"batch\['r'\]\[1, 2, 0\] is nan; the model was not"):
+        alg.learn(batch, 0.1)
+    batch = _batch()
+    batch["critic_inputs_next"][0, 0, 0, 0] = float("-inf")
+    with pytest.raises(ValueError, match=r"critic_inputs_next'\]\[0, 0, 0, 0\] is -inf"):
+        alg.learn(batch, 0.1)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    with torch.no_grad():
+        for param in alg.model.critic_model.parameters():
+            param.fill_(1e30)
+    before = copy.deepcopy(alg.model.state_dict())
+    with pytest.raises(FloatingPointError, match="COMA.learn: the critic's loss is (inf|nan)"):
+        alg.learn(_batch(), 0.1)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
 
 
 def test_coma_rejects_bad_models_and_hyperparameters() -> None:

@@ -210,6 +210,12 @@ def _batch(rows: int = 8, heads: int = 1) -> dict[str, torch.Tensor]:
         ({"old_log_probs": torch.zeros(8, 3)}, r"old_log_probs have shape \(8, 3\)"),
         ({"obs": np.zeros((8, CONTEXTS), np.float32)}, r"obs must be a torch.Tensor.*to_tensor"),
         ({"obs": torch.zeros(CONTEXTS)}, r"obs must be a batch \(B, dim\)"),
+        (
+            {"returns": torch.zeros(8, 1).index_fill(0, torch.tensor([5]), float("nan"))},
+            r"returns\[5, 0\] is nan; the model was not updated",
+        ),
+        ({"adv_targ": torch.full((8, 1), float("inf"))}, r"adv_targ\[0, 0\] is inf"),
+        ({"share_obs": torch.full((8, CONTEXTS), float("nan"))}, r"share_obs\[0, 0\] is nan"),
     ],
 )
 def test_learn_names_the_bad_argument(change: dict[str, Any], match: str) -> None:
@@ -219,6 +225,20 @@ def test_learn_names_the_bad_argument(change: dict[str, Any], match: str) -> Non
     with pytest.raises((ValueError, TypeError), match=match):
         alg.learn(**batch)
     for name, tensor in alg.model.state_dict().items():  # nothing was updated
+        assert torch.equal(tensor, before[name]), name
+
+
+def test_a_loss_that_overflows_is_not_stepped_on() -> None:
+    """Finite inputs, but a critic whose outputs overflow: the value loss is inf, and the
+    critic keeps its weights (PopArt would otherwise spread the inf into every weight)."""
+    alg = _team("discrete", seed=0, use_popart=False)[0]
+    with torch.no_grad():
+        for param in alg.model.critic.parameters():
+            param.fill_(1e38)
+    before = copy.deepcopy(alg.model.critic.state_dict())
+    with pytest.raises(FloatingPointError, match="MAPPO.learn: the value loss is (inf|nan)"):
+        alg.learn(**_batch())
+    for name, tensor in alg.model.critic.state_dict().items():
         assert torch.equal(tensor, before[name]), name
 
 

@@ -180,6 +180,26 @@ def test_qmix_rejects_episodes_of_mismatched_length() -> None:
         make_qmix().learn(*(t[:, :1] for t in _batch()))
 
 
+def test_qmix_refuses_nan_rewards_and_overflowing_losses_without_a_step() -> None:
+    alg = make_qmix()
+    before = copy.deepcopy(alg.agent_model.state_dict())
+    batch = _batch()
+    batch[2][2, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"reward_batch\[2, 1, 0\] is nan; the model was not"):
+        alg.learn(*batch)
+    batch = _batch()
+    batch[0][0, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"state_batch\[0, 0, 0\] is inf"):
+        alg.learn(*batch)
+    with torch.no_grad():
+        for param in alg.qmixer_model.parameters():
+            param.fill_(1e30)
+    with pytest.raises(FloatingPointError, match="QMIX.learn: the TD loss is (inf|nan)"):
+        alg.learn(*_batch())
+    for name, tensor in alg.agent_model.state_dict().items():  # no step was taken
+        assert torch.equal(tensor, before[name]), name
+
+
 def test_qmix_rejects_bad_models_and_hyperparameters() -> None:
     agent = RNNAgent(GAME.obs_dim, GAME.n_actions)
     mixer = Mixer(GAME.n_agents, GAME.state_dim)
