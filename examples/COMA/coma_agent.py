@@ -8,14 +8,22 @@ import torch
 
 import parl
 from parl.algorithms.coma import exploration_probs
+from parl.utils.reward_standardiser import RewardStandardiser
 
 
 class ComaAgent(parl.Agent):
     def __init__(
-        self, algorithm: parl.Algorithm, n_agents: int, n_actions: int, target_update_cycle: int
+        self,
+        algorithm: parl.Algorithm,
+        n_agents: int,
+        n_actions: int,
+        target_update_cycle: int,
+        standardise_rewards: bool = False,
     ) -> None:
         super().__init__(algorithm)
         self.n_agents, self.n_actions = n_agents, n_actions
+        # EPyMARL's reward standardisation over the real steps the updates have seen
+        self.reward_stats = RewardStandardiser() if standardise_rewards else None
         self.target_update_cycle = target_update_cycle
         self.train_steps = 0
         self.rnn_h: torch.Tensor | None = None
@@ -78,6 +86,8 @@ class ComaAgent(parl.Agent):
         copied every ``target_update_cycle`` updates; returns ``(critic_loss, actor_loss)``."""
         length = int((1.0 - batch["padded"][..., 0]).sum(axis=1).max())
         batch = {key: value[:, :length] for key, value in batch.items()}
+        if self.reward_stats is not None:
+            batch["r"] = self.reward_stats(batch["r"], real=batch["padded"] == 0)
         last = np.full_like(batch["u"][..., 0], -1)
         last[:, 1:] = batch["u"][:, :-1, :, 0]
         batch["actor_inputs"] = self.actor_inputs(batch["o"], last)
@@ -89,3 +99,16 @@ class ComaAgent(parl.Agent):
         if self.train_steps % self.target_update_cycle == 0:
             self.alg.sync_target()
         return float(critic_loss), float(actor_loss)
+
+    def reward_stats_state(self) -> dict[str, float] | None:
+        """The running reward statistics, for a training checkpoint."""
+        return None if self.reward_stats is None else self.reward_stats.state_dict()
+
+    def load_reward_stats_state(self, state: dict[str, float] | None) -> None:
+        if (state is None) != (self.reward_stats is None):
+            raise ValueError(
+                "ComaAgent: the checkpoint's reward standardisation does not match this run's; "
+                "resume with the flags of the run that wrote it (--standardise_rewards or not)"
+            )
+        if state is not None and self.reward_stats is not None:
+            self.reward_stats.load_state_dict(state)

@@ -10,8 +10,10 @@ On-policy, as PARL's COMA example: each iteration plays ``--episodes_per_iterati
 with the current policy mixed with epsilon exploration, then takes one critic step and one
 actor step on them; epsilon falls by ``--anneal_epsilon`` per iteration. The team reward is the
 mean of the agents' rewards, and an episode cut by the limit ends there (as in PARL's example).
-A checkpoint (networks, optimizers, random states, counters) is written after each evaluation
-and at the end; ``--resume`` continues exactly.
+EPyMARL's COMA settings are flags: ``--optimizer adam``, ``--entropy_coef 0.001``,
+``--standardise_rewards``. A checkpoint (networks, optimizers, random states, counters, the
+reward statistics) is written after each evaluation and at the end; ``--resume`` continues
+exactly.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ EVAL_EPISODES = 10
 EVAL_SEED_OFFSET = 10_000
 # flags a resumed run must share with the run that wrote the checkpoint (their values for a
 # checkpoint that does not record them)
-CHECKED_FLAGS = {"legacy_dynamics": False}
+CHECKED_FLAGS = {"legacy_dynamics": False, "optimizer": "rmsprop", "standardise_rewards": False}
 
 
 def checked_flags(args: Any) -> dict[str, Any]:
@@ -61,6 +63,12 @@ def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:
     for i, obs in enumerate(obs_n):
         out[i, : np.size(obs)] = np.ravel(obs)
     return out
+
+
+def extra_state(agent: ComaAgent, flags: dict[str, Any]) -> dict[str, Any]:
+    """What a training checkpoint holds beside the networks: the update count, the reward
+    statistics (``--standardise_rewards``) and the flags a resume must share."""
+    return {"train_steps": agent.train_steps, "reward_stats": agent.reward_stats_state(), **flags}
 
 
 def run_episode(
@@ -107,9 +115,12 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> ComaAgent:
     model = ComaModel(env.get_env_info()["obs_shape"], env.state_shape, env.n, env.n_actions)
     algorithm = COMA(
         model, env.n_actions, env.n, grad_norm_clip=args.grad_norm_clip, actor_lr=args.actor_lr,
-        critic_lr=args.critic_lr, gamma=args.gamma, td_lambda=args.td_lambda, device=args.device,
+        critic_lr=args.critic_lr, gamma=args.gamma, td_lambda=args.td_lambda,
+        optimizer=args.optimizer, entropy_coef=args.entropy_coef, device=args.device,
     )  # fmt: skip
-    return ComaAgent(algorithm, env.n, env.n_actions, args.target_update_cycle)
+    return ComaAgent(
+        algorithm, env.n, env.n_actions, args.target_update_cycle, args.standardise_rewards
+    )
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -128,6 +139,7 @@ def main(argv: list[str] | None = None) -> float:
         refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
         counters, extra = agent.restore_checkpoint(checkpoint)
         c, agent.train_steps = dict(counters), extra["train_steps"]
+        agent.load_reward_stats_state(extra.get("reward_stats"))
         logger.info("resumed from %s at step %d", args.logdir, c["total_steps"])
     avg_return = float("nan")
     stop_at = min(args.train_total_steps, args.stop_after_steps or args.train_total_steps)
@@ -160,9 +172,9 @@ def main(argv: list[str] | None = None) -> float:
             avg_return = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
             summary.add_scalar("eval/episode_return", avg_return, c["total_steps"])
             bar.set_postfix(train=f"{np.mean(returns):.1f}", eval=f"{avg_return:.1f}")
-            agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps, **flags})
+            agent.save_checkpoint(checkpoint, c, extra_state(agent, flags))
     bar.close()
-    agent.save_checkpoint(checkpoint, c, {"train_steps": agent.train_steps, **flags})
+    agent.save_checkpoint(checkpoint, c, extra_state(agent, flags))
     agent.save(os.path.join(args.logdir, "model.ckpt"))
     final = evaluate(eval_env, agent, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
     logger.info(
@@ -205,6 +217,19 @@ def make_parser() -> argparse.ArgumentParser:
         "--anneal_epsilon", default=0.00064, type=float, help="epsilon's fall per iteration"
     )
     parser.add_argument("--min_epsilon", default=0.02, type=float, help="final exploration share")
+    parser.add_argument(
+        "--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
+        help="the actor's and the critic's optimizer (RMSprop is PARL's, Adam EPyMARL's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--entropy_coef", default=0.0, type=float,
+        help="weight of the policy's entropy in the actor's loss (EPyMARL's COMA: 0.001)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--standardise_rewards", action="store_true",
+        help="learn the team rewards standardised by their running mean and deviation "
+        "(EPyMARL's default)",
+    )  # fmt: skip
     parser.add_argument(
         "--target_update_cycle", default=200, type=positive_int,
         help="updates between two copies into the target critic",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from gymnasium.wrappers.utils import RunningMeanStd
 
 import parl
+from parl.utils.reward_standardiser import RewardStandardiser
 
 
 class QMixAgent(parl.Agent):
@@ -24,7 +24,7 @@ class QMixAgent(parl.Agent):
         super().__init__(algorithm)
         # EPyMARL's reward standardisation: the running mean and variance of the team rewards
         # the updates have seen (real steps only), and each update learns (r - mean) / std
-        self.reward_stats = RunningMeanStd(shape=()) if standardise_rewards else None
+        self.reward_stats = RewardStandardiser() if standardise_rewards else None
         self.exploration = exploration_start
         self.min_exploration = min_exploration
         self.exploration_decay = exploration_decay
@@ -57,7 +57,8 @@ class QMixAgent(parl.Agent):
         ``update_target_interval`` updates. Returns ``(loss, mean_td_error)``."""
         self.global_step += 1
         if self.reward_stats is not None:
-            batch = dict(batch, reward=self.standardise(batch["reward"], batch["filled"]))
+            reward = self.reward_stats(batch["reward"], real=batch["filled"] == 0)
+            batch = dict(batch, reward=reward)
         tensors = {key: self.to_tensor(value) for key, value in batch.items()}
         tensors["actions"] = self.to_tensor(batch["actions"], dtype=torch.long)
         loss, td_error = self.alg.learn(
@@ -69,20 +70,9 @@ class QMixAgent(parl.Agent):
             self.alg.sync_target()
         return loss, td_error
 
-    def standardise(self, reward: np.ndarray, filled: np.ndarray) -> np.ndarray:
-        """Fold the real steps' rewards into the running statistics, then return every reward
-        as ``(r - mean) / std`` (padding steps are never learned, whatever they hold)."""
-        stats = self.reward_stats
-        assert stats is not None
-        stats.update(reward[filled == 0].astype(np.float64))
-        return ((reward - stats.mean) / np.sqrt(stats.var)).astype(np.float32)
-
     def reward_stats_state(self) -> dict[str, float] | None:
         """The running statistics, for a training checkpoint."""
-        if self.reward_stats is None:
-            return None
-        stats = self.reward_stats
-        return {"mean": float(stats.mean), "var": float(stats.var), "count": float(stats.count)}
+        return None if self.reward_stats is None else self.reward_stats.state_dict()
 
     def load_reward_stats_state(self, state: dict[str, float] | None) -> None:
         if (state is None) != (self.reward_stats is None):
@@ -91,6 +81,4 @@ class QMixAgent(parl.Agent):
                 "resume with the flags of the run that wrote it (--standardise_rewards or not)"
             )
         if state is not None and self.reward_stats is not None:
-            self.reward_stats.mean = np.float64(state["mean"])
-            self.reward_stats.var = np.float64(state["var"])
-            self.reward_stats.count = state["count"]
+            self.reward_stats.load_state_dict(state)

@@ -6,7 +6,7 @@ u')``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -22,6 +22,11 @@ from parl.validation import check_float, check_int
 __all__ = ["COMA", "exploration_probs", "td_lambda_targets"]
 
 # batch key -> (its shape, its rank)
+# PARL's COMA takes torch's RMSprop defaults (QMIX's are pymarl's alpha and eps)
+_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], float], torch.optim.Optimizer]] = {
+    "rmsprop": lambda params, lr: torch.optim.RMSprop(params, lr=lr),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+}
 _BATCH_KEYS: dict[str, tuple[str, int]] = {
     "r": ("(E, T, 1)", 3),
     "u": ("(E, T, n_agents, 1)", 4),
@@ -117,6 +122,11 @@ class COMA(Algorithm):
         critic_lr: the critic's RMSprop learning rate (PARL's example: 1e-3).
         gamma: discount factor.
         td_lambda: lambda of the critic's TD(lambda) targets.
+        optimizer: ``"rmsprop"`` (PARL's: torch's defaults) or ``"adam"`` (EPyMARL's), for both
+            the actor and the critic; keyword-only.
+        entropy_coef: weight of the entropy bonus in the actor's loss (the entropy of the
+            distribution the agents act with, averaged over the real steps); 0, PARL's, has
+            none. EPyMARL's COMA uses 0.001. Keyword-only.
         device: ``"auto"`` (GPU if available), ``"cpu"``, ``"cuda:0"``...
     """
 
@@ -136,6 +146,8 @@ class COMA(Algorithm):
         gamma: float = 0.99,
         td_lambda: float = 0.8,
         *,
+        optimizer: str = "rmsprop",
+        entropy_coef: float = 0.0,
         device: str | torch.device = "auto",
     ) -> None:
         name = type(self).__name__
@@ -150,6 +162,12 @@ class COMA(Algorithm):
         self.critic_lr = check_float("critic_lr", critic_lr, low=0.0, low_open=True, owner=name)
         self.gamma = check_float("gamma", gamma, low=0.0, high=1.0, owner=name)
         self.td_lambda = check_float("td_lambda", td_lambda, low=0.0, high=1.0, owner=name)
+        self.entropy_coef = check_float("entropy_coef", entropy_coef, low=0.0, owner=name)
+        if optimizer not in _OPTIMIZERS:
+            raise ValueError(
+                f"{name}: optimizer must be one of {sorted(_OPTIMIZERS)} (RMSprop is PARL's, "
+                f"Adam EPyMARL's), got {optimizer!r}"
+            )
         actor = getattr(model, "actor_model", None)
         if not isinstance(actor, nn.Module) or not callable(getattr(actor, "init_hidden", None)):
             raise TypeError(
@@ -161,8 +179,9 @@ class COMA(Algorithm):
         self.target_model = make_target(self.model)
         self.actor_parameters = list(self.model.get_actor_params())
         self.critic_parameters = list(self.model.get_critic_params())
-        self.critic_optimizer = torch.optim.RMSprop(self.critic_parameters, lr=self.critic_lr)
-        self.actor_optimizer = torch.optim.RMSprop(self.actor_parameters, lr=self.actor_lr)
+        make_optimizer = _OPTIMIZERS[optimizer]
+        self.critic_optimizer = make_optimizer(self.critic_parameters, self.critic_lr)
+        self.actor_optimizer = make_optimizer(self.actor_parameters, self.actor_lr)
 
     def init_hidden(self, ep_num: int) -> torch.Tensor:
         """Zero hidden states of every agent in ``ep_num`` episodes, ``(ep_num, n_agents, H)``.
@@ -296,6 +315,9 @@ class COMA(Algorithm):
         baseline = (q_values * action_prob.detach()).sum(dim=3)
         advantage = q_taken - baseline
         loss = -(advantage * torch.log(pi_taken) * mask).sum() / mask.sum()
+        if self.entropy_coef > 0.0:
+            entropy = torch.special.entr(action_prob).sum(dim=3)  # 0 log 0 = 0
+            loss = loss - self.entropy_coef * (entropy * mask).sum() / mask.sum()
         check_finite_step("COMA.learn", "the actor's loss", loss)
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss.backward()

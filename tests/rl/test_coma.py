@@ -216,6 +216,58 @@ def test_coma_refuses_nan_rewards_and_overflowing_losses_without_a_step() -> Non
         assert torch.equal(tensor, before[name]), name
 
 
+def test_coma_entropy_bonus_is_the_acting_distributions_entropy_over_real_steps() -> None:
+    """``entropy_coef`` subtracts ``coef`` times the mean entropy of the exploration mixture
+    over the unpadded steps: by hand, from the same policy outputs."""
+    batch, epsilon, coef = _batch(), 0.2, 0.05
+    plain = _alg()
+    torch.manual_seed(0)  # _alg's weights
+    bonus = COMA(
+        ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions), DIMS.n_actions,
+        DIMS.n_agents, device="cpu", entropy_coef=coef,
+    )  # fmt: skip
+    inputs = batch["actor_inputs"]
+    episodes, steps = inputs.shape[:2]
+    with torch.no_grad():
+        hidden, probs = plain.init_hidden(episodes), []
+        for t in range(steps):
+            logits, hidden = plain.model.policy(inputs[:, t].reshape(-1, inputs.shape[-1]), hidden)
+            probs.append(torch.softmax(logits.reshape(episodes, DIMS.n_agents, -1), dim=-1))
+        acting = exploration_probs(torch.stack(probs, dim=1), batch["avail_u"], epsilon)
+        terms = torch.where(acting > 0, -acting * torch.log(acting), torch.zeros(()))
+        mask = (1.0 - batch["padded"]).expand(-1, -1, DIMS.n_agents)
+        entropy = (terms.sum(dim=3) * mask).sum() / mask.sum()
+    _, loss_plain = plain.learn(batch, epsilon)
+    _, loss_bonus = bonus.learn(batch, epsilon)
+    assert float(loss_bonus) == pytest.approx(float(loss_plain) - coef * float(entropy), rel=1e-5)
+    actors = zip(
+        plain.model.actor_model.parameters(), bonus.model.actor_model.parameters(), strict=True
+    )
+    assert any(not torch.equal(a, b) for a, b in actors)
+
+
+def test_coma_optimizer_is_rmsprop_or_adam() -> None:
+    alg = _alg()
+    assert isinstance(alg.actor_optimizer, torch.optim.RMSprop)  # PARL's
+    adam = COMA(
+        ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions), DIMS.n_actions,
+        DIMS.n_agents, device="cpu", optimizer="adam", actor_lr=3e-4, critic_lr=3e-4,
+    )  # fmt: skip
+    assert isinstance(adam.actor_optimizer, torch.optim.Adam)
+    assert isinstance(adam.critic_optimizer, torch.optim.Adam)
+    assert adam.critic_optimizer.param_groups[0]["lr"] == 3e-4
+    with pytest.raises(ValueError, match="optimizer must be one of \\['adam', 'rmsprop'\\]"):
+        COMA(
+            ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions), DIMS.n_actions,
+            DIMS.n_agents, optimizer="sgd",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="entropy_coef"):
+        COMA(
+            ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions), DIMS.n_actions,
+            DIMS.n_agents, entropy_coef=-0.1,
+        )  # fmt: skip
+
+
 def test_coma_rejects_bad_models_and_hyperparameters() -> None:
     model = ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions)
     with pytest.raises(ValueError, match="td_lambda"):

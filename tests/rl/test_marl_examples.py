@@ -4,13 +4,11 @@ simple_spread, and both run on level-based foraging (changing action masks)."""
 from __future__ import annotations
 
 import glob
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from gymnasium.wrappers.utils import RunningMeanStd
 
 from .conftest import REPO_ROOT, RunPython
 from .multiagent_support import assert_flags_refused
@@ -188,6 +186,35 @@ def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     assert "written with --optimizer rmsprop" in proc.stderr
 
 
+def test_coma_example_resumes_with_epymarls_settings(run_python: RunPython, tmp_path: Path) -> None:
+    """Adam, an entropy bonus and standardised rewards: the reward statistics travel in the
+    checkpoint, so a resumed run ends as the straight one; each setting changes the run; a
+    resume without them is refused by flag."""
+    epymarl = ["--optimizer", "adam", "--entropy_coef", "0.01", "--standardise_rewards"]
+    args = [*SHORT, *OWN["COMA"], *epymarl]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_example(run_python, "COMA", *args, "--logdir", str(straight))
+    run_example(run_python, "COMA", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
+    stats = torch.load(resumed / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    assert stats["count"] > 1 and stats["var"] > 0
+    run_example(run_python, "COMA", *args, "--logdir", str(resumed), "--resume")
+    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
+    for dropped in (epymarl[:2], epymarl[2:4], epymarl[4:]):
+        other = tmp_path / "-".join(dropped)
+        kept = [flag for flag in epymarl if flag not in dropped]
+        run_example(run_python, "COMA", *SHORT, *OWN["COMA"], *kept, "--logdir", str(other))
+        with pytest.raises(AssertionError):
+            assert_same_weights(straight / "model.ckpt", other / "model.ckpt")
+    script = str(REPO_ROOT / "examples" / "COMA" / "train.py")
+    proc = run_python(
+        args=[script, "--no_progress", *SHORT, *OWN["COMA"], "--logdir", str(straight),
+              "--resume"],
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "written with --optimizer adam and with --standardise_rewards" in proc.stderr
+
+
 def test_qmix_example_resumes_with_a_feed_forward_agent_without_last_actions(
     run_python: RunPython, tmp_path: Path
 ) -> None:
@@ -221,33 +248,6 @@ def test_qmix_example_resumes_with_a_feed_forward_agent_without_last_actions(
         "written with --agent gru and without --no_last_action; this run is with --agent fc and "
         "with --no_last_action" in proc.stderr
     )
-
-
-def test_qmix_agent_standardises_rewards_with_the_real_steps_statistics(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "QMIX"))
-    monkeypatch.delitem(sys.modules, "qmix_agent", raising=False)
-    from qmix_agent import QMixAgent
-
-    agent = QMixAgent.__new__(QMixAgent)  # only the statistics are exercised here
-    agent.reward_stats = RunningMeanStd(shape=())
-    rng = np.random.default_rng(0)
-    seen = []
-    for _ in range(3):
-        reward = rng.normal(2.0, 3.0, size=(4, 6, 1)).astype(np.float32)
-        filled = np.zeros((4, 6, 1), np.float32)
-        filled[:, 4:] = 1.0  # padding: its rewards must not enter the statistics
-        reward[filled == 1] = 1000.0
-        out = agent.standardise(reward, filled)
-        seen.append(reward[filled == 0].astype(np.float64))
-        real = np.concatenate(seen)
-        # gymnasium's statistics start from one pseudo-observation of mean 0 and variance 1
-        assert agent.reward_stats.mean == pytest.approx(real.mean(), rel=1e-3)
-        assert agent.reward_stats.var == pytest.approx(real.var(), rel=1e-3)
-        expected = (reward - agent.reward_stats.mean) / np.sqrt(agent.reward_stats.var)
-        np.testing.assert_allclose(out[filled == 0], expected[filled == 0], rtol=1e-5)
-    assert agent.reward_stats_state()["count"] == pytest.approx(3 * 16, abs=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,66 @@
+"""EPyMARL's reward standardisation (``standardise_rewards``): each update learns ``(r - mean) /
+std``, the mean and variance running over every reward the updates have seen."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium.wrappers.utils import RunningMeanStd
+
+__all__ = ["RewardStandardiser"]
+
+
+class RewardStandardiser:
+    """Running statistics of the rewards of real steps (padding never enters them), and
+    rewards standardised by them.
+
+    The statistics start, as gymnasium's ``RunningMeanStd``, from one pseudo-observation of
+    mean 0 and variance 1; they travel in a training checkpoint through :meth:`state_dict`.
+
+    Example::
+
+        standardise = RewardStandardiser()
+        batch["reward"] = standardise(batch["reward"], real=batch["filled"] == 0)
+    """
+
+    def __init__(self) -> None:
+        self._stats = RunningMeanStd(shape=())
+
+    @property
+    def mean(self) -> float:
+        return float(self._stats.mean)
+
+    @property
+    def var(self) -> float:
+        return float(self._stats.var)
+
+    @property
+    def count(self) -> float:
+        return float(self._stats.count)
+
+    def __call__(self, reward: np.ndarray, real: np.ndarray) -> np.ndarray:
+        """Fold ``reward[real]`` into the statistics, then return every reward as ``(r - mean) /
+        std`` in float32 (the padding's too: whatever it holds, it is never learned).
+
+        Args:
+            reward: rewards of any shape.
+            real: a boolean mask of ``reward``'s shape, true on the steps that happened.
+        """
+        reward = np.asarray(reward)
+        real = np.asarray(real, dtype=bool)
+        if real.shape != reward.shape:
+            raise ValueError(
+                f"RewardStandardiser: real has shape {real.shape}, the rewards {reward.shape}; "
+                "pass a mask of the steps that happened, one per reward"
+            )
+        self._stats.update(reward[real].astype(np.float64))
+        return ((reward - self._stats.mean) / np.sqrt(self._stats.var)).astype(np.float32)
+
+    def state_dict(self) -> dict[str, float]:
+        """``{"mean", "var", "count"}``, for a training checkpoint."""
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Continue from statistics :meth:`state_dict` returned."""
+        self._stats.mean = np.asarray(state["mean"], np.float64)
+        self._stats.var = np.asarray(state["var"], np.float64)
+        self._stats.count = float(state["count"])
