@@ -100,6 +100,14 @@ LBF_NOTE = (
     "one seed; EPyMARL's tables report the sum over the agents, twice this figure; the wall time "
     "was measured while other training runs shared the 2 cores"
 )
+# EPyMARL's COMA (src/config/algs/coma.yaml at uoe-agents/epymarl cbc38c0): Adam at 3e-4 for both
+# networks, an entropy bonus of 0.001, standardised rewards, batches of 10 episodes, and
+# sampling from the policy itself (its "soft_policies" selector: no epsilon)
+COMA_EPYMARL_FLAGS = (
+    "--optimizer", "adam", "--actor_lr", "3e-4", "--critic_lr", "3e-4", "--entropy_coef",
+    "0.001", "--standardise_rewards", "--episodes_per_iteration", "10", "--epsilon", "0",
+    "--min_epsilon", "0",
+)  # fmt: skip
 SPREAD_METRIC = "the team's return (the mean over the agents) of 10 greedy evaluation episodes"
 SPREAD_NOTE = (
     "with local_ratio 0 every agent gets the team's distance term, so this is that term summed "
@@ -349,6 +357,14 @@ EXPERIMENTS = {
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
         Experiment(
+            "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC,
+            "EPyMARL's COMA settings: Adam at 3e-4, an entropy bonus of 0.001, standardised "
+            "rewards, 10 episodes per update, no epsilon exploration; else the example's defaults",
+            flags=COMA_EPYMARL_FLAGS, tag="eval/episode_return", seeds=(0,), variant="epymarl",
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
             "QMIX", "qmix", "QMIX", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
             "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "random play (200 episodes)", "value": -53},
@@ -357,6 +373,14 @@ EXPERIMENTS = {
         Experiment(
             "COMA", "coma", "COMA", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
             "the example's defaults", tag="eval/episode_return", seeds=(0,),
+            baseline={"name": "random play (200 episodes)", "value": -53},
+            note="one seed; " + SPREAD_NOTE,
+        ),
+        Experiment(
+            "COMA", "coma", "COMA", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
+            "EPyMARL's COMA settings: Adam at 3e-4, an entropy bonus of 0.001, standardised "
+            "rewards, 10 episodes per update, no epsilon exploration; else the example's defaults",
+            flags=COMA_EPYMARL_FLAGS, tag="eval/episode_return", seeds=(0,), variant="epymarl",
             baseline={"name": "random play (200 episodes)", "value": -53},
             note="one seed; " + SPREAD_NOTE,
         ),

@@ -98,7 +98,7 @@ class COMA(Algorithm):
     shared recurrent actor (``model.actor_model.init_hidden() -> (1, H)``),
     ``model.value(critic_inputs) -> Q (B, n_actions)`` the centralised critic, and
     ``get_actor_params()``/``get_critic_params()`` split the parameters between the two
-    RMSprop optimizers.
+    optimizers.
 
     Each ``learn`` first regresses the critic's ``Q(s_t, u_t)`` onto TD(lambda) returns
     bootstrapped from the *target* critic at ``(s_{t+1}, u_{t+1})``, then steps the actor along
