@@ -149,7 +149,7 @@ def test_parl2_style_dqn_script_runs(run_python: RunPython, tmp_path: Path) -> N
 
 
 SAVE_WITH_CTRL_C = """
-import os, signal, sys, threading, types
+import os, signal, sys, threading, time, types
 import gymnasium as gym
 sys.path.insert(0, {folder!r})
 import train
@@ -168,6 +168,7 @@ env.reset(seed=0)
 args = types.SimpleNamespace(logdir={logdir!r}, save_rpm=True)
 try:
     train.save_checkpoint(args, agent, memory, env, {{"total_steps": 1}})
+    time.sleep(30)  # a Ctrl-C whose handler ran after the block (on a busy machine)
 except KeyboardInterrupt:
     print("interrupted after:", written)
 """
