@@ -371,6 +371,17 @@ EXPERIMENTS = {
             note="one seed; " + SPREAD_NOTE,
         ),
         Experiment(
+            "QMIX", "qmix", "QMIX", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
+            "EPyMARL's QMIX settings and agent: Adam, standardised rewards, epsilon annealed over "
+            "50k steps, a feed-forward agent network whose inputs leave out the last action; "
+            "else the example's defaults",
+            flags=("--optimizer", "adam", "--standardise_rewards", "--exploration_steps",
+                   "50000", "--agent", "fc", "--no_last_action"),
+            tag="eval/episode_return", seeds=(0,), variant="epymarl_fc",
+            baseline={"name": "random play (200 episodes)", "value": -53},
+            note="one seed; " + SPREAD_NOTE,
+        ),
+        Experiment(
             "COMA", "coma", "COMA", "simple_spread", 2_000_000, 20_000, SPREAD_METRIC,
             "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "random play (200 episodes)", "value": -53},

@@ -52,7 +52,8 @@ class RewardStandardiser:
                 f"RewardStandardiser: real has shape {real.shape}, the rewards {reward.shape}; "
                 "pass a mask of the steps that happened, one per reward"
             )
-        self._stats.update(reward[real].astype(np.float64))
+        if real.any():  # no real step: nothing to learn about (numpy's mean of none is NaN)
+            self._stats.update(reward[real].astype(np.float64))
         return ((reward - self._stats.mean) / np.sqrt(self._stats.var)).astype(np.float32)
 
     def state_dict(self) -> dict[str, float]:

@@ -44,6 +44,14 @@ def test_a_restored_standardiser_continues_as_the_one_it_was_saved_from() -> Non
     assert restored.state_dict() == straight.state_dict()
 
 
+def test_a_batch_of_padding_only_leaves_the_statistics_as_they_were() -> None:
+    standardise = RewardStandardiser()
+    standardise(np.array([1.0, 3.0], np.float32), np.ones(2, bool))
+    before = standardise.state_dict()
+    out = standardise(np.zeros(3, np.float32), np.zeros(3, bool))
+    assert standardise.state_dict() == before and np.isfinite(out).all()
+
+
 def test_a_mask_of_another_shape_is_refused() -> None:
     with pytest.raises(ValueError, match=r"real has shape \(4,\), the rewards \(4, 1\)"):
         RewardStandardiser()(np.zeros((4, 1)), np.ones(4, bool))
