@@ -138,6 +138,8 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
         "import os, signal, sys, time\n"
         f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'QMIX')!r})\n"
         "import threading, train\n"
+        "# Ctrl-C as in a terminal, whatever the test runner left (a background job ignores it)\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
         "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
@@ -145,7 +147,7 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
         "    with train.ctrl_c_deferred():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "        done.append('both written')\n"
-        "    time.sleep(30)  # a Ctrl-C whose handler ran after the block (on a busy machine)\n"
+        "    time.sleep(10)  # a Ctrl-C whose handler ran after the block (on a busy machine)\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted after:', done)\n"
     )

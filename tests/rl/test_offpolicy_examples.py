@@ -153,6 +153,8 @@ import os, signal, sys, threading, time, types
 import gymnasium as gym
 sys.path.insert(0, {folder!r})
 import train
+# Ctrl-C as in a terminal, whatever the test runner left (a background job ignores it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 # another thread, as torch and tqdm start: the signal may be delivered to it
 threading.Thread(target=threading.Event().wait, daemon=True).start()
 written = []
@@ -168,7 +170,7 @@ env.reset(seed=0)
 args = types.SimpleNamespace(logdir={logdir!r}, save_rpm=True)
 try:
     train.save_checkpoint(args, agent, memory, env, {{"total_steps": 1}})
-    time.sleep(30)  # a Ctrl-C whose handler ran after the block (on a busy machine)
+    time.sleep(10)  # a Ctrl-C whose handler ran after the block (on a busy machine)
 except KeyboardInterrupt:
     print("interrupted after:", written)
 """
