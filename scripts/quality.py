@@ -100,6 +100,11 @@ LBF_NOTE = (
     "one seed; EPyMARL's tables report the sum over the agents, twice this figure; the wall time "
     "was measured while other training runs shared the 2 cores"
 )
+# EPyMARL's QMIX (src/config/algs/qmix.yaml at uoe-agents/epymarl cbc38c0) with its agent
+QMIX_EPYMARL_FC_FLAGS = (
+    "--optimizer", "adam", "--standardise_rewards", "--exploration_steps", "50000", "--agent",
+    "fc", "--no_last_action",
+)  # fmt: skip
 # EPyMARL's COMA (src/config/algs/coma.yaml at uoe-agents/epymarl cbc38c0): Adam at 3e-4 for both
 # networks, an entropy bonus of 0.001, standardised rewards, batches of 10 episodes, and
 # sampling from the policy itself (its "soft_policies" selector: no epsilon)
@@ -346,8 +351,7 @@ EXPERIMENTS = {
             "EPyMARL's QMIX settings and agent: Adam, standardised rewards, epsilon annealed over "
             "50k steps, a feed-forward agent network whose inputs leave out the last action; "
             "else the example's defaults",
-            flags=("--optimizer", "adam", "--standardise_rewards", "--exploration_steps",
-                   "50000", "--agent", "fc", "--no_last_action"),
+            flags=QMIX_EPYMARL_FC_FLAGS,
             tag="eval/episode_return", seeds=(0,), variant="epymarl_fc",
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
@@ -375,8 +379,7 @@ EXPERIMENTS = {
             "EPyMARL's QMIX settings and agent: Adam, standardised rewards, epsilon annealed over "
             "50k steps, a feed-forward agent network whose inputs leave out the last action; "
             "else the example's defaults",
-            flags=("--optimizer", "adam", "--standardise_rewards", "--exploration_steps",
-                   "50000", "--agent", "fc", "--no_last_action"),
+            flags=QMIX_EPYMARL_FC_FLAGS,
             tag="eval/episode_return", seeds=(0,), variant="epymarl_fc",
             baseline={"name": "random play (200 episodes)", "value": -53},
             note="one seed; " + SPREAD_NOTE,

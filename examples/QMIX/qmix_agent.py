@@ -8,7 +8,11 @@ import numpy as np
 import torch
 
 import parl
-from parl.utils.reward_standardiser import RewardStandardiser
+from parl.utils.reward_standardiser import (
+    RewardStandardiser,
+    load_standardiser_state,
+    standardiser_state,
+)
 
 
 class QMixAgent(parl.Agent):
@@ -71,14 +75,8 @@ class QMixAgent(parl.Agent):
         return loss, td_error
 
     def reward_stats_state(self) -> dict[str, float] | None:
-        """The running statistics, for a training checkpoint."""
-        return None if self.reward_stats is None else self.reward_stats.state_dict()
+        """The running reward statistics, for a training checkpoint."""
+        return standardiser_state(self.reward_stats)
 
     def load_reward_stats_state(self, state: dict[str, float] | None) -> None:
-        if (state is None) != (self.reward_stats is None):
-            raise ValueError(
-                "QMixAgent: the checkpoint's reward standardisation does not match this run's; "
-                "resume with the flags of the run that wrote it (--standardise_rewards or not)"
-            )
-        if state is not None and self.reward_stats is not None:
-            self.reward_stats.load_state_dict(state)
+        load_standardiser_state(self.reward_stats, state, "QMixAgent")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium.wrappers.utils import RunningMeanStd
 
-__all__ = ["RewardStandardiser"]
+__all__ = ["RewardStandardiser", "load_standardiser_state", "standardiser_state"]
 
 
 class RewardStandardiser:
@@ -65,3 +65,29 @@ class RewardStandardiser:
         self._stats.mean = np.asarray(state["mean"], np.float64)
         self._stats.var = np.asarray(state["var"], np.float64)
         self._stats.count = float(state["count"])
+
+
+def standardiser_state(standardiser: RewardStandardiser | None) -> dict[str, float] | None:
+    """A run's reward statistics for its training checkpoint: ``None`` for a run that does not
+    standardise."""
+    return None if standardiser is None else standardiser.state_dict()
+
+
+def load_standardiser_state(
+    standardiser: RewardStandardiser | None, state: dict[str, float] | None, owner: str
+) -> None:
+    """Continue from a checkpoint's statistics, refusing a checkpoint of a run that standardised
+    where this one does not, or the other way round.
+
+    Args:
+        standardiser: this run's, or ``None`` if it does not standardise.
+        state: what :func:`standardiser_state` wrote into the checkpoint.
+        owner: the agent, as the error names it.
+    """
+    if (state is None) != (standardiser is None):
+        raise ValueError(
+            f"{owner}: the checkpoint's reward standardisation does not match this run's; "
+            "resume with the flags of the run that wrote it (--standardise_rewards or not)"
+        )
+    if state is not None and standardiser is not None:
+        standardiser.load_state_dict(state)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parl.utils.reward_standardiser import RewardStandardiser
+from parl.utils.reward_standardiser import (
+    RewardStandardiser,
+    load_standardiser_state,
+    standardiser_state,
+)
 
 
 def test_statistics_are_those_of_the_real_steps_and_rewards_are_standardised_by_them() -> None:
@@ -55,3 +59,17 @@ def test_a_batch_of_padding_only_leaves_the_statistics_as_they_were() -> None:
 def test_a_mask_of_another_shape_is_refused() -> None:
     with pytest.raises(ValueError, match=r"real has shape \(4,\), the rewards \(4, 1\)"):
         RewardStandardiser()(np.zeros((4, 1)), np.ones(4, bool))
+
+
+def test_a_checkpoint_of_the_other_kind_of_run_is_refused_by_flag() -> None:
+    standardise = RewardStandardiser()
+    standardise(np.array([2.0, 4.0], np.float32), np.ones(2, bool))
+    state = standardiser_state(standardise)
+    assert standardiser_state(None) is None
+    with pytest.raises(ValueError, match="ComaAgent: .*--standardise_rewards or not"):
+        load_standardiser_state(None, state, "ComaAgent")
+    with pytest.raises(ValueError, match="QMixAgent: .*--standardise_rewards or not"):
+        load_standardiser_state(RewardStandardiser(), None, "QMixAgent")
+    restored = RewardStandardiser()
+    load_standardiser_state(restored, state, "ComaAgent")
+    assert restored.state_dict() == standardise.state_dict()
