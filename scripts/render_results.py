@@ -264,6 +264,28 @@ def dataset_row(records: list[dict[str, Any]]) -> str:
     return f"| {algorithms} | {task} | {budgets} | {results} | {links} |"
 
 
+def configurations_row(records: list[dict[str, Any]]) -> str:
+    """One row of the README's summary for one algorithm's configurations on one env: each
+    configuration's result (and reference) side by side, the budget most of them had once."""
+    first = records[0]
+    spent = [f"{budget(r)}, {_seeds(r)}" for r in records]
+    usual = max(spent, key=spent.count)
+    budgets = "; ".join(
+        [usual]
+        + [f"{r['configuration']}: {s}" for r, s in zip(records, spent, strict=True) if s != usual]
+    )
+    results = []
+    for record in records:
+        result, baseline = _result(record), record["figures"]["baseline"]
+        if baseline:
+            result += f" ({baseline['name']}: {number(baseline['value'])})"
+        results.append(f"{record['configuration']}: {result}")
+    return (
+        f"| {first['algorithm']} | {first['env']} | {budgets} | {'; '.join(results)} | "
+        f"{_link(first['page'])} |"
+    )
+
+
 def _dataset(record: dict[str, Any]) -> tuple[str, str] | None:
     baseline = record["figures"]["baseline"]
     if not baseline or "dataset" not in baseline:
@@ -272,21 +294,32 @@ def _dataset(record: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def render_summary(records: list[dict[str, Any]]) -> str:
-    """The README's summary: a row per record, except that the records trained on one offline
-    dataset share a row (where the first of them stands)."""
+    """The README's summary: a row per algorithm and env, its configurations side by side, and
+    a row per offline dataset, the algorithms trained on it side by side (each row where the
+    first of its records stands)."""
     lines = ["| algorithm | env | budget | result | page |", "|---|---|---|---|---|"]
-    on_dataset: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for record in records:
-        key = _dataset(record)
-        if key is not None:
-            on_dataset.setdefault(key, []).append(record)
+        groups.setdefault(_group(record), []).append(record)
     for record in records:
-        key = _dataset(record)
-        if key is None:
+        group = groups[_group(record)]
+        if group[0] is not record:
+            continue
+        if _dataset(record) is not None:
+            lines.append(dataset_row(group))
+        elif len(group) > 1:
+            lines.append(configurations_row(group))
+        else:
             lines.append(summary_row(record))
-        elif on_dataset[key][0] is record:
-            lines.append(dataset_row(on_dataset[key]))
     return "\n".join(lines) + "\n"
+
+
+def _group(record: dict[str, Any]) -> tuple[str, ...]:
+    """The summary row a record goes into: its dataset's, else its algorithm's on its env."""
+    dataset = _dataset(record)
+    if dataset is not None:
+        return ("dataset", *dataset)
+    return ("task", record["algorithm"], record["env"])
 
 
 def render_file(path: Path, records: list[dict[str, Any]]) -> str:

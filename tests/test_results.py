@@ -113,6 +113,28 @@ def test_the_records_of_one_dataset_share_a_summary_row(record) -> None:
     ]
 
 
+def test_one_algorithms_configurations_on_one_env_share_a_summary_row(record) -> None:
+    """Each configuration's result and reference side by side, the usual budget once and the
+    other budgets by configuration; another env or algorithm has a row of its own."""
+    other = copy.deepcopy(record)
+    other.update(configuration="rl-zoo's configuration", seeds=[0])
+    other["figures"].update(mean=900, sd=None)
+    other["figures"]["per_seed"] = [dict(record["figures"]["per_seed"][0], final=900, best=900)]
+    other["figures"]["baseline"] = {"name": "random play", "value": 18}
+    third = copy.deepcopy(record)
+    third["configuration"] = "PARL's settings, 3 actors"
+    elsewhere = copy.deepcopy(record)
+    elsewhere["env"] = "Walker2d-v5"
+    lines = render_results.render_summary([record, elsewhere, other, third]).splitlines()
+    assert lines[2:] == [
+        "| PPO | Hopper-v5 | 1M steps, 2 seeds; rl-zoo's configuration: 1M steps, 1 seed | "
+        "PARL's MuJoCo configuration: 1,100 (sd 141) (best 1,300 and 1,100); rl-zoo's "
+        "configuration: 900 (random play: 18); PARL's settings, 3 actors: 1,100 (sd 141) (best "
+        "1,300 and 1,100) | [ppo](docs/algorithms/ppo.md) |",
+        render_results.summary_row(elsewhere),
+    ]
+
+
 def test_unknown_figures_render_as_a_dash(record) -> None:
     record["figures"].update(mean=None, sd=None, wall_seconds=None)
     record["figures"]["per_seed"][1]["wall_seconds"] = None
