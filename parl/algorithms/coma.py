@@ -257,10 +257,10 @@ class COMA(Algorithm):
             )
         return ep_num, tr_num
 
-    def _critic_learn(
+    def _critic_loss(
         self, batch: Mapping[str, torch.Tensor], mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One critic step; returns its loss and its ``Q`` before the step, ``(E, T, N, A)``."""
+        """The critic's TD(lambda) loss and its ``Q``, ``(E, T, N, A)``, detached."""
         ep_num, tr_num = mask.shape[:2]
         shape = (ep_num, tr_num, self.n_agents, -1)
         u = batch["u"].long()
@@ -282,22 +282,16 @@ class COMA(Algorithm):
         q_taken = q_values.gather(3, u).squeeze(3)
         masked_td_error = (targets - q_taken) * mask
         loss = masked_td_error.square().sum() / mask.sum()
-        check_finite_step("COMA.learn", "the critic's loss", loss)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.grad_norm_clip is not None:
-            clip_grad_norm(self.critic_parameters, self.grad_norm_clip)
-        self.critic_optimizer.step()
-        return loss.detach(), q_values.detach()
+        return loss, q_values.detach()
 
-    def _actor_learn(
+    def _actor_loss(
         self,
         batch: Mapping[str, torch.Tensor],
         epsilon: float,
         q_values: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        """One actor step along the counterfactual advantage; returns the actor's loss."""
+        """The actor's loss along the counterfactual advantage, with the entropy bonus."""
         ep_num, tr_num = mask.shape[:2]
         actor_inputs = batch["actor_inputs"]
         hidden = self.init_hidden(ep_num)
@@ -316,15 +310,22 @@ class COMA(Algorithm):
         advantage = q_taken - baseline
         loss = -(advantage * torch.log(pi_taken) * mask).sum() / mask.sum()
         if self.entropy_coef > 0.0:
-            entropy = torch.special.entr(action_prob).sum(dim=3)  # 0 log 0 = 0
+            # -p log p with log's argument floored at the smallest normal float: 0 log 0 = 0
+            # as entr gives, but a finite gradient where an available action's probability
+            # underflowed to 0 (entr's is infinite there, and the softmax turns it into NaN)
+            tiny = torch.finfo(action_prob.dtype).tiny
+            entropy = -(action_prob * torch.log(action_prob.clamp(min=tiny))).sum(dim=3)
             loss = loss - self.entropy_coef * (entropy * mask).sum() / mask.sum()
-        check_finite_step("COMA.learn", "the actor's loss", loss)
-        self.actor_optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _step(
+        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[nn.Parameter]
+    ) -> None:
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_norm_clip is not None:
-            clip_grad_norm(self.actor_parameters, self.grad_norm_clip)
-        self.actor_optimizer.step()
-        return loss.detach()
+            clip_grad_norm(params, self.grad_norm_clip)
+        optimizer.step()
 
     def learn(
         self, batch: Mapping[str, torch.Tensor], epsilon: float
@@ -351,9 +352,15 @@ class COMA(Algorithm):
         mask = (1.0 - batch["padded"].float()).expand(-1, -1, self.n_agents)
         if float(mask.sum()) == 0.0:
             raise ValueError("COMA.learn: every step of the batch is padding (padded == 1)")
-        critic_loss, q_values = self._critic_learn(batch, mask)
-        actor_loss = self._actor_learn(batch, epsilon, q_values, mask)
-        return critic_loss, actor_loss
+        # both losses before either step (the actor's uses the critic's Q from before its
+        # step, as in PARL), so that a loss that overflows leaves both networks as they were
+        critic_loss, q_values = self._critic_loss(batch, mask)
+        actor_loss = self._actor_loss(batch, epsilon, q_values, mask)
+        check_finite_step("COMA.learn", "the critic's loss", critic_loss)
+        check_finite_step("COMA.learn", "the actor's loss", actor_loss)
+        self._step(self.critic_optimizer, critic_loss, self.critic_parameters)
+        self._step(self.actor_optimizer, actor_loss, self.actor_parameters)
+        return critic_loss.detach(), actor_loss.detach()
 
     def sync_target(self, decay: float = 0.0) -> None:
         """``target = decay * target + (1 - decay) * model``; the default copies.

@@ -216,6 +216,47 @@ def test_coma_refuses_nan_rewards_and_overflowing_losses_without_a_step() -> Non
         assert torch.equal(tensor, before[name]), name
 
 
+def _saturate(alg: COMA, action: int) -> None:
+    """Make the actor certain of ``action``: the others' probabilities underflow to 0."""
+    fc2 = alg.model.actor_model.fc2
+    with torch.no_grad():
+        fc2.weight.zero_()
+        fc2.bias.zero_()
+        fc2.bias[action] = 200.0
+
+
+def test_coma_entropy_bonus_keeps_the_weights_finite_on_a_certain_policy() -> None:
+    """An available action whose probability underflowed to 0 (a policy certain of another,
+    without epsilon): the entropy's gradient there is finite, so no weight becomes NaN."""
+    torch.manual_seed(0)
+    alg = COMA(
+        ComaModel(DIMS.actor_dim, DIMS.critic_dim, DIMS.n_actions), DIMS.n_actions,
+        DIMS.n_agents, device="cpu", entropy_coef=0.001,
+    )  # fmt: skip
+    _saturate(alg, 0)
+    batch = _batch()
+    batch["u"].zero_()
+    batch["avail_u"].fill_(1.0)
+    alg.learn(batch, 0.0)
+    for name, tensor in alg.model.state_dict().items():
+        assert bool(torch.isfinite(tensor).all()), name
+
+
+def test_coma_an_actor_loss_that_overflows_leaves_the_critic_unstepped_too() -> None:
+    """The taken action has probability 0 under ``epsilon = 0``: the actor's loss is infinite,
+    and neither network moves (the critic's step would come first)."""
+    alg = _alg()
+    _saturate(alg, 0)
+    batch = _batch()
+    batch["u"].fill_(1)
+    batch["avail_u"].fill_(1.0)
+    before = copy.deepcopy(alg.model.state_dict())
+    with pytest.raises(FloatingPointError, match="COMA.learn: the actor's loss is (-?inf|nan)"):
+        alg.learn(batch, 0.0)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+
+
 def test_coma_entropy_bonus_is_the_acting_distributions_entropy_over_real_steps() -> None:
     """``entropy_coef`` subtracts ``coef`` times the mean entropy of the exploration mixture
     over the unpadded steps: by hand, from the same policy outputs."""
