@@ -23,6 +23,7 @@ actions, so that part follows the paper's code: one ratio for the whole action v
 
 from __future__ import annotations
 
+import copy
 from typing import Any, NamedTuple
 
 import torch
@@ -321,16 +322,18 @@ class MAPPO(Algorithm):
         mask = None if active_masks is None else _column(active_masks, "active_masks", batch, owner)
         _check_rows(actions, "actions", batch, owner)
         _check_rows(old_log_probs, "old_log_probs", batch, owner)
-        check_finite_inputs(
-            owner,
-            {
-                "share_obs": share_obs,
-                "obs": obs,
-                "value_preds": value_preds,
-                "returns": returns,
-                "adv_targ": adv_targ,
-            },
-        )
+        inputs = {
+            "share_obs": share_obs,
+            "obs": obs,
+            "actions": actions,
+            "value_preds": value_preds,
+            "returns": returns,
+            "old_log_probs": old_log_probs,
+            "adv_targ": adv_targ,
+        }
+        if mask is not None:
+            inputs["active_masks"] = mask
+        check_finite_inputs(owner, inputs)
 
         policy = self.model.policy(obs)
         log_probs, dist_entropy = self._log_probs_entropy(policy, actions, mask)
@@ -352,19 +355,40 @@ class MAPPO(Algorithm):
         policy_loss = _masked_mean(-surrogate, mask)
         actor_loss = policy_loss - dist_entropy * self.entropy_coef
         check_finite_step(owner, "the actor's loss", actor_loss)
+
+        # critic: the values were computed before PopArt moves its statistics, as in the paper;
+        # its loss is checked before the actor steps, so that a refused update moves nothing
+        value_loss = self._value_loss_or_nothing(values, value_preds, returns, mask, owner)
         self.actor_optimizer.zero_grad()
         actor_loss.backward()
         self._clip(self._actor_params)
         self.actor_optimizer.step()
-
-        # critic: the values were computed before PopArt moves its statistics, as in the paper
-        value_loss = self.cal_value_loss(values, value_preds, returns, mask)
-        check_finite_step(owner, "the value loss", value_loss)
         self.critic_optimizer.zero_grad()
         (value_loss * self.value_loss_coef).backward()
         self._clip(self._critic_params)
         self.critic_optimizer.step()
         return MAPPOLearnResult(value_loss.detach(), policy_loss.detach(), dist_entropy.detach())
+
+    def _value_loss_or_nothing(
+        self,
+        values: torch.Tensor,
+        value_preds: torch.Tensor,
+        returns: torch.Tensor,
+        mask: torch.Tensor | None,
+        owner: str,
+    ) -> torch.Tensor:
+        """:meth:`cal_value_loss`, or ``FloatingPointError`` with PopArt's statistics and the
+        critic's output layer (which its update rescales) put back as they were."""
+        popart = self.value_normalizer
+        kept = None if popart is None else copy.deepcopy(popart.state_dict())
+        value_loss = self.cal_value_loss(values, value_preds, returns, mask)
+        try:
+            check_finite_step(owner, "the value loss", value_loss)
+        except FloatingPointError:
+            if popart is not None and kept is not None:
+                popart.load_state_dict(kept)
+            raise
+        return value_loss
 
     def _clip(self, params: list[nn.Parameter]) -> None:
         if self.max_grad_norm is not None:

@@ -216,6 +216,8 @@ def _batch(rows: int = 8, heads: int = 1) -> dict[str, torch.Tensor]:
         ),
         ({"adv_targ": torch.full((8, 1), float("inf"))}, r"adv_targ\[0, 0\] is inf"),
         ({"share_obs": torch.full((8, CONTEXTS), float("nan"))}, r"share_obs\[0, 0\] is nan"),
+        ({"old_log_probs": torch.full((8, 1), float("-inf"))}, r"old_log_probs\[0, 0\] is -inf"),
+        ({"active_masks": torch.full((8, 1), float("nan"))}, r"active_masks\[0, 0\] is nan"),
     ],
 )
 def test_learn_names_the_bad_argument(change: dict[str, Any], match: str) -> None:
@@ -240,6 +242,33 @@ def test_a_loss_that_overflows_is_not_stepped_on() -> None:
         alg.learn(**_batch())
     for name, tensor in alg.model.critic.state_dict().items():
         assert torch.equal(tensor, before[name]), name
+
+
+def test_a_value_loss_that_overflows_moves_neither_network_nor_popart() -> None:
+    """With PopArt (the default) and advantages that would move the actor: the value loss is
+    checked before the actor steps, and PopArt's statistics and the critic's output layer it
+    rescales are put back."""
+    alg = _team("discrete", seed=0)[0]
+    assert alg.value_normalizer is not None
+    with torch.no_grad():
+        for param in alg.model.critic.parameters():
+            param.fill_(1e38)
+    before = copy.deepcopy(alg.model.state_dict())
+    popart = copy.deepcopy(alg.value_normalizer.state_dict())
+    batch = _batch() | {"adv_targ": torch.randn(8, 1), "returns": torch.randn(8, 1)}
+    with pytest.raises(FloatingPointError, match="MAPPO.learn: the value loss is (inf|nan)"):
+        alg.learn(**batch)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    for name, tensor in alg.value_normalizer.state_dict().items():
+        assert torch.equal(tensor, popart[name]), name
+
+
+def test_nan_continuous_actions_are_named_not_blamed_on_an_overflow() -> None:
+    alg = _team("continuous", seed=0)[0]
+    batch = _batch() | {"actions": torch.zeros(8, 1).index_fill(0, torch.tensor([3]), torch.nan)}
+    with pytest.raises(ValueError, match=r"MAPPO.learn: actions\[3, 0\] is nan"):
+        alg.learn(**batch)
 
 
 def test_bad_models_and_settings_are_refused_at_construction() -> None:
