@@ -342,13 +342,9 @@ class COMA(Algorithm):
         """
         epsilon = check_float("epsilon", epsilon, low=0.0, high=1.0, owner="COMA.learn")
         self._check_batch(batch)
-        check_finite_inputs(
-            "COMA.learn",
-            {
-                f"batch[{key!r}]": batch[key]
-                for key in ("r", "actor_inputs", "critic_inputs", "critic_inputs_next")
-            },
-        )
+        # the flags too: a NaN in padded or isover reaches the mask or the targets
+        checked = ("r", "padded", "isover", "actor_inputs", "critic_inputs", "critic_inputs_next")
+        check_finite_inputs("COMA.learn", {f"batch[{key!r}]": batch[key] for key in checked})
         mask = (1.0 - batch["padded"].float()).expand(-1, -1, self.n_agents)
         if float(mask.sum()) == 0.0:
             raise ValueError("COMA.learn: every step of the batch is padding (padded == 1)")

@@ -290,12 +290,19 @@ class QMIX(Algorithm):
             available_actions_batch=available_actions_batch,
             filled_batch=filled_batch,
         )
-        real = 1.0 - filled_batch.float()
-        self._check_actions(actions_batch, available_actions_batch, real)
+        # the flags too: a NaN in them reaches the mask, and the loss, as surely as a reward's
         check_finite_inputs(
             "QMIX.learn",
-            {"reward_batch": reward_batch, "state_batch": state_batch, "obs_batch": obs_batch},
+            {
+                "reward_batch": reward_batch,
+                "terminated_batch": terminated_batch,
+                "filled_batch": filled_batch,
+                "state_batch": state_batch,
+                "obs_batch": obs_batch,
+            },
         )
+        real = 1.0 - filled_batch.float()
+        self._check_actions(actions_batch, available_actions_batch, real)
         terminated = terminated_batch[:, :-1].float()
         reward = reward_batch[:, :-1].float()
         # transition t counts if step t is real and either ends the episode or has a real next

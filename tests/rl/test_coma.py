@@ -225,6 +225,15 @@ def _saturate(alg: COMA, action: int) -> None:
         fc2.bias[action] = 200.0
 
 
+@pytest.mark.parametrize("key", ["padded", "isover"])
+def test_coma_names_a_nan_flag_instead_of_blaming_an_overflow(key: str) -> None:
+    batch = _batch()
+    batch[key] = batch[key].float()
+    batch[key][1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match=rf"COMA.learn: batch\['{key}'\]\[1, 2, 0\] is nan"):
+        _alg().learn(batch, 0.1)
+
+
 def test_coma_entropy_bonus_keeps_the_weights_finite_on_a_certain_policy() -> None:
     """An available action whose probability underflowed to 0 (a policy certain of another,
     without epsilon): the entropy's gradient there is finite, so no weight becomes NaN."""

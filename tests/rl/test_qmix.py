@@ -200,6 +200,15 @@ def test_qmix_refuses_nan_rewards_and_overflowing_losses_without_a_step() -> Non
         assert torch.equal(tensor, before[name]), name
 
 
+@pytest.mark.parametrize(("index", "name"), [(3, "terminated_batch"), (6, "filled_batch")])
+def test_qmix_names_a_nan_flag_instead_of_blaming_an_overflow(index: int, name: str) -> None:
+    batch = _batch()
+    batch[index] = batch[index].float()
+    batch[index][1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match=rf"QMIX.learn: {name}\[1, 2, 0\] is nan"):
+        make_qmix().learn(*batch)
+
+
 def test_qmix_rejects_bad_models_and_hyperparameters() -> None:
     agent = RNNAgent(GAME.obs_dim, GAME.n_actions)
     mixer = Mixer(GAME.n_agents, GAME.state_dim)
