@@ -26,6 +26,7 @@ are imported when an env is opened, never at import time.
 from __future__ import annotations
 
 import importlib
+import re
 import types
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -105,6 +106,25 @@ class Opened(NamedTuple):
     state_is_obs: bool
 
 
+# the ids lbforaging registers when imported (its ``__init__``): sizes 5 to 19, 2 to 9 players,
+# 1 to 4 foods, with and without ``-coop`` and a sight of 2 (``-2s``)
+_FORAGING_ID = re.compile(r"Foraging(?:-2s)?-(\d+)x(\d+)-(\d+)p-(\d+)f(?:-coop)?-v3")
+_FORAGING_IDS = (
+    "lbforaging's ids read 'Foraging[-2s]-<size>x<size>-<players>p-<food>f[-coop]-v3' (size 5 "
+    "to 19, 2 to 9 players, 1 to 4 foods, -2s for a sight of 2), e.g. "
+    "'Foraging-8x8-2p-2f-coop-v3'"
+)
+
+
+def _is_foraging_id(env_id: str) -> bool:
+    """Whether lbforaging registers ``env_id``, read off the id without importing it."""
+    match = _FORAGING_ID.fullmatch(env_id)
+    if match is None:
+        return False
+    size, other_size, players, food = (int(group) for group in match.groups())
+    return size == other_size and 5 <= size <= 19 and 2 <= players <= 9 and 1 <= food <= 4
+
+
 def known_names() -> list[str]:
     """The names ``open_env`` accepts (PARL's, then mpe2's versioned ids), for error messages."""
     return [*MPE_SCENARIOS, *(module for module, _ in MPE_SCENARIOS.values())]
@@ -133,6 +153,8 @@ def check_env_id(
             f"unknown multi-agent env {env_id!r}: the MPE scenarios are {known_names()}, and "
             "level-based foraging ids start with 'Foraging' (e.g. 'Foraging-8x8-2p-2f-coop-v3')"
         )
+    if not _is_foraging_id(env_id):
+        raise ValueError(f"unknown foraging id {env_id!r}: {_FORAGING_IDS}")
     if legacy_dynamics:
         raise ValueError(
             f"legacy_dynamics=True is for MPE's particle scenarios; {env_id} is level-based "
@@ -239,12 +261,7 @@ class ForagingParallelEnv:
         try:
             spec = gymnasium.spec(env_id)
         except gymnasium.error.Error as exc:
-            raise ValueError(
-                f"unknown foraging id {env_id!r}: lbforaging's ids read "
-                "'Foraging[-2s]-<size>x<size>-<players>p-<food>f[-coop]-v3' (size 5 to 19, 2 to "
-                "9 players, 1 to 4 foods, -2s for a sight of 2), e.g. "
-                "'Foraging-8x8-2p-2f-coop-v3'"
-            ) from exc
+            raise ValueError(f"unknown foraging id {env_id!r}: {_FORAGING_IDS}") from exc
         settings = {**spec.kwargs, **kwargs}
         if settings.get("render_mode") not in (None, "human", "rgb_array"):
             raise ValueError(

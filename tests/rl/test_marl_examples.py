@@ -72,6 +72,7 @@ def test_marl_example_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
     ("name", "flags", "message"),
     [
         ("QMIX", ["--env", "simple_sprad"], "unknown multi-agent env 'simple_sprad'"),
+        ("COMA", ["--env", "Foraging-8x8-2p"], "unknown foraging id 'Foraging-8x8-2p'"),
         ("COMA", ["--legacy_dynamics"], "for MPE's particle scenarios"),
         ("MAPPO", ["--legacy_dynamics"], "for MPE's particle scenarios"),
         ("MAPPO", ["--continuous_actions"], "discrete actions only"),

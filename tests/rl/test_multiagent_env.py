@@ -12,7 +12,7 @@ import pytest
 from gymnasium import spaces
 
 from parl.env.multiagent_env import MAenv
-from parl.env.multiagent_scenarios import MPE_SCENARIOS
+from parl.env.multiagent_scenarios import MPE_SCENARIOS, check_env_id
 
 from .multiagent_support import require_multiagent
 
@@ -279,6 +279,20 @@ def test_foraging_renders_only_in_the_mode_it_was_made_with() -> None:
     assert ("pyglet" in sys.modules) == drawing
     with pytest.raises(ValueError, match="render_mode='ansi'.*'human'.*'rgb_array'"):
         MAenv("Foraging-5x5-2p-1f-coop-v3", render_mode="ansi")
+
+
+def test_check_env_id_accepts_every_foraging_id_lbforaging_registers_and_no_other() -> None:
+    """Read off the id without importing lbforaging, so checked here against its registry."""
+    gymnasium = pytest.importorskip("gymnasium")
+    pytest.importorskip("lbforaging")
+    registered = [name for name in gymnasium.registry if name.startswith("Foraging-")]
+    registered = [name for name in registered if not name.startswith("Foraging-grid")]
+    assert len(registered) > 1000
+    for name in registered:
+        check_env_id(name)
+    for name in ("Foraging", "Foraging-8x8-2p-2f-coop-v2", "Foraging-8x9-2p-2f-v3"):
+        with pytest.raises(ValueError, match=f"unknown foraging id '{name}'"):
+            check_env_id(name)
 
 
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:

@@ -124,6 +124,8 @@ def test_bad_input_gets_clear_errors() -> None:
         MultiAgentVectorEnv.make("Foraging-8x8-2p-2f-coop-v3", 2, legacy_dynamics=True)
     with pytest.raises(ValueError, match="discrete actions only"):
         MultiAgentVectorEnv.make("Foraging-8x8-2p-2f-coop-v3", 2, continuous_actions=True)
+    with pytest.raises(ValueError, match="unknown foraging id 'Foraging-8x8-2p-2f-coop-v2'"):
+        MultiAgentVectorEnv.make("Foraging-8x8-2p-2f-coop-v2", 2)
     with pytest.raises(ValueError, match="num_envs"):
         MultiAgentVectorEnv.make("simple", 0)
     with pytest.raises(TypeError, match="must build MAenv"):
