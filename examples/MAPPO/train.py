@@ -433,19 +433,28 @@ def main(argv: list[str] | None = None) -> TrainResult:
     torch.set_num_threads(config.torch_threads)
     logger.info("MAPPO on %s: %s", config.env, asdict(config))
     result = train(config)
-    last = (
-        f"last evaluation {result.eval_history[-1][1]:.2f}"
-        if result.eval_history
-        else "no evaluation (--eval_episodes 0)"
-    )
     logger.info(
         "done: %d steps, %.1f s of training, %s; checkpoints in %s",
         result.total_steps,
         result.train_seconds,
-        last,
+        evaluation_summary(result, config.eval_episodes),
         os.path.dirname(result.checkpoint),
     )
     return result
+
+
+def evaluation_summary(result: TrainResult, eval_episodes: int) -> str:
+    """The closing line's word on evaluation: the last one's return, or why there was none."""
+    if result.eval_history:
+        return f"last evaluation {result.eval_history[-1][1]:.2f}"
+    if eval_episodes == 0:
+        return "no evaluation (--eval_episodes 0)"
+    # only a resume of a run that had finished without evaluations gets here: no update was
+    # left, so none was evaluated
+    return (
+        "no evaluation (the run it resumed had finished without any; raise "
+        "--train_total_steps to train and evaluate on)"
+    )
 
 
 if __name__ == "__main__":

@@ -190,6 +190,21 @@ except RuntimeError as exc:
     assert "REFUSED the checkpoint files in" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_mappo_example_says_why_a_resumed_finished_run_has_no_evaluation(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A run that ended with ``--eval_episodes 0``, resumed with evaluations: nothing is left
+    to train or evaluate, and the closing line does not blame this run's ``--eval_episodes``."""
+    logdir = str(tmp_path / "run")
+    args = [*SMALL, "--train_total_steps", "50", "--test_every_steps", "50", "--logdir", logdir]
+    _run_mains(run_python, [[*args, "--eval_episodes", "0"]])
+    argv = [str(MAPPO_DIR / "train.py"), *args, "--eval_episodes", "1", "--resume"]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no evaluation (the run it resumed had finished without any" in proc.stderr
+    assert "--eval_episodes 0" not in proc.stderr
+
+
 def test_mappo_example_refuses_to_resume_on_another_env(
     run_python: RunPython, tmp_path: Path
 ) -> None:
