@@ -37,6 +37,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    non_negative_float,
     non_negative_int,
     positive_int,
     refuse_as_usage,
@@ -222,7 +223,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="the actor's and the critic's optimizer (RMSprop is PARL's, Adam EPyMARL's)",
     )  # fmt: skip
     parser.add_argument(
-        "--entropy_coef", default=0.0, type=float,
+        "--entropy_coef", default=0.0, type=non_negative_float,
         help="weight of the policy's entropy in the actor's loss (EPyMARL's COMA: 0.001)",
     )  # fmt: skip
     parser.add_argument(

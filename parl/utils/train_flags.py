@@ -11,6 +11,7 @@ do not apply and keeps its older spellings working as hidden aliases.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -198,6 +199,18 @@ def non_negative_int(value: str) -> int:
     number = _whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 (none) or more, got {number}")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    """An argparse ``type``: a finite number of 0 or more (a weight such as an entropy bonus's;
+    NaN or infinity would turn every weight into NaN at the first update)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number < 0.0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {value}")
     return number
 
 

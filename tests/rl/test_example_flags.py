@@ -281,6 +281,21 @@ def test_a_negative_stop_after_steps_is_a_usage_error(
 
 
 @pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_coma_entropy_coef_that_is_not_a_finite_non_negative_number_is_a_usage_error(
+    run_python: RunPython, tmp_path, value: str
+) -> None:
+    log = tmp_path / "log"
+    args = [str(SCRIPTS["COMA"]), f"--entropy_coef={value}", "--logdir", str(log)]
+    proc = run_python(args=args, timeout=180)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"argument --entropy_coef: must be a finite number of 0 or more, got {value}" in (
+        proc.stderr
+    )
+    assert not log.exists()
+
+
+@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
 @pytest.mark.parametrize(
     ("name", "flags", "pattern"),
     [
