@@ -245,6 +245,8 @@ def save_training_checkpoint(
         "version": _VERSION,
         "models": {name: model.state_dict() for name, model in models.items()},
         "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+        # the state of one kind loads into another without complaint, and fails at its step
+        "optimizer_classes": {name: type(opt).__name__ for name, opt in optimizers.items()},
         "lr_schedulers": {name: s.state_dict() for name, s in (lr_schedulers or {}).items()},
         "rng": capture_rng_state(),
         "counters": _check_counters(counters),
@@ -260,6 +262,22 @@ def _check_names(
         raise ValueError(
             f"{src} holds {kind} {sorted(found)} but the algorithm has {sorted(expected)}"
         )
+
+
+def _check_optimizer_classes(
+    optimizers: Mapping[str, torch.optim.Optimizer], written: Mapping[str, str], src: str
+) -> None:
+    """Refuse an optimizer of another class than the checkpoint's (Adam's state in an RMSprop
+    loads, and its first step fails on a missing key). Checkpoints written before the classes
+    were recorded have none to compare."""
+    for name, optimizer in optimizers.items():
+        kind = written.get(name)
+        if kind is not None and kind != type(optimizer).__name__:
+            raise ValueError(
+                f"{src}: optimizer {name!r} was {kind} in the run that wrote it, but it is "
+                f"{type(optimizer).__name__} here; build the algorithm with that run's optimizer "
+                "(the examples' --optimizer)"
+            )
 
 
 def _snapshot(
@@ -296,6 +314,7 @@ def load_training_checkpoint(
     _check_names("models", models, payload["models"], source)
     _check_names("optimizers", optimizers, payload["optimizers"], source)
     _check_names("lr_schedulers", lr_schedulers, payload["lr_schedulers"], source)
+    _check_optimizer_classes(optimizers, payload.get("optimizer_classes", {}), source)
     for name, model in models.items():  # check every model before changing any
         check_tensors_fit(
             dict(model.state_dict(keep_vars=True)),

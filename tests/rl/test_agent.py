@@ -341,6 +341,30 @@ def test_a_restore_that_fails_on_the_optimizer_leaves_the_model_unchanged(
         np.testing.assert_array_equal(array, before[name], err_msg=name)
 
 
+def test_a_restore_into_another_kind_of_optimizer_is_refused_naming_both(
+    make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Adam's state loads into an RMSprop without complaint, and its first step then fails on
+    a missing key: the restore refuses it instead; a checkpoint that does not record the
+    classes (written before they were) still restores."""
+    source = make_agent(seed=1)
+    _train_steps(source, 2)
+    source.save_checkpoint(tmp_path / "c.pt")
+    target = make_agent(seed=2)
+    target.alg.optimizer = torch.optim.RMSprop(target.alg.model.parameters())
+    before = target.get_all_weights()
+    with pytest.raises(ValueError, match="optimizer 'optimizer' was Adam .* it is RMSprop here"):
+        target.restore_checkpoint(tmp_path / "c.pt")
+    for name, array in target.get_all_weights().items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
+    payload = torch.load(tmp_path / "c.pt", weights_only=True)
+    del payload["optimizer_classes"]
+    torch.save(payload, tmp_path / "older.pt")
+    same = make_agent(seed=2)
+    same.restore_checkpoint(tmp_path / "older.pt")
+    _train_steps(same, 1)
+
+
 def test_device_is_settable_as_parl_agents_set_it() -> None:
     class DeviceFirst(parl.Agent):
         def __init__(self, algorithm: parl.Algorithm) -> None:
