@@ -117,7 +117,10 @@ _FORAGING_IDS = (
 
 
 def _is_foraging_id(env_id: str) -> bool:
-    """Whether lbforaging registers ``env_id``, read off the id without importing it."""
+    """Whether lbforaging registers ``env_id``, read off the id without importing it; or an id
+    this process registered itself (a foraging variant of the user's own)."""
+    if env_id in gymnasium.registry:
+        return True
     match = _FORAGING_ID.fullmatch(env_id)
     if match is None:
         return False

@@ -283,8 +283,9 @@ def test_foraging_renders_only_in_the_mode_it_was_made_with() -> None:
 
 def test_check_env_id_accepts_every_foraging_id_lbforaging_registers_and_no_other() -> None:
     """Read off the id without importing lbforaging, so checked here against its registry."""
-    gymnasium = pytest.importorskip("gymnasium")
-    pytest.importorskip("lbforaging")
+    import gymnasium
+    import lbforaging  # noqa: F401  (registers its ids)
+
     registered = [name for name in gymnasium.registry if name.startswith("Foraging-")]
     registered = [name for name in registered if not name.startswith("Foraging-grid")]
     assert len(registered) > 1000
@@ -293,6 +294,12 @@ def test_check_env_id_accepts_every_foraging_id_lbforaging_registers_and_no_othe
     for name in ("Foraging", "Foraging-8x8-2p-2f-coop-v2", "Foraging-8x9-2p-2f-v3"):
         with pytest.raises(ValueError, match=f"unknown foraging id '{name}'"):
             check_env_id(name)
+    # a variant this process registered itself is the user's to open
+    gymnasium.register("Foraging-mine-v0", entry_point="lbforaging.foraging:ForagingEnv")
+    try:
+        check_env_id("Foraging-mine-v0")
+    finally:
+        del gymnasium.registry["Foraging-mine-v0"]
 
 
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
