@@ -37,8 +37,10 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    fraction,
     non_negative_float,
     non_negative_int,
+    positive_float,
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
@@ -206,18 +208,30 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--episodes_per_iteration", default=5, type=positive_int, help="episodes per update"
     )
-    parser.add_argument("--actor_lr", default=1e-4, type=float, help="the actor's learning rate")
-    parser.add_argument("--critic_lr", default=1e-3, type=float, help="the critic's learning rate")
-    parser.add_argument("--gamma", default=0.99, type=float, help="discount factor")
-    parser.add_argument("--td_lambda", default=0.8, type=float, help="lambda of the critic")
     parser.add_argument(
-        "--grad_norm_clip", default=10.0, type=float, help="clip each optimizer's gradients"
+        "--actor_lr", default=1e-4, type=positive_float, help="the actor's learning rate"
     )
-    parser.add_argument("--epsilon", default=0.5, type=float, help="initial exploration share")
     parser.add_argument(
-        "--anneal_epsilon", default=0.00064, type=float, help="epsilon's fall per iteration"
+        "--critic_lr", default=1e-3, type=positive_float, help="the critic's learning rate"
     )
-    parser.add_argument("--min_epsilon", default=0.02, type=float, help="final exploration share")
+    parser.add_argument("--gamma", default=0.99, type=fraction, help="discount factor")
+    parser.add_argument("--td_lambda", default=0.8, type=fraction, help="lambda of the critic")
+    parser.add_argument(
+        "--grad_norm_clip",
+        default=10.0,
+        type=positive_float,
+        help="clip each optimizer's gradients",
+    )
+    parser.add_argument("--epsilon", default=0.5, type=fraction, help="initial exploration share")
+    parser.add_argument(
+        "--anneal_epsilon",
+        default=0.00064,
+        type=non_negative_float,
+        help="epsilon's fall per iteration",
+    )
+    parser.add_argument(
+        "--min_epsilon", default=0.02, type=fraction, help="final exploration share"
+    )
     parser.add_argument(
         "--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
         help="the actor's and the critic's optimizer (RMSprop is PARL's, Adam EPyMARL's)",

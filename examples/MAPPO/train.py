@@ -41,6 +41,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    positive_float,
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
@@ -404,7 +405,7 @@ def make_parser() -> argparse.ArgumentParser:
         default=defaults.num_mini_batch,
         help="minibatches per pass",
     )
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="Adam learning rate")
+    parser.add_argument("--lr", type=positive_float, default=defaults.lr, help="Adam learning rate")
     for name, text in (
         ("use_popart", "normalise value targets with PopArt (the paper's suggestion 1)"),
         ("use_centralized_V", "critic on the global state (suggestion 2)"),

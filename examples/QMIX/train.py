@@ -37,7 +37,9 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    fraction,
     non_negative_int,
+    positive_float,
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
@@ -308,7 +310,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--buffer_size", default=5000, type=positive_int, help="episodes kept for replay"
     )
-    parser.add_argument("--lr", default=5e-4, type=float, help="the optimizer's learning rate")
+    parser.add_argument(
+        "--lr", default=5e-4, type=positive_float, help="the optimizer's learning rate"
+    )
     parser.add_argument(
         "--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
         help="RMSprop (PARL's) or Adam (EPyMARL's)",
@@ -318,15 +322,18 @@ def make_parser() -> argparse.ArgumentParser:
         help="learn the team rewards standardised by their running mean and deviation "
         "(EPyMARL's default)",
     )  # fmt: skip
-    parser.add_argument("--gamma", default=0.99, type=float, help="discount factor")
+    parser.add_argument("--gamma", default=0.99, type=fraction, help="discount factor")
     parser.add_argument(
-        "--clip_grad_norm", default=10.0, type=float, help="clip the gradients' global norm"
+        "--clip_grad_norm",
+        default=10.0,
+        type=positive_float,
+        help="clip the gradients' global norm",
     )
     parser.add_argument(
         "--exploration_steps", default=100_000, type=positive_int,
         help="environment steps over which epsilon falls from 1 to --min_exploration",
     )  # fmt: skip
-    parser.add_argument("--min_exploration", default=0.05, type=float, help="final epsilon")
+    parser.add_argument("--min_exploration", default=0.05, type=fraction, help="final epsilon")
     parser.add_argument(
         "--update_target_interval", default=200, type=positive_int,
         help="updates between two copies into the target networks",

@@ -160,12 +160,14 @@ def check_env_id(
         raise ValueError(f"unknown foraging id {env_id!r}: {_FORAGING_IDS}")
     if legacy_dynamics:
         raise ValueError(
-            f"legacy_dynamics=True is for MPE's particle scenarios; {env_id} is level-based "
-            "foraging, which has one kind of movement: leave it False"
+            f"legacy dynamics (legacy_dynamics=True, the examples' --legacy_dynamics) are for "
+            f"MPE's particle scenarios; {env_id} is level-based foraging, which has one kind of "
+            "movement: leave them off"
         )
     if continuous_actions:
         raise ValueError(
-            f"{env_id} has discrete actions only: pass continuous_actions=False for foraging"
+            f"{env_id} has discrete actions only: leave continuous actions off "
+            "(continuous_actions=False, no --continuous_actions) for foraging"
         )
 
 

@@ -202,16 +202,32 @@ def non_negative_int(value: str) -> int:
     return number
 
 
-def non_negative_float(value: str) -> float:
-    """An argparse ``type``: a finite number of 0 or more (a weight such as an entropy bonus's;
-    NaN or infinity would turn every weight into NaN at the first update)."""
+def _number_in(value: str, requirement: str, ok: Callable[[float], bool]) -> float:
+    """``value`` as a float if it is finite (NaN or infinity would turn every weight into NaN at
+    the first update) and ``ok``, else the usage error ``must be <requirement>``."""
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0.0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {value}")
+        raise argparse.ArgumentTypeError(f"must be {requirement}, got {value!r}") from None
+    if not math.isfinite(number) or not ok(number):
+        raise argparse.ArgumentTypeError(f"must be {requirement}, got {value}")
     return number
+
+
+def non_negative_float(value: str) -> float:
+    """An argparse ``type``: a finite number of 0 or more (a weight such as an entropy bonus's,
+    a decay per iteration)."""
+    return _number_in(value, "a finite number of 0 or more", lambda x: x >= 0.0)
+
+
+def positive_float(value: str) -> float:
+    """An argparse ``type``: a finite number above 0 (a learning rate, a gradient-norm bound)."""
+    return _number_in(value, "a finite number above 0", lambda x: x > 0.0)
+
+
+def fraction(value: str) -> float:
+    """An argparse ``type``: a number in [0, 1] (a discount, a lambda, an exploration share)."""
+    return _number_in(value, "a number in [0, 1]", lambda x: 0.0 <= x <= 1.0)
 
 
 def add_legacy_dynamics_flag(parser: argparse.ArgumentParser) -> None:

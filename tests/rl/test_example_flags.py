@@ -4,12 +4,21 @@ as the new ones while staying out of ``--help``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 
 import pytest
 
-from parl.utils.train_flags import COMMON_FLAGS, add_common_flags, example_parser, plain_text
+from parl.utils.train_flags import (
+    COMMON_FLAGS,
+    add_common_flags,
+    example_parser,
+    fraction,
+    non_negative_float,
+    plain_text,
+    positive_float,
+)
 
 from .conftest import REPO_ROOT, RunPython
 
@@ -311,3 +320,38 @@ def test_an_env_of_the_wrong_action_space_is_named_with_the_fix(
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError: --env Pendulum-v1") and pattern in last, last
+
+
+@pytest.mark.parametrize(
+    ("kind", "good", "bad"),
+    [
+        (positive_float, ["3e-4", "10"], ["0", "-1e-4", "nan", "inf", "fast"]),
+        (non_negative_float, ["0", "0.001"], ["-0.1", "nan", "-inf"]),
+        (fraction, ["0", "0.99", "1"], ["1.5", "-0.01", "nan"]),
+    ],
+)
+def test_number_flag_types_take_their_range_and_refuse_the_rest(kind, good, bad) -> None:
+    for value in good:
+        assert kind(value) == float(value)
+    for value in bad:
+        with pytest.raises(argparse.ArgumentTypeError, match="must be"):
+            kind(value)
+
+
+@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
+@pytest.mark.parametrize(
+    ("name", "flag", "message"),
+    [
+        ("COMA", "--gamma=1.5", "argument --gamma: must be a number in [0, 1], got 1.5"),
+        ("COMA", "--actor_lr=-1", "argument --actor_lr: must be a finite number above 0"),
+        ("QMIX", "--lr=nan", "argument --lr: must be a finite number above 0, got nan"),
+        ("MAPPO", "--lr=0", "argument --lr: must be a finite number above 0, got 0"),
+    ],
+)
+def test_a_multiagent_examples_number_out_of_range_is_a_usage_error(
+    run_python: RunPython, tmp_path, name: str, flag: str, message: str
+) -> None:
+    log = tmp_path / "log"
+    proc = run_python(args=[str(SCRIPTS[name]), flag, "--logdir", str(log)], timeout=180)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr and not log.exists()
