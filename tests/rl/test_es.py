@@ -137,7 +137,9 @@ def test_es_training_checkpoint_resumes_exactly(optimizer: str, tmp_path) -> Non
     other = parl.Agent(
         ES(nn.Linear(3, 2), table, optimizer="sgd" if optimizer != "sgd" else "adam")
     )
-    with pytest.raises(ValueError, match="ES optimizer"):
+    with pytest.raises(
+        ValueError, match="optimizer .es_optimizer. was [A-Za-z]+ in the run that wrote it"
+    ):
         other.restore_checkpoint(tmp_path / "es.pt")
 
 
