@@ -142,5 +142,7 @@ def test_mpe2_shows_a_push_one_step_later_and_legacy_in_the_same_step() -> None:
 def test_legacy_dynamics_is_a_bool_and_for_mpe_only() -> None:
     with pytest.raises(TypeError, match="legacy_dynamics"):
         MAenv("simple", legacy_dynamics=1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="legacy_dynamics=True is for MPE"):
+    with pytest.raises(
+        ValueError, match="legacy dynamics .legacy_dynamics=True.*are for MPE's particle scenarios"
+    ):
         MAenv("Foraging-8x8-2p-2f-coop-v3", legacy_dynamics=True)
