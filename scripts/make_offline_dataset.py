@@ -25,8 +25,9 @@ The online part (steps, collection, the SAC run) is in ``offline_sac.py`` beside
 The SAC run is kept under ``--workdir``: ``medium/`` and ``expert/`` (the policy, the training
 checkpoint and every step trained on); a later ``--kinds expert`` continues from ``medium/``, a
 larger ``--expert_steps`` from ``expert/``. Every ``--save_every`` steps the training so far is
-kept too (``medium-partial/``, ``expert-partial/``), so an interrupted run, rerun, continues where
-it stopped and ends with the policy of one uninterrupted run.
+kept too (``medium-partial/``, ``expert-partial/``), and so is the run at the end of the episode
+under way on Ctrl-C or SIGTERM (a second one stops at once): the same command, rerun, continues
+where it stopped and ends with the policy of one uninterrupted run.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from offline_sac import SACRun, StepLog, collect, load_policy, make_env, staged_folder
+from offline_sac import SACRun, StepLog, Stopped, collect, load_policy, make_env, staged_folder
 
 import parl
 from parl.utils import logger, set_seed
@@ -174,11 +175,29 @@ def refuse_bad_plan(args: argparse.Namespace) -> None:
 
 
 def make_datasets(args: argparse.Namespace) -> dict[str, Path]:
-    """Make every kind in ``--kinds``; returns each one's folder."""
+    """Make every kind in ``--kinds``; returns each one's folder.
+
+    Raises:
+        Stopped: Ctrl-C or SIGTERM while SAC trained, with the run so far kept in ``--workdir``.
+    """
+    written: dict[str, Path] = {}
+    try:
+        return _make_datasets(args, written)
+    except Stopped as stopped:
+        if not written:
+            raise
+        raise Stopped(
+            stopped.signum,
+            f"{stopped} (with {' '.join(written)} left out of --kinds: "
+            f"{', '.join(str(p) for p in written.values())} were written)",
+        ) from None
+
+
+def _make_datasets(args: argparse.Namespace, written: dict[str, Path]) -> dict[str, Path]:
     refuse_bad_plan(args)
     torch.set_num_threads(args.torch_threads)
     set_seed(args.seed)
-    written, run = {}, None
+    run = None
     if not args.policy and set(args.kinds) & (NEEDS_MEDIUM | NEEDS_EXPERT):
         run = SACRun(args)
 
@@ -323,7 +342,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     started = time.perf_counter()
-    written = make_datasets(args)
+    try:
+        written = make_datasets(args)
+    except Stopped as stopped:
+        logger.warning("%s", stopped)
+        raise SystemExit(128 + stopped.signum) from None
     logger.info("made %s in %.1f s", ", ".join(str(p) for p in written.values()),
                 time.perf_counter() - started)  # fmt: skip
     return written

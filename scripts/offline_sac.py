@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -29,13 +30,24 @@ from mujoco_model import MujocoModel
 from parl.algorithms import SAC
 from parl.core.checkpoint import load_file
 from parl.utils import ReplayMemory, logger, set_seed
+from parl.utils.interrupts import stop_requests
 
 # examples/SAC's defaults
 GAMMA, TAU, ALPHA, LR = 0.99, 0.005, 0.2, 3e-4
 MEMORY_SIZE = 1_000_000
+STOPPING = ("stopping at the end of this episode, with the SAC run kept on disk; once more to stop "
+            "at once, losing the steps since the last stage kept")  # fmt: skip
 # what must match for a run kept in --workdir to be reused
 RUN_SETTINGS = ("env", "seed", "hidden", "batch_size", "warmup_steps", "max_episode_steps",
                 "medium_return", "medium_max_steps", "test_every_steps", "eval_episodes")  # fmt: skip
+
+
+class Stopped(Exception):
+    """Training stopped on request (Ctrl-C, SIGTERM) with the run so far kept on disk."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 # -- steps and episodes --------------------------------------------------------------------------
@@ -258,14 +270,28 @@ class SACRun:
             obs, done = next_obs, terminated or truncated
         self.counters["total_steps"] = len(self.log)
 
-    def train_until(self, stop: Callable[[], bool], limit: int, what: str, partial: str) -> None:
+    def train_until(self, stop: Callable[[], bool], limit: int, what: str, partial: str,
+                    requested: Callable[[], signal.Signals | None]) -> None:  # fmt: skip
         """Whole episodes until ``stop()`` after an evaluation, or ``limit`` steps. Every
         ``--save_every`` steps the run so far is kept as the stage ``partial``, which a run
-        interrupted later (Ctrl-C, a lost machine) continues from."""
+        interrupted later (a lost machine) continues from; so it is when ``requested()`` (Ctrl-C,
+        SIGTERM: :func:`parl.utils.interrupts.stop_requests`) says to stop, at the end of the
+        episode under way.
+
+        Raises:
+            Stopped: on request, once the stage is kept.
+        """
         every = self.args.save_every
         next_save = (len(self.log) // every + 1) * every
         bar = tqdm(total=limit, initial=len(self.log), desc=what, disable=not self.args.progress)
         started = time.perf_counter()
+
+        def keep() -> None:
+            nonlocal started
+            now = time.perf_counter()
+            self.train_seconds, started = self.train_seconds + now - started, now
+            self.save(partial, with_steps=True)
+
         while len(self.log) < limit:
             before = len(self.log)
             self.episode()
@@ -280,13 +306,27 @@ class SACRun:
                 bar.set_postfix(eval=f"{self.eval_return:.0f}")
                 if stop():
                     break
+            signum = requested()
+            if signum is not None and len(self.log) < limit:
+                keep()
+                bar.close()
+                raise Stopped(signum, f"stopped by {signum.name} at {len(self.log):,} steps, "
+                              f"the run so far kept in {Path(self.args.workdir) / partial}: "
+                              "the same command, rerun, continues it")  # fmt: skip
             if next_save <= len(self.log) < limit:
-                now = time.perf_counter()
-                self.train_seconds, started = self.train_seconds + now - started, now
-                self.save(partial, with_steps=True)
+                keep()
                 next_save = (len(self.log) // every + 1) * every
         self.train_seconds += time.perf_counter() - started
         bar.close()
+
+    def stop_if(self, requested: Callable[[], signal.Signals | None], stage: str) -> None:
+        """Raise :class:`Stopped` if a stop was requested while the stage ``stage``, now kept,
+        finished."""
+        signum = requested()
+        if signum is not None:
+            raise Stopped(signum, f"stopped by {signum.name} with the {stage} stage kept in "
+                          f"{Path(self.args.workdir) / stage}: the same command, rerun, continues "
+                          "from there")  # fmt: skip
 
     def policy(self) -> Policy:
         """The policy now, evaluated at this step."""
@@ -360,16 +400,19 @@ class SACRun:
             return self.policy(), self.log
         if self.saved("medium-partial") is not None:
             self.restore("medium-partial")
-        self.train_until(lambda: self.eval_return >= args.medium_return, args.medium_max_steps,
-                         "SAC to medium", partial="medium-partial")  # fmt: skip
-        self.policy()  # evaluated at its last step, for the record
-        if not self.eval_return >= args.medium_return:
-            logger.warning(
-                "SAC reached only %.1f (wanted %.1f) in %d steps (--medium_max_steps): the medium "
-                "datasets come from this policy", self.eval_return, args.medium_return,
-                len(self.log))  # fmt: skip
-        self.save("medium", with_steps=True)
-        self.drop("medium-partial")
+        with stop_requests(announce=STOPPING) as requested:
+            self.train_until(lambda: self.eval_return >= args.medium_return,
+                             args.medium_max_steps, "SAC to medium", "medium-partial",
+                             requested)  # fmt: skip
+            self.policy()  # evaluated at its last step, for the record
+            if not self.eval_return >= args.medium_return:
+                logger.warning(
+                    "SAC reached only %.1f (wanted %.1f) in %d steps (--medium_max_steps): the "
+                    "medium datasets come from this policy", self.eval_return, args.medium_return,
+                    len(self.log))  # fmt: skip
+            self.save("medium", with_steps=True)
+            self.drop("medium-partial")
+            self.stop_if(requested, "medium")
         return self.policy(), self.log
 
     def expert(self) -> Policy:
@@ -402,9 +445,11 @@ class SACRun:
                     f"{args.expert_steps} or more, so the expert would be the medium policy: "
                     "ask for more --expert_steps"
                 )
-        self.train_until(lambda: False, args.expert_steps, "SAC to expert",
-                         partial="expert-partial")  # fmt: skip
-        self.policy()  # evaluated at its last step, for the record
-        self.save("expert", with_steps=True)
-        self.drop("expert-partial")
+        with stop_requests(announce=STOPPING) as requested:
+            self.train_until(lambda: False, args.expert_steps, "SAC to expert", "expert-partial",
+                             requested)  # fmt: skip
+            self.policy()  # evaluated at its last step, for the record
+            self.save("expert", with_steps=True)
+            self.drop("expert-partial")
+            self.stop_if(requested, "expert")
         return self.policy()

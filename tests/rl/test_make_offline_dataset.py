@@ -289,41 +289,70 @@ def test_an_interrupted_write_leaves_the_old_dataset_or_none(
     ]
 
 
-def test_ctrl_c_while_training_leaves_only_finished_datasets(tmp_path: Path) -> None:
+def test_ctrl_c_or_sigterm_while_training_keeps_the_run_and_only_finished_datasets(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while SAC trains: the episode under way ends, the run so far is kept as a partial
+    stage, no dataset is half-written, and the rerun (random left out, as the message says)
+    continues it; SIGTERM, as a machine's shutdown sends, does the same."""
     _needed("minari")
-    args = [*TINY, "--out", str(tmp_path), "--kinds", "random", "medium",
-            "--medium_max_steps", "1000000", "--expert_steps", "1000000"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=tmp_path,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:  # wait until SAC is training, after the random dataset is written
-        seen.append(line)
-        if "evaluation return" in line:
-            proc.send_signal(signal.SIGINT)
-            break
-    proc.stderr.read()
-    assert proc.wait(timeout=120) != 0, "".join(seen)
-    assert any("wrote" in line and "hopper-random-v0" in line for line in seen)
-    # no medium dataset, no staging folder, no SAC stage kept half-way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0"]
+    args = [*TINY, "--out", str(tmp_path), "--medium_max_steps", "1000000",
+            "--expert_steps", "1000000", "--save_every", "1000000"]  # fmt: skip
+    stderr, code = stop_at([*args, "--kinds", "random", "medium"], tmp_path,
+                           "evaluation return", signal.SIGINT)  # fmt: skip
+    assert code == 128 + signal.SIGINT, stderr[-3000:]
+    assert any("wrote" in line and "hopper-random-v0" in line for line in stderr.split("\n"))
+    work = tmp_path / "sac-hopper-seed0"
+    # the random dataset, the SAC run kept: no medium dataset, no staging folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0", "sac-hopper-seed0"]
+    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
     assert len(episodes(tmp_path / "hopper-random-v0")) > 0
+    kept = json.loads((work / "medium-partial" / "info.json").read_text())["steps"]
+    evaluated = first_evaluation(stderr)
+    assert evaluated <= kept < evaluated + EPISODE  # the episode under way, not more
+    assert (
+        f"stopped by SIGINT at {kept:,} steps, the run so far kept in {work / 'medium-partial'}"
+        in stderr
+    )
+    assert "(with random left out of --kinds" in stderr, stderr[-2000:]
+
+    stderr, code = stop_at([*args, "--kinds", "medium"], tmp_path,
+                           "evaluation return", signal.SIGTERM)  # fmt: skip
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]
+    assert f"continuing the SAC run kept in {work / 'medium-partial'} ({kept} steps)" in stderr
+    assert first_evaluation(stderr) > kept
+    assert "stopped by SIGTERM at" in stderr
+    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
+    assert json.loads((work / "medium-partial" / "info.json").read_text())["steps"] > kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0", "sac-hopper-seed0"]
 
 
-def run_until(args: list[str], cwd: Path, line: str) -> str:
-    """Run the script and press Ctrl-C as soon as it logs ``line``; returns its stderr."""
+def default_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_at(args: list[str], cwd: Path, line: str, signum: int) -> tuple[str, int]:
+    """Run the script and send ``signum`` as soon as it logs ``line``; returns its stderr and
+    exit status. Ctrl-C reaches it as in a terminal, also when the tests run as a background
+    job (whose children ignore it)."""
     proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=cwd, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True, preexec_fn=default_ctrl_c)  # fmt: skip
     assert proc.stderr is not None
     seen = []
     for text in proc.stderr:
         seen.append(text)
         if line in text:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             break
     seen.append(proc.stderr.read())
-    assert proc.wait(timeout=120) != 0, "".join(seen)  # stopped before it finished
-    return "".join(seen)
+    return "".join(seen), proc.wait(timeout=120)
+
+
+def run_until(args: list[str], cwd: Path, line: str) -> str:
+    """Run the script and press Ctrl-C as soon as it logs ``line``; returns its stderr."""
+    stderr, code = stop_at(args, cwd, line, signal.SIGINT)
+    assert code != 0, stderr  # stopped before it finished
+    return stderr
 
 
 def first_evaluation(stderr: str) -> int:
