@@ -12,7 +12,10 @@ Seed ``k`` of an experiment logs under ``--logroot/<example>/<env>/seed<k>``, an
 goes to ``seed<k>.log`` beside that folder. ``--report`` trains nothing: it reads the runs that
 reached the experiment's budget under ``--logroot`` (started by this script or by hand with the
 command it prints), so a long run can be recorded after the fact; the wall time then comes from
-the TensorBoard events (first to last). The budget, the evaluation interval and the number of
+the TensorBoard events (first to last). ``--resume`` continues seeds stopped before their budget
+(or given a larger ``--steps``) from their examples' checkpoints, then records them; each seed's
+wall time is then the time its parts ran. It continues as the example's own ``--resume`` does:
+an off-policy example run without ``--save_rpm`` continues with an empty replay memory. The budget, the evaluation interval and the number of
 evaluation episodes are the experiment's (``--steps`` and ``--seeds`` change the first and the
 seeds). ``baseline`` is a reference figure stated beside ours: for DDPG, TD3 and SAC, PARL's
 published curve read at the same step count. A baseline may also be read when the run is
@@ -518,9 +521,16 @@ def logdir(logroot: str, experiment: Experiment, seed: int) -> str:
 
 
 def train(
-    experiment: Experiment, seeds: list[int], steps: int, logroot: str, parallel: int
+    experiment: Experiment,
+    seeds: list[int],
+    steps: int,
+    logroot: str,
+    parallel: int,
+    resume: bool = False,
 ) -> float:
-    """Run the seeds, ``parallel`` at a time; returns the wall time of them all."""
+    """Run the seeds, ``parallel`` at a time; returns the wall time of them all. With
+    ``resume``, a seed whose folder holds its example's ``checkpoint.pt`` continues from it
+    (``--resume``, its log appended to); one that has not started starts."""
     started = time.perf_counter()
     jobs, running = list(seeds), []
     while jobs or running:
@@ -529,8 +539,16 @@ def train(
             folder = logdir(logroot, experiment, seed)
             os.makedirs(os.path.dirname(folder), exist_ok=True)
             command = experiment.command(seed, folder, steps)
+            again = resume and os.path.exists(os.path.join(folder, "checkpoint.pt"))
+            if resume and not again and os.path.isdir(folder) and os.listdir(folder):
+                raise SystemExit(
+                    f"--resume: {folder} holds a run of {experiment.name} seed {seed} but no "
+                    "checkpoint.pt to continue from; move it away to start that seed again"
+                )
+            if again:
+                command.append("--resume")
             print("$ " + shlex.join(command), flush=True)
-            with open(folder + ".log", "w") as log:
+            with open(folder + ".log", "a" if again else "w") as log:
                 process = subprocess.Popen(
                     [sys.executable, *command[1:]], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
                 )
@@ -544,33 +562,51 @@ def train(
     return time.perf_counter() - started
 
 
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """The time covered by ``spans`` (first, last), overlaps counted once: the wall time of a
+    run resumed from its checkpoint is the time its parts ran, not the pause between them."""
+    total, end = 0.0, None
+    for first, last in sorted(spans):
+        if end is None or first > end:
+            total, end = total + last - first, last
+        elif last > end:
+            total, end = total + last - end, last
+    return total
+
+
 def finished(
     experiment: Experiment, seeds: list[int], steps: int, logroot: str
 ) -> list[dict[str, Any]]:
     """Each seed's evaluations and wall time, for the runs under ``logroot`` that reached
-    ``steps``."""
+    ``steps``. A run resumed from its checkpoint wrote one events file per part: an evaluation
+    logged twice (the part stopped after it and before its checkpoint) counts as the later
+    part's, and the wall time sums the parts' spans."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     runs = []
     for seed in seeds:
         folder = logdir(logroot, experiment, seed)
-        points: list[tuple[int, float]] = []
-        first = last = None
+        by_step: dict[int, tuple[float, float]] = {}  # step -> (wall time, value)
+        spans: list[tuple[float, float]] = []
         # a run that went on past the budget (stopped by hand later) is read up to the budget:
         # binned values to it exactly, evaluations with the slack of a last episode past it
         limit = steps if experiment.bin else steps + experiment.every // 2
         for path in sorted(Path(folder).rglob("*tfevents*")) if os.path.isdir(folder) else []:
             events = EventAccumulator(str(path), size_guidance={"scalars": 0})
             events.Reload()
+            first = last = None
             for tag in events.Tags()["scalars"]:
                 for event in events.Scalars(tag):
                     if event.step > limit:
                         continue
                     first = event.wall_time if first is None else min(first, event.wall_time)
                     last = event.wall_time if last is None else max(last, event.wall_time)
-                    if tag == experiment.tag:
-                        points.append((int(event.step), float(event.value)))
-        points.sort()
+                    step = int(event.step)
+                    if tag == experiment.tag and event.wall_time >= by_step.get(step, (0.0,))[0]:
+                        by_step[step] = (event.wall_time, float(event.value))
+            if first is not None and last is not None:
+                spans.append((first, last))
+        points = sorted((step, value) for step, (_, value) in by_step.items())
         if experiment.bin:
             import plot_curves
 
@@ -583,7 +619,7 @@ def finished(
             "seed": seed,
             "final": points[-1][1],
             "best": (min if experiment.lower_is_better else max)(value for _, value in points),
-            "wall_seconds": None if first is None else round(last - first, 1),
+            "wall_seconds": round(busy_seconds(spans), 1) if spans else None,
             "evaluations": [[step, round(value, 2)] for step, value in points],
         })  # fmt: skip
     return runs
@@ -706,7 +742,10 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
     missing = len(args.seeds) - len(trained)
     if missing:
         notes.append(f"{missing} of {len(args.seeds)} seeds not finished")
-    if wall is None:
+    if getattr(args, "resume", False):
+        notes.append("resumed from its checkpoint: each seed's wall time is the time its parts "
+                     "ran, read from its TensorBoard events")  # fmt: skip
+    elif wall is None:
         notes.append("recorded with --report: each seed's wall time is read from its "
                      "TensorBoard events, the whole experiment's is not known")  # fmt: skip
     # the command that repeats the run: where its logs, records and curves go does not matter
@@ -748,6 +787,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot_dir", default=None, help="write <experiment>.svg curves here")
     parser.add_argument("--report", action="store_true", help="record finished runs, train none")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each seed from the checkpoint its example left under --logroot (a run "
+        "stopped before its budget, or given a larger --steps); seeds not started start",
+    )
+    parser.add_argument(
         "--keep",
         metavar="RECORD",
         help="an earlier record of the experiment: its seeds that this run does not train are "
@@ -760,6 +805,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: {experiment.steps:,} {experiment.unit}, seeds "
                   f"{list(experiment.seeds)}\n    {shlex.join(command)}")  # fmt: skip
         return
+    if args.report and args.resume:
+        raise SystemExit("--report records without training and --resume trains: give one")
     if args.keep and len(args.experiments) != 1:
         raise SystemExit("--keep takes the record of one experiment; name exactly one")
     unknown = [name for name in args.experiments if name not in EXPERIMENTS]
@@ -778,7 +825,10 @@ def main(argv: list[str] | None = None) -> None:
             from results import current_commit
 
             run_args.commit = current_commit()
-            wall = train(experiment, run_args.seeds, run_args.steps, args.logroot, args.parallel)
+            wall = train(experiment, run_args.seeds, run_args.steps, args.logroot, args.parallel,
+                         resume=args.resume)  # fmt: skip
+            if args.resume:  # the whole experiment's time is that of its parts
+                wall = None
         runs = finished(experiment, run_args.seeds, run_args.steps, args.logroot)
         report(experiment, runs, run_args, wall)
 

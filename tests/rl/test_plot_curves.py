@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parl.utils import summary
 
@@ -246,7 +248,7 @@ def test_a_quality_record_names_the_commit_its_training_started_from(
     monkeypatch.setattr(results, "current_commit", lambda: next(heads))
 
     def train(experiment: quality.Experiment, seeds: list[int], steps: int, logroot: str,
-              parallel: int) -> float:  # fmt: skip
+              parallel: int, resume: bool = False) -> float:  # fmt: skip
         summary.set_dir(quality.logdir(logroot, experiment, seeds[0]))
         for step in (experiment.every, steps):
             summary.add_scalar(experiment.tag, 1.0, step)
@@ -259,3 +261,84 @@ def test_a_quality_record_names_the_commit_its_training_started_from(
                   "--logroot", str(tmp_path)])  # fmt: skip
     record = json.loads((tmp_path / "oac_HalfCheetah-v5.json").read_text())
     assert record["commit"] == "a" * 40
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 20)), max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_busy_seconds_is_the_length_of_the_union_of_the_spans(
+    starts_and_lengths: list[tuple[float, float]],
+) -> None:
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+
+    spans = [(first, first + length) for first, length in starts_and_lengths]
+    # the union measured on a fine grid: each cell whose middle some span covers
+    cells = 12_000
+    covered = sum(
+        any(first <= (i + 0.5) / 100 <= last for first, last in spans) for i in range(cells)
+    )
+    assert quality.busy_seconds(spans) == pytest.approx(covered / 100, abs=0.01 * len(spans) + 1e-9)
+
+
+def test_quality_reads_a_resumed_run_as_its_parts(tmp_path: Path) -> None:
+    """A run stopped after its evaluation at 2,500 steps and before its checkpoint, then
+    resumed: the evaluation logged twice counts once, as the resumed part logged it, and the
+    wall time is the two parts' time, not the hour between them."""
+    import sys
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+
+    experiment = quality.EXPERIMENTS["dqn_CartPole-v1"]
+    folder = Path(quality.logdir(str(tmp_path), experiment, 0))
+    parts = [(1000.0, [(2500, 10.0, 1000.0), (2600, 0.0, 1100.0)]),  # (start, [(step, value, t)])
+             (5000.0, [(2500, 12.0, 5050.0), (5000, 30.0, 5200.0)])]  # fmt: skip
+    for index, (start, points) in enumerate(parts):
+        writer = SummaryWriter(str(folder), filename_suffix=f".part{index}")
+        writer.add_scalar("train/loss", 1.0, 0, walltime=start)
+        for step, value, at in points:
+            tag = experiment.tag if step % 2500 == 0 else "train/episode_reward"
+            writer.add_scalar(tag, value, step, walltime=at)
+        writer.close()
+    (run,) = quality.finished(experiment, [0], 5000, str(tmp_path))
+    assert run["evaluations"] == [[2500, 12.0], [5000, 30.0]]
+    assert run["final"] == 30.0 and run["best"] == 30.0
+    assert run["wall_seconds"] == 100.0 + 200.0
+
+
+def test_quality_resume_continues_each_seed_from_its_checkpoint(tmp_path: Path) -> None:
+    """``--resume`` with a larger ``--steps``: the real example continues from the checkpoint
+    of the first run (its log appended to), and the record holds both parts' evaluations; a
+    seed with logs and no checkpoint is refused before anything runs."""
+    import json
+    import subprocess
+    import sys
+
+    script = str(REPO_ROOT / "scripts" / "quality.py")
+    common = ["dqn_CartPole-v1", "--seeds", "0", "--logroot", str(tmp_path)]
+
+    def quality_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, script, *common, *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    proc = quality_run("--steps", "2500")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = quality_run("--steps", "5000", "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("--resume") == 1, proc.stdout
+    record = json.loads((tmp_path / "dqn_CartPole-v1.json").read_text())
+    (run,) = record["figures"]["per_seed"]
+    assert [step // 2500 for step, _ in run["evaluations"]] == [1, 2]
+    assert "resumed from its checkpoint" in record["note"]
+    log = (tmp_path / "DQN" / "CartPole-v1" / "seed0.log").read_text()
+    assert "resumed from" in log and log.count("$") == 0  # the first part's lines are kept
+    assert log.index("resumed from") > 0
+
+    (tmp_path / "DQN" / "CartPole-v1" / "seed0" / "checkpoint.pt").unlink()
+    proc = quality_run("--steps", "7500", "--resume")
+    assert proc.returncode != 0
+    assert "no checkpoint.pt to continue from" in proc.stderr, proc.stderr[-2000:]
