@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from parl.algorithms.ddpg import ActorCriticBase
+from parl.algorithms.finite import check_finite_inputs, check_finite_step
 from parl.algorithms.offpolicy import as_flat, clip_grad_norm
 from parl.core.torch.policy_distribution import SoftCategoricalDistribution
 from parl.validation import check_float, check_int
@@ -202,6 +203,11 @@ class MADDPG(ActorCriticBase):
             obs_n: one observation batch ``(B, obs_dim_j)`` per agent.
             act_n: one action batch ``(B, act_dim_j)`` per agent, as stored when acting.
             target_q: the critic's target ``(B,)`` or ``(B, 1)``.
+
+        Raises:
+            ValueError: an input holds a NaN or an infinity (named, with its index); nothing
+                was updated.
+            FloatingPointError: a loss overflowed on finite inputs; that step was not taken.
         """
         obs_list, act_list = self._check_batch("learn", obs_n, act_n)
         if not isinstance(target_q, torch.Tensor) or target_q.numel() != obs_list[0].shape[0]:
@@ -210,6 +216,9 @@ class MADDPG(ActorCriticBase):
                 f"MADDPG.learn: target_q must hold one value per row of the batch "
                 f"({obs_list[0].shape[0]}), got {got!r}"
             )
+        inputs = {f"obs_n[{j}]": batch for j, batch in enumerate(obs_list)}
+        inputs.update({f"act_n[{j}]": batch for j, batch in enumerate(act_list)})
+        check_finite_inputs("MADDPG.learn", {**inputs, "target_q": target_q})
         i = self.agent_index
         # The actor: this agent's action is drawn again, differentiably, the others' are kept.
         # One forward pass of the policy serves both the action and the output penalty.
@@ -219,10 +228,12 @@ class MADDPG(ActorCriticBase):
         pg_loss = -self.model.value(obs_list, actions).mean()
         out = torch.cat(tuple(policy), dim=-1) if self.continuous_actions else policy
         actor_loss = pg_loss + self.policy_reg * out.square().mean()
+        check_finite_step("MADDPG.learn", "the actor's loss", actor_loss)
         self._actor_step(actor_loss)
         # The critic, on the stored actions.
         q = self.model.value(obs_list, act_list)
         critic_loss = F.mse_loss(as_flat(q), as_flat(target_q))
+        check_finite_step("MADDPG.learn", "the critic's loss", critic_loss)
         self._critic_step(critic_loss)
         self.sync_target()
         return critic_loss.detach()

@@ -242,6 +242,33 @@ def test_learn_and_q_refuse_a_batch_for_another_team_by_name() -> None:
         alg.learn(obs_n, act_n, torch.zeros(4, 2))
 
 
+def test_learn_refuses_nan_or_infinite_inputs_and_overflowing_losses_without_a_step() -> None:
+    alg = make_team()[1]
+    before = {name: t.clone() for name, t in alg.model.state_dict().items()}
+    obs_n, act_n, target = batch()
+    target[2] = float("nan")
+    with pytest.raises(ValueError, match=r"MADDPG.learn: target_q\[2\] is nan; the model was"):
+        alg.learn(obs_n, act_n, target)
+    obs_n, act_n, target = batch()
+    obs_n[1][3, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"MADDPG.learn: obs_n\[1\]\[3, 0\] is inf"):
+        alg.learn(obs_n, act_n, target)
+    obs_n, act_n, target = batch()
+    act_n[0][0, 2] = float("-inf")
+    with pytest.raises(ValueError, match=r"MADDPG.learn: act_n\[0\]\[0, 2\] is -inf"):
+        alg.learn(obs_n, act_n, target)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    with torch.no_grad():
+        for param in alg.model.critic.parameters():
+            param.fill_(1e30)
+    before = {name: t.clone() for name, t in alg.model.state_dict().items()}
+    with pytest.raises(FloatingPointError, match="MADDPG.learn: the actor's loss is (-?inf|nan)"):
+        alg.learn(*batch())
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+
+
 def test_a_continuous_agent_refuses_a_policy_without_log_std() -> None:
     model = TeamModel(OBS_DIMS[0], ACT_DIMS[0], continuous=False)  # logits only
     alg = MADDPG(model, agent_index=0, act_space=team_spaces(True), device="cpu")
