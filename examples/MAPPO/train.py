@@ -56,9 +56,22 @@ CHECKED_FLAGS = {
 
 
 def checked_flags(args: Any) -> dict[str, Any]:
-    """``CHECKED_FLAGS`` and ``--env``: another env's checkpoint would load wherever its networks
-    have the same shapes (taken as this run's env where a checkpoint does not record it)."""
-    return {**CHECKED_FLAGS, "env": args.env}
+    """``CHECKED_FLAGS``, ``--env`` and ``--env_num``: another env's checkpoint would load
+    wherever its networks have the same shapes (taken as this run's env where a checkpoint does
+    not record it), and another number of envs would count the steps and seed the rollouts of
+    the updates done as if they had had this run's (see :func:`written_flags`)."""
+    return {**CHECKED_FLAGS, "env": args.env, "env_num": args.env_num}
+
+
+def written_flags(payload: dict[str, Any], episode_length: int) -> dict[str, Any]:
+    """The flags a checkpoint recorded, with ``env_num`` worked out from its counters where it
+    does not record it: each update counts one episode of every env."""
+    written = dict(payload.get("extra", {}))
+    counters = payload.get("counters", {})
+    if "env_num" not in written and {"total_steps", "update"} <= counters.keys():
+        per_update = (int(counters["update"]) + 1) * episode_length
+        written["env_num"] = int(counters["total_steps"]) // per_update
+    return written
 
 
 @dataclass
@@ -217,7 +230,7 @@ def train(config: Config) -> TrainResult:
     found = [p for p in paths if os.path.exists(p)]
     resuming = config.resume and bool(found)
     if resuming:  # before any actor starts
-        written = load_file(found[0]).get("extra", {})
+        written = written_flags(load_file(found[0]), episode_length)
         refuse_other_flags(make_parser(), config, written, checked_flags(config), logdir)
     envs = MultiAgentVectorEnv.make(
         config.env,

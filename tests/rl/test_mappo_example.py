@@ -225,6 +225,34 @@ def test_mappo_example_refuses_to_resume_on_another_env(
     assert not (logdir / "checkpoint_agent3.pt").exists()
 
 
+def test_mappo_example_refuses_to_resume_with_another_number_of_envs(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """The updates done counted ``--env_num`` episodes each: with another number, the resume
+    would count them at its own and end before it trained (or seed rollouts the run had
+    already had). A checkpoint that does not record the number gets it from its counters."""
+    logdir = tmp_path / "run"
+    args = [*SMALL, "--train_total_steps", "200", "--test_every_steps", "200", "--eval_episodes"]
+    args += ["0", "--logdir", str(logdir)]
+    _run_mains(run_python, [args])  # SMALL has 4 envs: 2 updates of 100 steps
+    argv = [str(MAPPO_DIR / "train.py"), *args, "--env_num", "8", "--train_total_steps", "400"]
+    proc = run_python(args=[*argv, "--resume"], timeout=180)
+    assert proc.returncode != 0
+    refusal = "written with --env_num 4; this run is with --env_num 8"
+    assert refusal in proc.stderr, proc.stderr[-2000:]
+    code = f"""
+import torch
+for agent in (0, 1):
+    path = {str(logdir)!r} + f"/checkpoint_agent{{agent}}.pt"
+    payload = torch.load(path, weights_only=False)
+    del payload["extra"]["env_num"]  # as a checkpoint written before it was recorded
+    torch.save(payload, path)
+"""
+    assert run_python(code).returncode == 0
+    proc = run_python(args=[*argv, "--resume"], timeout=180)
+    assert proc.returncode != 0 and refusal in proc.stderr, proc.stderr[-2000:]
+
+
 def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
     """Foraging forbids some actions (a move into a wall, a load with no food beside) and
     MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging itself,
