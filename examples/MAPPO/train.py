@@ -228,6 +228,12 @@ def train(config: Config) -> TrainResult:
     # any file resumes (one missing is an error below): a run with another number of agents
     # must be refused, not start afresh over the checkpoint files it finds
     found = [p for p in paths if os.path.exists(p)]
+    if config.resume and not found:  # a mistyped --logdir must not start a run afresh
+        eval_env.close()
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {paths[0]}; run without --resume first, or give the "
+            "--logdir of the run to continue"
+        )
     resuming = config.resume and bool(found)
     if resuming:  # before any actor starts
         written = written_flags(load_file(found[0]), episode_length)
