@@ -94,10 +94,30 @@ class EpisodeMemory:
         os.replace(tmp, path)
 
     def load(self, path: str) -> None:
+        """Replace the episodes with those ``save`` wrote. A memory of another ``size`` (a
+        resumed run given another ``--buffer_size``) gets them in the order they were added,
+        the newest ``size`` of them when there are more."""
         with np.load(path) as saved:
+            count, next_, saved_size = int(saved["count"]), int(saved["next"]), len(saved["filled"])
             for key in KEYS:
-                self.data[key][...] = saved[key]
-            self.count, self.next = int(saved["count"]), int(saved["next"])
+                if saved[key].shape[1:] != self.data[key].shape[1:]:
+                    raise ValueError(
+                        f"{path}: its {key!r} episodes have shape {saved[key].shape[1:]}, this "
+                        f"run's {self.data[key].shape[1:]}; resume with the flags of the run "
+                        "that wrote it"
+                    )
+            if saved_size == self.size:
+                for key in KEYS:
+                    self.data[key][...] = saved[key]
+                self.count, self.next = count, next_
+                return
+            oldest = next_ if count == saved_size else 0  # a full memory wrapped around
+            kept = min(count, self.size)
+            order = (oldest + np.arange(count - kept, count)) % saved_size
+            for key in KEYS:
+                self.data[key][:kept] = saved[key][order]
+                self.data[key][kept:] = 0.0
+            self.count, self.next = kept, kept % self.size
 
 
 def stack_obs(obs_n: list[np.ndarray], width: int) -> np.ndarray:

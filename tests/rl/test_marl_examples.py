@@ -157,6 +157,37 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     assert "interrupted after: ['both written']" in proc.stdout
 
 
+def test_qmix_episode_memory_loads_into_another_buffer_size_newest_episodes_first(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A resume with another ``--buffer_size`` keeps the saved episodes in the order they came,
+    the newest when fewer fit, instead of failing on numpy's broadcast."""
+    code = f"""
+import sys
+import numpy as np
+sys.path.insert(0, {str(REPO_ROOT / "examples" / "QMIX")!r})
+import train
+def memory(size):
+    return train.EpisodeMemory(size, slots=3, n_agents=2, obs_dim=4, state_dim=5, n_actions=3)
+full = memory(4)
+for k in range(6):  # wraps around: episodes 2 to 5 are kept, 4 and 5 at the front
+    full.add({{key: np.full(value.shape[1:], k, np.float32) for key, value in full.data.items()}})
+full.save({str(tmp_path / "rpm.npz")!r})
+for size in (4, 3, 8):
+    loaded = memory(size)
+    loaded.load({str(tmp_path / "rpm.npz")!r})
+    firsts = [int(ep[0, 0]) for ep in loaded.data["reward"][: loaded.count]]
+    print(size, loaded.count, loaded.next, firsts)
+"""
+    proc = run_python(code, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:3] == [
+        "4 4 2 [4, 5, 2, 3]",  # the same size: every slot back in place
+        "3 3 0 [3, 4, 5]",
+        "8 4 4 [2, 3, 4, 5]",
+    ], proc.stdout
+
+
 def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     run_python: RunPython, tmp_path: Path
 ) -> None:
