@@ -166,6 +166,7 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
     written = load_file(os.path.join(args.logdir, "checkpoint_agent0.pt")).get("extra", {})
     refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
     counters: dict[str, Any] = {}
+    memories: list[tuple[int, int] | None] = []  # each agent's (size, position), None if none
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
         path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
@@ -182,10 +183,24 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
         rpm_path = os.path.join(args.logdir, f"rpm_agent{i}.npz")
         if os.path.exists(rpm_path):
             agent.rpm.load(rpm_path)
+            memories.append((agent.rpm.size(), agent.rpm._curr_pos))
         else:
+            memories.append(None)
             logger.warning(
                 "no replay memory in %s: agent %d resumes with an empty one", rpm_path, i
             )
+    # the agents append together and learn from the same rows of every memory: memories of
+    # different lengths (a run killed between two of them) would give some agents empty rows
+    if any(m != memories[0] for m in memories):
+        held = ", ".join(
+            f"agent {i}: {'none' if m is None else f'{m[0]} transitions'}"
+            for i, m in enumerate(memories)
+        )
+        raise RuntimeError(
+            f"the replay memories in {args.logdir} are from different points of the run "
+            f"({held}): it was stopped while writing them; move the rpm_agent*.npz files away "
+            "to resume with empty memories, or start again without --resume"
+        )
     logger.info("resumed from %s at episode %d", args.logdir, counters["episodes"])
     return counters
 

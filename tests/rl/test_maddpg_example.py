@@ -68,6 +68,33 @@ def test_maddpg_resume_refuses_checkpoint_files_from_different_points(
     assert "checkpoint files in" in proc.stderr and "are from different points" in proc.stderr
 
 
+def test_maddpg_resume_refuses_replay_memories_from_different_points(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A run killed between two agents' memory files leaves one shorter than the other (or
+    missing): every update draws the same rows of every memory, so ``--resume`` refuses them
+    instead of giving the shorter one's agent empty rows."""
+    small = ["--max_episodes", "6", "--test_every_episodes", "2", "--warmup_size", "1000"]
+    small += ["--save_rpm", "--logdir", str(tmp_path)]
+    run_example(run_python, *small, "--stop_after_episodes", "2")
+    stale = (tmp_path / "rpm_agent1.npz").read_bytes()  # 50 transitions
+    run_example(run_python, *small, "--stop_after_episodes", "4", "--resume")
+    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
+    argv = [str(script), "--no_progress", *small, "--resume"]
+    (tmp_path / "rpm_agent1.npz").write_bytes(stale)  # as if the run had died before it
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert (
+        "replay memories in " + str(tmp_path) + " are from different points of the run (agent "
+        "0: 100 transitions, agent 1: 50 transitions)" in proc.stderr
+    ), proc.stderr[-2000:]
+    (tmp_path / "rpm_agent1.npz").unlink()
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0 and "agent 1: none)" in proc.stderr, proc.stderr[-2000:]
+    (tmp_path / "rpm_agent0.npz").unlink()  # no memory at all: resumes with empty ones
+    assert "done: 6 episodes" in run_example(run_python, *small, "--resume")
+
+
 def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     run_python: RunPython,
 ) -> None:
