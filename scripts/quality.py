@@ -78,6 +78,12 @@ class Experiment:
     def name(self) -> str:
         return "_".join(part for part in (self.page, self.variant, self.env) if part)
 
+    @property
+    def checkpoint(self) -> str:
+        """The file that says the example left a checkpoint to resume from (MADDPG and MAPPO
+        write one per agent, agent 0's first)."""
+        return "checkpoint_agent0.pt" if self.example in ("MADDPG", "MAPPO") else "checkpoint.pt"
+
     def command(self, seed: int, logdir: str, steps: int) -> list[str]:
         """The example's command line for ``seed``."""
         script = f"examples/{self.example}/train.py"
@@ -529,7 +535,7 @@ def train(
     resume: bool = False,
 ) -> float:
     """Run the seeds, ``parallel`` at a time; returns the wall time of them all. With
-    ``resume``, a seed whose folder holds its example's ``checkpoint.pt`` continues from it
+    ``resume``, a seed whose folder holds its example's checkpoint continues from it
     (``--resume``, its log appended to); one that has not started starts."""
     started = time.perf_counter()
     jobs, running = list(seeds), []
@@ -539,11 +545,12 @@ def train(
             folder = logdir(logroot, experiment, seed)
             os.makedirs(os.path.dirname(folder), exist_ok=True)
             command = experiment.command(seed, folder, steps)
-            again = resume and os.path.exists(os.path.join(folder, "checkpoint.pt"))
+            again = resume and os.path.exists(os.path.join(folder, experiment.checkpoint))
             if resume and not again and os.path.isdir(folder) and os.listdir(folder):
                 raise SystemExit(
                     f"--resume: {folder} holds a run of {experiment.name} seed {seed} but no "
-                    "checkpoint.pt to continue from; move it away to start that seed again"
+                    f"{experiment.checkpoint} to continue from; move it away to start that seed "
+                    "again"
                 )
             if again:
                 command.append("--resume")

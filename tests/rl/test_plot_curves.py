@@ -342,3 +342,35 @@ def test_quality_resume_continues_each_seed_from_its_checkpoint(tmp_path: Path) 
     proc = quality_run("--steps", "7500", "--resume")
     assert proc.returncode != 0
     assert "no checkpoint.pt to continue from" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_quality_resume_finds_the_checkpoint_of_an_example_that_writes_one_per_agent(
+    tmp_path: Path,
+) -> None:
+    """MADDPG and MAPPO write ``checkpoint_agent<i>.pt``: ``--resume`` continues their seeds
+    from it instead of refusing the folder for want of a ``checkpoint.pt``."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+
+    for experiment in quality.EXPERIMENTS.values():
+        per_agent = experiment.example in ("MADDPG", "MAPPO")
+        assert experiment.checkpoint == (
+            "checkpoint_agent0.pt" if per_agent else "checkpoint.pt"
+        ), experiment.name
+    script = str(REPO_ROOT / "scripts" / "quality.py")
+    common = ["mappo_simple_speaker_listener", "--seeds", "0", "--logroot", str(tmp_path)]
+
+    def quality_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, script, *common, *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    proc = quality_run("--steps", "800")  # one update of 32 envs
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = quality_run("--steps", "1600", "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("--resume") == 1, proc.stdout
+    log = (tmp_path / "MAPPO" / "simple_speaker_listener" / "seed0.log").read_text()
+    assert "resumed from" in log and "done: 1600 steps" in log, log[-2000:]
