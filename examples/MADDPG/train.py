@@ -329,6 +329,13 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
+    warmup = args.batch_size * 25 if args.warmup_size is None else args.warmup_size
+    if warmup >= args.memory_size:  # learning starts once a memory holds more than the warm-up
+        parser.error(
+            f"--memory_size {args.memory_size} holds no more than the warm-up of {warmup} "
+            f"transitions{'' if args.warmup_size is not None else ' (--batch_size * 25)'}, so "
+            "no agent would ever learn: raise --memory_size or lower --warmup_size"
+        )
     refuse_as_usage(
         parser,
         lambda: check_env_id(

@@ -381,6 +381,12 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.batch_size > args.buffer_size:  # updates start once the memory holds a batch
+        parser.error(
+            f"--batch_size {args.batch_size} is more episodes than --buffer_size "
+            f"{args.buffer_size} keeps, so no update would ever run: raise --buffer_size or "
+            "lower --batch_size"
+        )
     refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
     return args
 

@@ -206,3 +206,17 @@ def test_maddpg_example_refuses_counts_it_cannot_run_with(run_python: RunPython)
     0) trained nothing for the whole run."""
     counts = ["--max_episodes", "--test_every_episodes", "--batch_size", "--learn_every"]
     assert_flags_refused(run_python, "MADDPG", [*counts, "--memory_size"])
+
+
+def test_maddpg_example_refuses_a_warmup_the_memory_cannot_pass(run_python: RunPython) -> None:
+    """Learning starts once a memory holds more than the warm-up: a ``--memory_size`` at or
+    below it (PARL's warm-up is ``--batch_size * 25``) ran the whole budget without learning."""
+    script = str(REPO_ROOT / "examples" / "MADDPG" / "train.py")
+    proc = run_python(args=[script, "--memory_size", "1000"], timeout=120)
+    assert proc.returncode == 2
+    assert (
+        "--memory_size 1000 holds no more than the warm-up of 25600 transitions (--batch_size "
+        "* 25)" in proc.stderr
+    ), proc.stderr[-2000:]
+    proc = run_python(args=[script, "--memory_size", "100", "--warmup_size", "100"], timeout=120)
+    assert proc.returncode == 2 and "warm-up of 100 transitions, so" in proc.stderr

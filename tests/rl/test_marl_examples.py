@@ -301,3 +301,12 @@ def test_marl_example_refuses_counts_it_cannot_run_with(
 ) -> None:
     """A count of 0 stopped the run with a ZeroDivisionError or an IndexError."""
     assert_flags_refused(run_python, name, flags)
+
+
+def test_qmix_example_refuses_a_batch_larger_than_the_memory(run_python: RunPython) -> None:
+    """Updates start once the memory holds a batch: a ``--batch_size`` above ``--buffer_size``
+    ran the whole budget without one."""
+    script = REPO_ROOT / "examples" / "QMIX" / "train.py"
+    proc = run_python(args=[str(script), "--buffer_size", "4", "--batch_size", "8"], timeout=120)
+    assert proc.returncode == 2
+    assert "--batch_size 8 is more episodes than --buffer_size 4 keeps" in proc.stderr
