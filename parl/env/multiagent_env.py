@@ -159,13 +159,15 @@ class MAenv:
         """Step every agent; returns lists of observations, rewards, dones and infos.
 
         Args:
-            actions: one action per agent, in ``agents_name`` order: an index (an int or an
-                int array of one element) or a vector of ``n`` scores (its argmax) for a
-                discrete space, a vector in ``[-1, 1]`` for a
-                continuous one.
+            actions: one action per agent, in ``agents_name`` order (a list, or an array or a
+                tensor whose first axis is the agent): an index (an int or an int array of one
+                element) or a vector of ``n`` scores (its argmax) for a discrete space, a vector
+                in ``[-1, 1]`` for a continuous one.
         """
         if self._no_step:
             raise RuntimeError(self._no_step)
+        if not isinstance(actions, (np.ndarray, Sequence)) and hasattr(actions, "__array__"):
+            actions = np.asarray(actions)  # every agent's action in one tensor (torch's)
         # a lone action (an int, a 0-d array) or a generator has no len(): name what was given
         listed = isinstance(actions, Sequence) and not isinstance(actions, (str, bytes))
         sized = listed or (isinstance(actions, np.ndarray) and actions.ndim > 0)

@@ -152,6 +152,29 @@ def test_a_one_element_int_array_is_an_index_as_parls_coma_agent_samples_it(
         spread.step([np.array([7]), 0, 0])
 
 
+def test_every_agents_action_in_one_tensor_is_one_action_per_row(spread: MAenv) -> None:
+    """A policy's batched output, ``(n,)`` indices or ``(n, act_dim)`` rows, as a torch tensor
+    steps as the same array would, instead of being refused as not being ``n`` actions."""
+    torch = pytest.importorskip("torch")
+    seen = _record_env_actions(spread)
+    spread.reset(seed=0)
+    spread.step(torch.tensor([4, 0, 2]))
+    spread.step(torch.eye(5)[[1, 3, 0]])  # one row of scores per agent
+    assert seen == [
+        {"agent_0": 4, "agent_1": 0, "agent_2": 2},
+        {"agent_0": 1, "agent_1": 3, "agent_2": 0},
+    ]
+    with pytest.raises(ValueError, match="needs a list of 3 actions .* got 2"):
+        spread.step(torch.tensor([4, 0]))
+    with MAenv("simple_spread", continuous_actions=True) as env:
+        env.reset(seed=0)
+        by_tensor = env.step(torch.full((3, 5), 0.5))[0]
+        env.reset(seed=0)
+        by_array = env.step(np.full((3, 5), 0.5, np.float32))[0]
+        for a, b in zip(by_tensor, by_array, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_the_same_seed_gives_the_same_episode() -> None:
     def episode(seed: int, use_seed_method: bool) -> list[np.ndarray]:
         rng = np.random.default_rng(0)
