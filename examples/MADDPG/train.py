@@ -152,6 +152,9 @@ def run_evaluate_episodes(env: MAenv, agents: list[MAAgent], episodes: int, seed
 
 def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: Any) -> None:
     flags = {flag: getattr(args, flag) for flag in checked_flags(args)}
+    # without --save_rpm, memory files on disk are from an earlier checkpoint: a resume must
+    # know not to take them for this one's
+    flags["rpm_written"] = bool(args.save_rpm)
     with ctrl_c_deferred():
         for i, agent in enumerate(agents):
             own = {**counters, "global_train_step": agent.global_train_step}
@@ -170,7 +173,7 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
         path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
-        own, _ = agent.restore_checkpoint(path)
+        own, extra = agent.restore_checkpoint(path)
         agent.global_train_step = int(own["global_train_step"])
         own = {k: v for k, v in own.items() if k != "global_train_step"}
         if i > 0 and own != counters:  # a run killed while it wrote them (SIGKILL, power loss)
@@ -181,14 +184,23 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
             )
         counters = own
         rpm_path = os.path.join(args.logdir, f"rpm_agent{i}.npz")
-        if os.path.exists(rpm_path):
+        stale = extra.get("rpm_written", True) is False and os.path.exists(rpm_path)
+        if stale:
+            logger.warning(
+                "%s is from an earlier checkpoint (the last one was written without "
+                "--save_rpm): agent %d resumes with an empty memory",
+                rpm_path,
+                i,
+            )
+        if os.path.exists(rpm_path) and not stale:
             agent.rpm.load(rpm_path)
             memories.append((agent.rpm.size(), agent.rpm._curr_pos))
         else:
             memories.append(None)
-            logger.warning(
-                "no replay memory in %s: agent %d resumes with an empty one", rpm_path, i
-            )
+            if not stale:
+                logger.warning(
+                    "no replay memory in %s: agent %d resumes with an empty one", rpm_path, i
+                )
     # the agents append together and learn from the same rows of every memory: memories of
     # different lengths (a run killed between two of them) would give some agents empty rows
     if any(m != memories[0] for m in memories):

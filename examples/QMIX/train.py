@@ -222,6 +222,8 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
     extra = {
         "exploration": agent.exploration, "global_step": agent.global_step,
         "reward_stats": agent.reward_stats_state(),
+        # without --save_rpm, a memory file on disk is from an earlier checkpoint
+        "rpm_written": bool(args.save_rpm),
         **{flag: getattr(args, flag) for flag in checked_flags(args)},
     }  # fmt: skip
     with ctrl_c_deferred():
@@ -240,7 +242,13 @@ def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[n
     agent.exploration, agent.global_step = extra["exploration"], extra["global_step"]
     agent.load_reward_stats_state(extra.get("reward_stats"))
     rpm_path = os.path.join(args.logdir, "rpm.npz")
-    if os.path.exists(rpm_path):
+    if extra.get("rpm_written", True) is False and os.path.exists(rpm_path):
+        logger.warning(
+            "%s is from an earlier checkpoint (the last one was written without --save_rpm): "
+            "resuming with an empty episode memory",
+            rpm_path,
+        )
+    elif os.path.exists(rpm_path):
         memory.load(rpm_path)
     else:
         logger.warning("no episode memory in %s: resuming with an empty one", args.logdir)

@@ -95,6 +95,24 @@ def test_maddpg_resume_refuses_replay_memories_from_different_points(
     assert "done: 6 episodes" in run_example(run_python, *small, "--resume")
 
 
+def test_maddpg_resume_leaves_memories_older_than_the_checkpoint(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A part run without ``--save_rpm`` leaves the memory files of an earlier checkpoint on
+    disk: the next resume starts with empty memories, saying so, instead of taking them for
+    the checkpoint's."""
+    small = ["--max_episodes", "6", "--test_every_episodes", "2", "--warmup_size", "1000"]
+    small += ["--logdir", str(tmp_path)]
+    run_example(run_python, *small, "--save_rpm", "--stop_after_episodes", "2")
+    log = run_example(run_python, *small, "--stop_after_episodes", "4", "--resume")
+    assert "no replay memory" not in log and "from an earlier checkpoint" not in log  # loaded
+    log = run_example(run_python, *small, "--save_rpm", "--resume")
+    assert "rpm_agent1.npz is from an earlier checkpoint (the last one was written without " in log
+    assert "done: 6 episodes" in log
+    saved = np.load(tmp_path / "rpm_agent0.npz")
+    assert int(saved["size"]) == 50  # the last 2 episodes only, not 50 stale transitions more
+
+
 def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     run_python: RunPython,
 ) -> None:

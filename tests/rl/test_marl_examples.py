@@ -188,6 +188,21 @@ for size in (4, 3, 8):
     ], proc.stdout
 
 
+def test_qmix_example_resume_leaves_a_memory_older_than_the_checkpoint(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A part run without ``--save_rpm`` leaves the episode memory of an earlier checkpoint on
+    disk: the next resume starts with an empty one, saying so, instead of taking it for the
+    checkpoint's."""
+    args = [*SHORT, "--batch_size", "4", "--logdir", str(tmp_path)]
+    run_example(run_python, "QMIX", *args, "--save_rpm", "--stop_after_steps", "100")
+    log = run_example(run_python, "QMIX", *args, "--stop_after_steps", "200", "--resume")
+    assert "from an earlier checkpoint" not in log
+    log = run_example(run_python, "QMIX", *args, "--save_rpm", "--resume")
+    assert "rpm.npz is from an earlier checkpoint (the last one was written without" in log
+    assert int(np.load(tmp_path / "rpm.npz")["count"]) == 4  # the last 100 steps only
+
+
 def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     run_python: RunPython, tmp_path: Path
 ) -> None:
