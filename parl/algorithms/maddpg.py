@@ -4,7 +4,7 @@ and action, for discrete (Gumbel-softmax) and continuous actions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,9 +109,20 @@ class MADDPG(ActorCriticBase):
                 "MADDPG: act_space must list every agent's action space (e.g. env.action_space "
                 f"of parl.env.multiagent_env.MAenv), got {act_space!r}"
             )
+        if isinstance(act_space, Mapping):  # PettingZoo's {agent: space}: the keys would do
+            raise TypeError(
+                "MADDPG: act_space must list every agent's action space in the agents' order, "
+                f"got a mapping of {list(act_space)}; pass [spaces[a] for a in agents]"
+            )
         act_space = list(act_space)
         if not act_space:
             raise ValueError("MADDPG: act_space is empty; list every agent's action space")
+        for j, space in enumerate(act_space):
+            if not any(hasattr(space, a) for a in ("high", "n", "nvec", "num_discrete_space")):
+                raise TypeError(
+                    f"MADDPG: act_space[{j}] is {space!r}, not an action space (a Discrete or "
+                    "a Box, e.g. env.action_space of parl.env.multiagent_env.MAenv)"
+                )
         if agent_index is None:
             raise TypeError(
                 f"MADDPG: agent_index is required: this agent's position (0 to "

@@ -212,6 +212,13 @@ def test_construction_refuses_a_missing_team_or_index_or_model_method() -> None:
         MADDPG(model, agent_index=2, act_space=team_spaces(False))
     with pytest.raises(ValueError, match="gamma must be a float"):
         MADDPG(model, agent_index=0, act_space=team_spaces(False), gamma=1.5)
+    # PettingZoo's {agent: space} would list its names, and sizes are not spaces: both would
+    # get the discrete maths whatever the spaces are
+    by_name = dict(zip(("speaker", "listener"), team_spaces(True), strict=True))
+    with pytest.raises(TypeError, match=r"got a mapping of \['speaker', 'listener'\]"):
+        MADDPG(model, agent_index=0, act_space=by_name)
+    with pytest.raises(TypeError, match=r"act_space\[1\] is 4, not an action space"):
+        MADDPG(model, agent_index=0, act_space=[spaces.Discrete(3), 4])
 
     class NoCritic(parl.Model):
         def policy(self, obs: torch.Tensor) -> torch.Tensor:
