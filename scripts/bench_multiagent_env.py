@@ -67,7 +67,12 @@ def vector_rate(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", default="simple_spread", help="an MPE scenario or foraging id")
+    parser.add_argument(
+        "--env",
+        default="simple_spread",
+        help="an MPE scenario (discrete actions; foraging, with its changing masks, is not "
+        "measured here)",
+    )
     parser.add_argument("--envs", type=int, default=16, help="envs in the batch (8 or more)")
     parser.add_argument("--workers", type=int, default=2, help="actors of the vector env")
     parser.add_argument("--seconds", type=float, default=10.0, help="time per measured run")

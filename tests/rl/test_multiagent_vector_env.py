@@ -181,3 +181,12 @@ def test_the_benchmark_script_prints_the_ratio(run_python: RunPython) -> None:
     done = run_python(args=[script, "--envs", "8", "--seconds", "0.2", "--repeat", "1"])
     assert done.returncode == 0, done.stderr
     assert re.search(r"^ratio: \d+\.\d\dx$", done.stdout, re.M), done.stdout
+
+
+def test_the_benchmark_script_says_which_envs_it_measures(run_python: RunPython) -> None:
+    """Its help offered foraging ids, which it then refused."""
+    script = str(REPO_ROOT / "scripts" / "bench_multiagent_env.py")
+    shown = run_python(args=[script, "--help"])
+    assert shown.returncode == 0 and "foraging id" not in shown.stdout, shown.stdout
+    refused = run_python(args=[script, "--env", "Foraging-8x8-2p-2f-coop-v3"])
+    assert refused.returncode == 2 and "use an MPE scenario" in refused.stderr
