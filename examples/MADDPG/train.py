@@ -159,7 +159,10 @@ def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: A
         for i, agent in enumerate(agents):
             own = {**counters, "global_train_step": agent.global_train_step}
             path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
-            agent.save_checkpoint(path, own, flags)
+            # the memory written with it, by its size and next row: a resume can tell it from
+            # an older file (a run killed between the two)
+            memory = [agent.rpm.size(), agent.rpm._curr_pos] if args.save_rpm else None
+            agent.save_checkpoint(path, own, {**flags, "rpm": memory})
             if args.save_rpm:
                 agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
 
@@ -193,6 +196,15 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
                 i,
             )
         if os.path.exists(rpm_path) and not stale:
+            with np.load(rpm_path) as saved:
+                held = [int(saved["size"]), int(saved["pos"])]
+            if extra.get("rpm", held) != held:
+                raise RuntimeError(
+                    f"{rpm_path} (size and next row {held}) is not the memory written with "
+                    f"{path} ({extra['rpm']}): the run was stopped while writing them; move the "
+                    "rpm_agent*.npz files away to resume with empty memories, or start again "
+                    "without --resume"
+                )
             agent.rpm.load(rpm_path)
             memories.append((agent.rpm.size(), agent.rpm._curr_pos))
         else:

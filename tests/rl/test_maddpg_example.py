@@ -71,9 +71,9 @@ def test_maddpg_resume_refuses_checkpoint_files_from_different_points(
 def test_maddpg_resume_refuses_replay_memories_from_different_points(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """A run killed between two agents' memory files leaves one shorter than the other (or
-    missing): every update draws the same rows of every memory, so ``--resume`` refuses them
-    instead of giving the shorter one's agent empty rows."""
+    """A run killed between a checkpoint file and its memory file leaves a memory of an
+    earlier point (or none): every update draws the same rows of every agent's memory, so
+    ``--resume`` refuses it instead of giving that agent empty rows or other transitions."""
     small = ["--max_episodes", "6", "--test_every_episodes", "2", "--warmup_size", "1000"]
     small += ["--save_rpm", "--logdir", str(tmp_path)]
     run_example(run_python, *small, "--stop_after_episodes", "2")
@@ -85,8 +85,8 @@ def test_maddpg_resume_refuses_replay_memories_from_different_points(
     proc = run_python(args=argv, timeout=180)
     assert proc.returncode != 0
     assert (
-        "replay memories in " + str(tmp_path) + " are from different points of the run (agent "
-        "0: 100 transitions, agent 1: 50 transitions)" in proc.stderr
+        f"rpm_agent1.npz (size and next row [50, 50]) is not the memory written with "
+        f"{tmp_path}/checkpoint_agent1.pt ([100, 100])" in proc.stderr
     ), proc.stderr[-2000:]
     (tmp_path / "rpm_agent1.npz").unlink()
     proc = run_python(args=argv, timeout=180)
