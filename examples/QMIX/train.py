@@ -222,8 +222,11 @@ def save_checkpoint(args, agent, memory, counters) -> None:  # type: ignore[no-u
     extra = {
         "exploration": agent.exploration, "global_step": agent.global_step,
         "reward_stats": agent.reward_stats_state(),
-        # without --save_rpm, a memory file on disk is from an earlier checkpoint
+        # without --save_rpm, a memory file on disk is from an earlier checkpoint; with it, the
+        # memory written with this checkpoint, by its count and next slot (a resume can tell
+        # it from an older file: a run killed between the two)
         "rpm_written": bool(args.save_rpm),
+        "rpm": [memory.count, memory.next] if args.save_rpm else None,
         **{flag: getattr(args, flag) for flag in checked_flags(args)},
     }  # fmt: skip
     with ctrl_c_deferred():
@@ -249,6 +252,14 @@ def restore_checkpoint(args, agent, memory) -> dict[str, Any]:  # type: ignore[n
             rpm_path,
         )
     elif os.path.exists(rpm_path):
+        with np.load(rpm_path) as saved:
+            held = [int(saved["count"]), int(saved["next"])]
+        if extra.get("rpm", held) != held:
+            raise RuntimeError(
+                f"{rpm_path} (count and next slot {held}) is not the memory written with {path} "
+                f"({extra['rpm']}): the run was stopped while writing them; move rpm.npz away "
+                "to resume with an empty memory, or start again without --resume"
+            )
         memory.load(rpm_path)
     else:
         logger.warning("no episode memory in %s: resuming with an empty one", args.logdir)

@@ -203,6 +203,23 @@ def test_qmix_example_resume_leaves_a_memory_older_than_the_checkpoint(
     assert int(np.load(tmp_path / "rpm.npz")["count"]) == 4  # the last 100 steps only
 
 
+def test_qmix_example_resume_refuses_a_memory_from_another_point(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A run killed between its checkpoint and its memory file leaves a memory of an earlier
+    point: ``--resume`` refuses it instead of training on other episodes than the run had."""
+    args = [*SHORT, "--batch_size", "4", "--save_rpm", "--logdir", str(tmp_path)]
+    run_example(run_python, "QMIX", *args, "--stop_after_steps", "100")
+    stale = (tmp_path / "rpm.npz").read_bytes()  # 4 episodes
+    run_example(run_python, "QMIX", *args, "--stop_after_steps", "200", "--resume")
+    (tmp_path / "rpm.npz").write_bytes(stale)
+    script = REPO_ROOT / "examples" / "QMIX" / "train.py"
+    proc = run_python(args=[str(script), "--no_progress", *args, "--resume"], timeout=180)
+    assert proc.returncode != 0
+    assert "rpm.npz (count and next slot [4, 4]) is not the memory written with" in proc.stderr
+    assert "checkpoint.pt ([8, 8])" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_qmix_example_resumes_with_adam_and_standardised_rewards(
     run_python: RunPython, tmp_path: Path
 ) -> None:
