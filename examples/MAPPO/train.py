@@ -228,6 +228,14 @@ def train(config: Config) -> TrainResult:
     # any file resumes (one missing is an error below): a run with another number of agents
     # must be refused, not start afresh over the checkpoint files it finds
     found = [p for p in paths if os.path.exists(p)]
+    rows = episode_length * config.env_num
+    if config.num_mini_batch > rows:  # before any actor starts, not after the first rollout
+        eval_env.close()
+        raise ValueError(
+            f"--num_mini_batch {config.num_mini_batch} is more minibatches than a rollout has "
+            f"rows ({episode_length} steps of {config.env_num} envs: {rows}); lower it or raise "
+            "--env_num"
+        )
     if config.resume and not found:  # a mistyped --logdir must not start a run afresh
         eval_env.close()
         raise FileNotFoundError(

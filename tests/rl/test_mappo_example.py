@@ -268,6 +268,21 @@ def test_mappo_example_resume_without_a_checkpoint_is_refused(
     assert not logdir.exists() or not any(logdir.iterdir())
 
 
+def test_mappo_example_refuses_more_minibatches_than_rows_before_it_starts(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A rollout of 25 steps of 1 env has 25 rows: 26 minibatches are refused by name before
+    the actors start, not after the first rollout."""
+    argv = [str(MAPPO_DIR / "train.py"), "--env_num", "1", "--num_workers", "1"]
+    argv += ["--num_mini_batch", "26", "--no_progress", "--logdir", str(tmp_path / "run")]
+    proc = run_python(args=argv, timeout=180)
+    assert proc.returncode != 0
+    assert "--num_mini_batch 26 is more minibatches than a rollout has rows (25 steps of 1 " in (
+        proc.stderr
+    ), proc.stderr[-2000:]
+    assert "_rollout" not in proc.stderr  # refused before any rollout
+
+
 def test_mappo_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
     """Foraging forbids some actions (a move into a wall, a load with no food beside) and
     MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging itself,
