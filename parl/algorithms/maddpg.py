@@ -239,12 +239,14 @@ class MADDPG(ActorCriticBase):
         pg_loss = -self.model.value(obs_list, actions).mean()
         out = torch.cat(tuple(policy), dim=-1) if self.continuous_actions else policy
         actor_loss = pg_loss + self.policy_reg * out.square().mean()
-        check_finite_step("MADDPG.learn", "the actor's loss", actor_loss)
-        self._actor_step(actor_loss)
-        # The critic, on the stored actions.
+        # The critic, on the stored actions: its loss does not depend on the actor, so it is
+        # computed (and checked) before the actor steps, and a loss that overflows leaves both
+        # networks as they were; the steps come in PARL's order.
         q = self.model.value(obs_list, act_list)
         critic_loss = F.mse_loss(as_flat(q), as_flat(target_q))
+        check_finite_step("MADDPG.learn", "the actor's loss", actor_loss)
         check_finite_step("MADDPG.learn", "the critic's loss", critic_loss)
+        self._actor_step(actor_loss)
         self._critic_step(critic_loss)
         self.sync_target()
         return critic_loss.detach()

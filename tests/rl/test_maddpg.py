@@ -266,6 +266,13 @@ def test_learn_refuses_nan_or_infinite_inputs_and_overflowing_losses_without_a_s
         alg.learn(obs_n, act_n, target)
     for name, tensor in alg.model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
+    # a target that overflows only the critic's loss: the actor does not step either
+    obs_n, act_n, target = batch()
+    target.fill_(3e38)
+    with pytest.raises(FloatingPointError, match="MADDPG.learn: the critic's loss is inf"):
+        alg.learn(obs_n, act_n, target)
+    for name, tensor in alg.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
     with torch.no_grad():
         for param in alg.model.critic.parameters():
             param.fill_(1e30)
