@@ -127,6 +127,9 @@ def build(args: argparse.Namespace, env: Any) -> tuple[DQNAgent, ReplayMemory, d
 
 def save_checkpoint(args, agent, rpm, env, counters: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
     extra = {
+        # the memory saved with it: a resume can tell that file from an older one
+        "rpm_written": bool(args.save_rpm),
+        "rpm": rpm.stamp() if args.save_rpm else None,
         "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
         "e_greed": agent.e_greed,
     }
@@ -146,11 +149,9 @@ def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore
     counters, extra = agent.restore_checkpoint(path)
     env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
     agent.e_greed = float(extra["e_greed"])
-    rpm_path = os.path.join(args.logdir, "rpm.npz")
-    if os.path.exists(rpm_path):
-        rpm.load(rpm_path)
-    else:
-        logger.warning("no replay memory in %s: resuming with an empty one", args.logdir)
+    rpm.load_beside_checkpoint(
+        os.path.join(args.logdir, "rpm.npz"), extra.get("rpm"), extra.get("rpm_written", True)
+    )
     logger.info("resumed from %s at step %d", args.logdir, counters["total_steps"])
     return dict(counters)
 

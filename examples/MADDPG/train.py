@@ -30,7 +30,7 @@ from parl.algorithms import MADDPG
 from parl.core.checkpoint import load_file
 from parl.env.multiagent_env import MAenv
 from parl.env.multiagent_scenarios import check_env_id
-from parl.utils import logger, set_seed, summary
+from parl.utils import ReplayMemory, logger, set_seed, summary
 from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
@@ -161,7 +161,7 @@ def save_checkpoint(args: argparse.Namespace, agents: list[MAAgent], counters: A
             path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
             # the memory written with it, by its size and next row: a resume can tell it from
             # an older file (a run killed between the two)
-            memory = [agent.rpm.size(), agent.rpm._curr_pos] if args.save_rpm else None
+            memory = agent.rpm.stamp() if args.save_rpm else None
             agent.save_checkpoint(path, own, {**flags, "rpm": memory})
             if args.save_rpm:
                 agent.rpm.save(os.path.join(args.logdir, f"rpm_agent{i}.npz"))
@@ -172,7 +172,7 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
     written = load_file(os.path.join(args.logdir, "checkpoint_agent0.pt")).get("extra", {})
     refuse_other_flags(make_parser(), args, written, checked_flags(args), args.logdir)
     counters: dict[str, Any] = {}
-    memories: list[tuple[int, int] | None] = []  # each agent's (size, position), None if none
+    memories: list[list[int] | None] = []  # each agent's [size, next row], None if none
     for i, agent in enumerate(agents):
         # every file holds the same random states (saved together): the last one restored wins
         path = os.path.join(args.logdir, f"checkpoint_agent{i}.pt")
@@ -196,8 +196,7 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
                 i,
             )
         if os.path.exists(rpm_path) and not stale:
-            with np.load(rpm_path) as saved:
-                held = [int(saved["size"]), int(saved["pos"])]
+            held = ReplayMemory.saved_stamp(rpm_path)
             if extra.get("rpm", held) != held:
                 raise RuntimeError(
                     f"{rpm_path} (size and next row {held}) is not the memory written with "
@@ -206,7 +205,7 @@ def restore_checkpoint(args: argparse.Namespace, agents: list[MAAgent]) -> dict[
                     "without --resume"
                 )
             agent.rpm.load(rpm_path)
-            memories.append((agent.rpm.size(), agent.rpm._curr_pos))
+            memories.append(agent.rpm.stamp())
         else:
             memories.append(None)
             if not stale:

@@ -96,6 +96,9 @@ def run_evaluate_episodes(agent, env, eval_episodes: int, seed: int) -> float:  
 
 def save_checkpoint(args, agent, rpm, env, counters) -> None:  # type: ignore[no-untyped-def]
     extra = {
+        # the memory saved with it: a resume can tell that file from an older one
+        "rpm_written": bool(args.save_rpm),
+        "rpm": rpm.stamp() if args.save_rpm else None,
         "env_rng": json.dumps(env.unwrapped.np_random.bit_generator.state),
         "algorithm": {k: getattr(agent.alg, k) for k in ("total_it",) if hasattr(agent.alg, k)},
     }
@@ -117,11 +120,9 @@ def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore
     env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
     for key, value in extra["algorithm"].items():
         setattr(agent.alg, key, value)
-    rpm_path = os.path.join(args.logdir, "rpm.npz")
-    if os.path.exists(rpm_path):
-        rpm.load(rpm_path)
-    else:
-        logger.warning("no replay memory in %s: resuming with an empty one", args.logdir)
+    rpm.load_beside_checkpoint(
+        os.path.join(args.logdir, "rpm.npz"), extra.get("rpm"), extra.get("rpm_written", True)
+    )
     logger.info("resumed from %s at step %d", args.logdir, counters["total_steps"])
     return dict(counters)
 

@@ -224,6 +224,60 @@ class ReplayMemory:
     def __len__(self) -> int:
         return self._curr_size
 
+    def stamp(self) -> list[int]:
+        """``[rows held, next row written]``: what a training checkpoint records of the memory
+        saved beside it, so that a resume can tell that file from one of another point of the
+        run (:meth:`saved_stamp`)."""
+        return [self._curr_size, self._curr_pos]
+
+    def load_beside_checkpoint(
+        self, pathname: str | os.PathLike[str], stamp: list[int] | None, written: bool = True
+    ) -> bool:
+        """Load the memory saved beside a training checkpoint, if the file is that memory.
+
+        Args:
+            pathname: the file :meth:`save` writes beside the checkpoint.
+            stamp: the :meth:`stamp` the checkpoint recorded (``None``: it recorded none, a
+                checkpoint from before stamps: the file is taken as it is).
+            written: whether the memory was saved with the checkpoint; a file there when it
+                was not is from an earlier one (a part of the run without ``--save_rpm``) and
+                is left aside.
+
+        Returns:
+            Whether the memory was loaded; a warning says why not.
+
+        Raises:
+            RuntimeError: the file holds the memory of another point of the run (the run was
+                stopped between writing the two files).
+        """
+        where = os.fspath(pathname)
+        if not os.path.exists(where):
+            logger.warning("no replay memory %s: resuming with an empty one", where)
+            return False
+        if not written:
+            logger.warning(
+                "%s is from an earlier checkpoint (the last one was written without the memory):"
+                " resuming with an empty one",
+                where,
+            )
+            return False
+        held = self.saved_stamp(where)
+        if stamp is not None and list(stamp) != held:
+            raise RuntimeError(
+                f"{where} (rows and next row {held}) is not the memory written with the "
+                f"checkpoint ({list(stamp)}): the run was stopped while writing them; move it "
+                "away to resume with an empty memory, or start again without --resume"
+            )
+        self.load(where)
+        return True
+
+    @staticmethod
+    def saved_stamp(pathname: str | os.PathLike[str]) -> list[int]:
+        """The :meth:`stamp` of the memory a file written by :meth:`save` holds, read without
+        loading its rows."""
+        with np.load(os.fspath(pathname), allow_pickle=False) as data:
+            return [int(data["size"]), int(data["pos"])]
+
     def _arrays(self) -> dict[str, np.ndarray]:
         return {
             "obs": self.obs,

@@ -84,6 +84,46 @@ def test_actor_critic_resume_equals_straight_run(
     resume_case(run_python, tmp_path, name, args, half=400)
 
 
+PENDULUM = ["--env", "Pendulum-v1", "--train_total_steps", "600", "--warmup_steps", "200",
+            "--test_every_steps", "300", "--hidden", "32", "--batch_size", "32"]  # fmt: skip
+SHORT_RUNS = {
+    "DQN": ["--train_total_steps", "1600", "--test_every_steps", "800", "--eval_episodes", "2"],
+    **{name: PENDULUM for name in ("DDPG", "TD3", "SAC", "OAC")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHORT_RUNS))
+def test_resume_takes_only_the_memory_written_with_the_checkpoint(
+    name: str, run_python: RunPython, tmp_path: Path
+) -> None:
+    """A memory file of another point of the run (a kill between the two files) is refused; one
+    left by an earlier part when the last part ran without --save_rpm is set aside."""
+    import numpy as np
+
+    args, logdir = SHORT_RUNS[name], str(tmp_path / "run")
+    half = str(int(args[args.index("--train_total_steps") + 1]) // 2)
+    run_example(
+        run_python, name, *args, "--save_rpm", "--logdir", logdir, "--stop_after_steps", half
+    )
+    rpm = tmp_path / "run" / "rpm.npz"
+    intact = rpm.read_bytes()
+    with np.load(rpm) as saved:
+        arrays = dict(saved)
+    arrays["pos"] = arrays["pos"] - 1  # the memory one step earlier
+    np.savez(rpm, **arrays)
+    script = str(EXAMPLES / name / "train.py")
+    proc = run_python(args=[script, "--no_tqdm", *args, "--save_rpm", "--logdir", logdir,
+                            "--resume"], timeout=180)  # fmt: skip
+    assert proc.returncode != 0
+    assert "is not the memory written with the checkpoint" in proc.stderr, proc.stderr[-2000:]
+
+    rpm.write_bytes(intact)  # a part without --save_rpm leaves it behind, now older
+    run_example(run_python, name, *args, "--logdir", logdir, "--resume")
+    log = run_example(run_python, name, *args, "--save_rpm", "--logdir", logdir, "--resume",
+                      "--train_total_steps", str(2 * int(half) + 300))  # fmt: skip
+    assert "is from an earlier checkpoint" in log and "resumed from" in log, log[-2000:]
+
+
 def test_ddpg_on_mujoco_v5(run_python: RunPython, tmp_path: Path) -> None:
     log = run_example(
         run_python,

@@ -74,6 +74,27 @@ def test_save_and_load(tmp_path: Path) -> None:
         ReplayMemory(8, obs_dim=3, act_dim=1).load(path)
 
 
+def test_load_beside_checkpoint_takes_only_the_memory_the_checkpoint_recorded(
+    tmp_path: Path,
+) -> None:
+    memory = ReplayMemory(8, obs_dim=2, act_dim=0)
+    fill(memory, 0, 11)
+    path = tmp_path / "rpm.npz"
+    memory.save(path)
+    assert memory.stamp() == ReplayMemory.saved_stamp(path) == [8, 3]
+    restored = ReplayMemory(8, obs_dim=2, act_dim=0)
+    assert restored.load_beside_checkpoint(path, memory.stamp())
+    np.testing.assert_array_equal(restored.obs, memory.obs)
+    assert restored.load_beside_checkpoint(path, None)  # a checkpoint from before stamps
+    fill(memory, 11, 1)  # the checkpoint was written one step later than the file
+    with pytest.raises(RuntimeError, match=r"rpm.npz \(rows and next row \[8, 3\]\) is not the"):
+        ReplayMemory(8, obs_dim=2, act_dim=0).load_beside_checkpoint(path, memory.stamp())
+    empty = ReplayMemory(8, obs_dim=2, act_dim=0)
+    assert not empty.load_beside_checkpoint(path, None, written=False)
+    assert not empty.load_beside_checkpoint(tmp_path / "none.npz", [1, 1])
+    assert empty.size() == 0
+
+
 @pytest.mark.parametrize("saved_size", [8, 20])
 @pytest.mark.parametrize("appended", [0, 3, 8, 11, 29])
 @pytest.mark.parametrize("new_size", [4, 8, 13, 20, 50])
