@@ -204,7 +204,7 @@ def save_checkpoint(path, counters, extra):
     written.append("checkpoint")
 
 agent = types.SimpleNamespace(alg=object(), e_greed=0.1, save_checkpoint=save_checkpoint)
-memory = types.SimpleNamespace(save=lambda path: written.append("memory"))
+memory = types.SimpleNamespace(save=lambda path: written.append("memory"), stamp=lambda: [0, 0])
 env = gym.make("Pendulum-v1")
 env.reset(seed=0)
 args = types.SimpleNamespace(logdir={logdir!r}, save_rpm=True)
