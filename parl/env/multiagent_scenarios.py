@@ -26,6 +26,7 @@ are imported when an env is opened, never at import time.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import types
 from collections.abc import Callable
@@ -189,6 +190,21 @@ def move_after_pushing(world: Any, p_force: list[Any]) -> None:
         state.p_pos += state.p_vel * world.dt
 
 
+def check_keywords(what: str, constructor: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Refuse keywords ``constructor`` does not take, naming them and the ones it does: the
+    scenario's own ``TypeError`` names its class (``raw_env``), not the env the user asked for."""
+    parameters = inspect.signature(constructor).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [name for name in parameters if name != "self"]
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise TypeError(
+            f"{what} takes no keyword {', '.join(map(repr, unknown))}; its keywords are "
+            f"{', '.join(accepted)}"
+        )
+
+
 def open_env(
     env_id: str,
     continuous_actions: bool,
@@ -216,6 +232,7 @@ def open_env(
                 f"render_mode={kwargs['render_mode']!r}: MPE renders 'human' (a window) or "
                 "'rgb_array' (frames), or nothing with None"
             )
+        check_keywords(f"MPE scenario {env_id!r}", module.raw_env.__init__, kwargs)
         steps = MPE_STEPS if max_cycles is None else max_cycles
         env = module.parallel_env(
             **{
@@ -267,6 +284,7 @@ class ForagingParallelEnv:
             spec = gymnasium.spec(env_id)
         except gymnasium.error.Error as exc:
             raise ValueError(f"unknown foraging id {env_id!r}: {_FORAGING_IDS}") from exc
+        check_keywords(env_id, ForagingEnv.__init__, kwargs)
         settings = {**spec.kwargs, **kwargs}
         if settings.get("render_mode") not in (None, "human", "rgb_array"):
             raise ValueError(

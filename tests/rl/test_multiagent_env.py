@@ -334,6 +334,17 @@ def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
         MAenv("simple", max_cycles=0)
     with pytest.raises(ValueError, match="render_mode='rgb'"):  # rendered nothing, silently
         MAenv("simple", render_mode="rgb")
+    # a misspelt keyword names the env asked for and the keywords it takes
+    with pytest.raises(
+        TypeError, match=r"MPE scenario 'simple_spread' takes no keyword 'n'.*\bN\b"
+    ):
+        MAenv("simple_spread", n=4)
+    with pytest.raises(
+        TypeError, match=r"Foraging-5x5-2p-1f-coop-v3 takes no keyword 'sigth'.*sight"
+    ):
+        MAenv("Foraging-5x5-2p-1f-coop-v3", sigth=2)
+    with MAenv("simple_spread", N=4) as env, MAenv("Foraging-5x5-2p-1f-coop-v3", sight=2) as lbf:
+        assert env.n == 4 and lbf.n == 2  # the scenarios' own keywords still go through
     with pytest.raises(RuntimeError, match="before reset"):
         spread.step([0, 0, 0])
     with pytest.raises(RuntimeError, match=r"state\(\) before reset"):
