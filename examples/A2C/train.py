@@ -36,7 +36,11 @@ import parl
 from parl.env import RemoteVectorEnv
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.rl_utils import calc_gae
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 from parl.utils.weight_sync import SharedWeights, flat_state
 
 
@@ -357,7 +361,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     if args.env.startswith("CartPole"):
         base = cartpole_config
     else:
@@ -365,6 +370,7 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"A2C_{args.env}"))
+    refuse_resume_without_checkpoint(parser, bool(config.get("resume")), config["logdir"])
     return config
 
 

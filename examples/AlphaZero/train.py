@@ -37,7 +37,12 @@ from tqdm import tqdm
 
 import parl
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, add_hidden_alias, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    add_hidden_alias,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 
 CHECKPOINT = "checkpoint.pt"
 # what each seed of an iteration is for: self-play, learning, arena, evaluation
@@ -324,6 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--noise_fraction must be in [0, 1] (0: no noise), got {args.noise_fraction}")
     if not 0.0 <= args.update_threshold <= 1.0:
         parser.error(f"--update_threshold must be in [0, 1], got {args.update_threshold}")
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

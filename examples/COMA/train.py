@@ -44,6 +44,7 @@ from parl.utils.train_flags import (
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
+    refuse_resume_without_checkpoint,
 )
 
 EVAL_EPISODES = 10
@@ -260,6 +261,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

@@ -46,6 +46,7 @@ from parl.utils.train_flags import (
     example_parser,
     refuse_other_env,
     refuse_other_run,
+    refuse_resume_without_checkpoint,
 )
 
 BATCH_SIZE = 256
@@ -235,11 +236,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     chosen = {f: getattr(args, f) for f in CQLConfig.__dataclass_fields__}
     config = replace(PRESETS[args.config], **{k: v for k, v in chosen.items() if v is not None})
     for name in CQLConfig.__dataclass_fields__:
         setattr(args, name, getattr(config, name))
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

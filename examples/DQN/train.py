@@ -36,6 +36,7 @@ from parl.utils.train_flags import (
     example_parser,
     non_negative_int,
     positive_int,
+    refuse_resume_without_checkpoint,
 )
 
 CARTPOLE = dict(
@@ -258,6 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.stop_after_steps < 0:  # it would train no step and write the untrained model
         parser.error(f"--stop_after_steps must be 0 (never) or more, got {args.stop_after_steps}")
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

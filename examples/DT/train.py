@@ -43,6 +43,7 @@ from parl.utils.train_flags import (
     example_parser,
     refuse_other_env,
     refuse_other_run,
+    refuse_resume_without_checkpoint,
 )
 
 # the return-to-go each evaluation episode asks for, as in the paper's Table of hyperparameters
@@ -267,6 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 f"{sorted(TARGET_RETURNS)})"
             )
         args.target_return = TARGET_RETURNS[task]
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

@@ -32,7 +32,11 @@ import parl
 from parl.algorithms.es_noise import SharedNoiseTable
 from parl.utils import TimeBreakdown, logger, set_seed, summary
 from parl.utils.obs_filter import RunningStat
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 
 
 @dataclass
@@ -311,11 +315,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     base = cartpole_config if args.env.startswith("CartPole") else mujoco_config
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"ES_{args.env}"))
+    refuse_resume_without_checkpoint(parser, bool(config.get("resume")), config["logdir"])
     return config
 
 

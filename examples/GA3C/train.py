@@ -33,7 +33,11 @@ from learner import Learner
 from tqdm import tqdm
 
 from parl.utils import WindowStat, logger, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 
 
 def evaluate(agent: GA3CAgent, env: gym.Env, episodes: int, seed: int) -> float:
@@ -172,11 +176,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     base = cartpole_config if args.env.startswith("CartPole") else atari_config
     config = {**base, "env_name": args.env}
     config.update({k: v for k, v in vars(args).items() if v is not None and k != "env"})
     config.setdefault("logdir", os.path.join("train_log", f"GA3C_{args.env}"))
+    refuse_resume_without_checkpoint(parser, bool(config.get("resume")), config["logdir"])
     return config
 
 

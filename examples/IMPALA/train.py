@@ -32,7 +32,11 @@ from tqdm import tqdm
 import parl
 from parl.utils import TimeBreakdown, WindowStat, logger, set_seed, summary
 from parl.utils.scheduler import PiecewiseScheduler
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 from parl.utils.weight_sync import SharedWeights, flat_state
 
 
@@ -340,7 +344,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     if args.env.startswith("CartPole"):
         base = cartpole_config
     else:
@@ -350,6 +355,7 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     if args.lr is not None:
         config["lr_scheduler"] = [(0, args.lr)]
     config.setdefault("logdir", os.path.join("train_log", f"IMPALA_{args.env}"))
+    refuse_resume_without_checkpoint(parser, bool(config.get("resume")), config["logdir"])
     return config
 
 

@@ -40,6 +40,7 @@ from parl.utils.train_flags import (
     example_parser,
     refuse_other_env,
     refuse_other_run,
+    refuse_resume_without_checkpoint,
 )
 
 EVAL_EPISODES = 10
@@ -197,7 +198,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
+    return args
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from parl.utils.train_flags import (
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
+    refuse_resume_without_checkpoint,
 )
 
 CRITIC_LR = 0.01  # learning rate of the critics
@@ -367,6 +368,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             legacy_dynamics=args.legacy_dynamics,
         ),
     )
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir, "checkpoint_agent0.pt")
     return args
 
 

@@ -27,7 +27,11 @@ from tqdm import tqdm
 
 from parl.algorithms import MAML
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -238,6 +242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--stop_after_steps must be 0 (never) or more, got {args.stop_after_steps}")
     if args.max_grad_norm < 0:
         parser.error(f"--max_grad_norm must be 0 (no clipping) or more, got {args.max_grad_norm}")
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

@@ -45,6 +45,7 @@ from parl.utils.train_flags import (
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
+    refuse_resume_without_checkpoint,
 )
 
 # flags a resumed run must share with the run that wrote the checkpoint (their values for a
@@ -453,6 +454,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
             legacy_dynamics=args.legacy_dynamics,
         ),
     )
+    logdir = args.logdir or os.path.join("train_log", f"MAPPO_{args.env}")
+    refuse_resume_without_checkpoint(parser, args.resume, logdir, "checkpoint_agent0.pt")
     return Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
 
 

@@ -35,7 +35,11 @@ from tqdm import tqdm
 
 from parl.algorithms import PPO
 from parl.utils import logger, set_seed, summary
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    refuse_resume_without_checkpoint,
+)
 
 
 @dataclass
@@ -125,6 +129,12 @@ def _bootstrap_truncated(agent, info, rewards, terminated, truncated, gamma) -> 
 
 def train(config: dict[str, Any]) -> TrainResult:
     """Run PPO as configured; see ``config.py`` for the keys."""
+    ckpt_path = os.path.join(config["logdir"], "checkpoint.pt")
+    if config.get("resume") and not os.path.exists(ckpt_path):
+        raise FileNotFoundError(
+            f"--resume: no checkpoint {ckpt_path}; run without --resume first, or give the "
+            "--logdir of the run to continue"
+        )
     seed = int(config["seed"])
     set_seed(seed)
     envs = make_train_envs(config)
@@ -138,10 +148,9 @@ def train(config: dict[str, Any]) -> TrainResult:
         step_nums, env_num, obs_space.shape, act_space.shape, obs_dtype=obs_space.dtype
     )
     logdir = config["logdir"]
-    ckpt_path = os.path.join(logdir, "checkpoint.pt")
     result = TrainResult(checkpoint=ckpt_path)
     start_update, counters = 1, {"total_steps": 0}
-    if config.get("resume") and os.path.exists(ckpt_path):
+    if config.get("resume"):
         state = agent.restore_checkpoint(ckpt_path)
         counters = dict(state.counters)
         start_update = int(counters["update"]) + 1
@@ -299,12 +308,14 @@ def make_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     config = config_for(args.env, args.continuous_action, args.preset)
     for key, value in vars(args).items():
         if value is not None and key != "env":
             config[key] = value
     config.setdefault("logdir", os.path.join("train_log", f"PPO_{args.env.replace('/', '_')}"))
+    refuse_resume_without_checkpoint(parser, bool(config.get("resume")), config["logdir"])
     return config
 
 

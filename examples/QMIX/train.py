@@ -43,6 +43,7 @@ from parl.utils.train_flags import (
     positive_int,
     refuse_as_usage,
     refuse_other_flags,
+    refuse_resume_without_checkpoint,
 )
 
 EVAL_EPISODES = 10
@@ -407,6 +408,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "lower --batch_size"
         )
     refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 
 

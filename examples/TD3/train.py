@@ -29,7 +29,12 @@ from parl.algorithms import TD3
 from parl.env import ActionMappingWrapper, CompatWrapper
 from parl.utils import ReplayMemory, logger, set_seed, summary
 from parl.utils.interrupts import ctrl_c_deferred
-from parl.utils.train_flags import add_common_flags, example_parser, non_negative_int
+from parl.utils.train_flags import (
+    add_common_flags,
+    example_parser,
+    non_negative_int,
+    refuse_resume_without_checkpoint,
+)
 
 EVAL_EPISODES = 5
 MEMORY_SIZE = int(1e6)
@@ -206,7 +211,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
+    return args
 
 
 if __name__ == "__main__":

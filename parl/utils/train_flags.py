@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -295,6 +296,20 @@ def refuse_other_flags(
         )
 
 
+def refuse_resume_without_checkpoint(
+    parser: argparse.ArgumentParser, resume: bool, logdir: str, name: str = "checkpoint.pt"
+) -> None:
+    """``--resume`` continues the run whose checkpoint ``name`` is in ``logdir``: with none there
+    it is a usage error before anything starts (training afresh instead would seem to continue
+    a run it never read, and then write over that folder)."""
+    path = os.path.join(logdir, name)
+    if resume and not os.path.isfile(path):
+        parser.error(
+            f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir "
+            "of the run to continue"
+        )
+
+
 def refuse_other_run(
     parser: argparse.ArgumentParser,
     args: Any,
@@ -311,8 +326,6 @@ def refuse_other_run(
         FileNotFoundError: no checkpoint.
         ValueError: a flag or the data differ.
     """
-    import os
-
     from parl.core.checkpoint import load_file  # torch: only when resuming
 
     if not os.path.exists(checkpoint):

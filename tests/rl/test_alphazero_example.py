@@ -206,15 +206,6 @@ def test_example_trains_with_two_local_actors_and_resumes_exactly(
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
 
 
-def test_resume_without_a_checkpoint_names_the_missing_file(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    logdir = tmp_path / "never_ran"
-    proc = run_python(args=[str(EXAMPLE / "train.py"), "--resume", "--logdir", str(logdir)])
-    assert proc.returncode != 0
-    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]
-
-
 def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> None:
     """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
     numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with

@@ -323,16 +323,3 @@ def test_distributed_example_resumes_from_its_checkpoint(
     if name == "GA3C":  # its speed counts only the steps the resumed run made itself
         ran = second["sample_steps"] - first["sample_steps"]
         assert f"{second['sample_steps']} steps ({ran} in this run)" in second["log"]
-
-
-@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
-def test_resume_without_a_checkpoint_names_the_missing_file(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    folder, args, _ = RESUME_RUNS[name]
-    logdir = tmp_path / "never_ran"
-    proc = run_python(
-        args=[str(folder / "train.py"), *args, "--resume", "--logdir", str(logdir)], timeout=120
-    )
-    assert proc.returncode != 0
-    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}" in proc.stderr, proc.stderr[-2000:]

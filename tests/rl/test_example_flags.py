@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -355,3 +356,54 @@ def test_a_multiagent_examples_number_out_of_range_is_a_usage_error(
     proc = run_python(args=[str(SCRIPTS[name]), flag, "--logdir", str(log)], timeout=180)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and not log.exists()
+
+
+RESUME_WITHOUT_CHECKPOINT = """
+import contextlib, io, json, os, runpy, sys
+examples, logdir = {examples!r}, {logdir!r}
+out = {{}}
+for name, script, extra in {cases!r}:
+    before, folder = set(sys.modules), os.path.dirname(script)
+    sys.argv, err, code = [script, "--resume", "--logdir", logdir, *extra], io.StringIO(), None
+    sys.path.insert(0, folder)
+    with contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            code = exc.code
+    sys.path.remove(folder)
+    for module in set(sys.modules) - before:  # each example's own modules (model.py, ...)
+        if (getattr(sys.modules[module], "__file__", None) or "").startswith(examples):
+            del sys.modules[module]
+    out[name] = [code, err.getvalue()[-600:], sorted(os.listdir(logdir))]
+print("RESUMED" + json.dumps(out))
+"""
+
+
+def test_resume_without_a_checkpoint_is_a_usage_error_before_anything_starts(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """A mistyped ``--logdir`` with ``--resume`` must not train afresh (the run the user meant
+    to continue stays unread, and the new one writes its files there) nor fail deep in a run
+    whose actors have started: every example stops at its command line, naming the file."""
+    logdir = tmp_path / "empty"
+    logdir.mkdir()
+    offline = {"CQL", "IQL", "DT"}  # --dataset is required; it is not read before the check
+    cases = [
+        (name, str(script), ["--dataset", str(tmp_path / "none")] if name in offline else [])
+        for name, script in sorted(SCRIPTS.items())
+        if "resume" in EXPECTED[name]
+    ]
+    code = RESUME_WITHOUT_CHECKPOINT.format(examples=str(EXAMPLES), logdir=str(logdir), cases=cases)
+    proc = run_python(code, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESUMED"))
+    results = json.loads(line[7:])
+    assert len(results) == len(cases) >= 19
+    for name, (status, stderr, files) in results.items():
+        wanted = "checkpoint_agent0.pt" if name in ("MADDPG", "MAPPO") else "checkpoint.pt"
+        assert status == 2, f"{name} exited {status}:\n{stderr}"
+        assert f"--resume: no checkpoint {logdir / wanted}; run without --resume" in stderr, (
+            f"{name}:\n{stderr}"
+        )
+        assert files == [], f"{name} wrote {files} before refusing"

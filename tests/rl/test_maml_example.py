@@ -67,18 +67,6 @@ def test_counts_below_one_are_usage_errors(run_python: RunPython) -> None:
     ], proc.stdout + proc.stderr[-3000:]
 
 
-def test_resume_without_a_checkpoint_names_the_missing_file(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    script = REPO_ROOT / "examples" / "MAML" / "train.py"
-    logdir = tmp_path / "never_ran"
-    proc = run_python(args=[str(script), "--resume", "--logdir", str(logdir)], timeout=60)
-    assert proc.returncode != 0
-    assert f"--resume: no checkpoint {logdir / 'checkpoint.pt'}; run without --resume" in (
-        proc.stderr
-    ), proc.stderr[-2000:]
-
-
 EVALUATE_SCRIPT = """
 import sys
 import numpy as np

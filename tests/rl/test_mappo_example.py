@@ -253,21 +253,6 @@ for agent in (0, 1):
     assert proc.returncode != 0 and refusal in proc.stderr, proc.stderr[-2000:]
 
 
-def test_mappo_example_resume_without_a_checkpoint_is_refused(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """``--resume`` where there is no checkpoint (a mistyped ``--logdir``) stops with an error
-    naming the file, as the other examples do, instead of training afresh."""
-    logdir = tmp_path / "nothing_here"
-    argv = [str(MAPPO_DIR / "train.py"), *SMALL, "--train_total_steps", "100", "--logdir"]
-    proc = run_python(args=[*argv, str(logdir), "--resume"], timeout=180)
-    assert proc.returncode != 0
-    assert f"--resume: no checkpoint {logdir}/checkpoint_agent0.pt" in proc.stderr, proc.stderr[
-        -2000:
-    ]
-    assert not logdir.exists() or not any(logdir.iterdir())
-
-
 def test_mappo_example_refuses_more_minibatches_than_rows_before_it_starts(
     run_python: RunPython, tmp_path: Path
 ) -> None:

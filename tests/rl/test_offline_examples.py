@@ -120,25 +120,6 @@ def test_a_dataset_of_another_env_is_refused_naming_env(
     )
 
 
-@pytest.mark.parametrize("name", ["CQL", "IQL", "DT"])
-def test_a_resume_without_a_checkpoint_says_to_run_without_resume(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    _needed("h5py")
-    dataset = tmp_path / "pendulum-random-v0.hdf5"
-    save_d4rl_hdf5(dataset, **random_steps(episodes=1))
-    logdir = tmp_path / "never_ran"
-    args = ["--env", "Pendulum-v1", "--dataset", str(dataset), "--logdir", str(logdir), "--resume"]
-    if name == "DT":
-        args += ["--target_return", "-200"]
-    proc = run_python(args=[str(EXAMPLES / name / "train.py"), *args], timeout=300)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"FileNotFoundError: --resume: no checkpoint {logdir / 'checkpoint.pt'}; run without "
-        "--resume first, or give the --logdir of the run to continue"
-    )
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_iql_example_on_a_minari_dataset(
     run_python: RunPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
