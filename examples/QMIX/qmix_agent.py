@@ -24,6 +24,7 @@ class QMixAgent(parl.Agent):
         exploration_decay: float,
         update_target_interval: int,
         standardise_rewards: bool = False,
+        exploration_draws: str = "team",
     ) -> None:
         super().__init__(algorithm)
         # EPyMARL's reward standardisation: the running mean and variance of the team rewards
@@ -32,6 +33,11 @@ class QMixAgent(parl.Agent):
         self.exploration = exploration_start
         self.min_exploration = min_exploration
         self.exploration_decay = exploration_decay
+        if exploration_draws not in ("team", "agent"):
+            raise ValueError(
+                f"exploration_draws must be 'team' or 'agent', got {exploration_draws!r}"
+            )
+        self.exploration_draws = exploration_draws
         self.update_target_interval = update_target_interval
         self.global_step = 0  # learn calls
         self.alg.sync_target()
@@ -48,13 +54,18 @@ class QMixAgent(parl.Agent):
         return self.to_numpy(actions)
 
     def sample(self, obs: np.ndarray, available_actions: np.ndarray) -> np.ndarray:
-        """Epsilon-greedy: a uniformly random available action per agent with probability
-        ``exploration`` (numpy's global generator, saved by training checkpoints)."""
-        greedy = self.predict(obs, available_actions)  # the hidden states always advance
-        if np.random.random() < self.exploration:
-            greedy = np.array([np.random.choice(np.flatnonzero(row)) for row in available_actions])
+        """Epsilon-greedy over the available actions, drawn from numpy's global generator (saved
+        by training checkpoints): with ``exploration_draws="team"`` (PARL's agent) one draw
+        sends every agent to a uniformly random available action at once; with ``"agent"``
+        (PyMARL's and EPyMARL's selector) each agent draws for itself."""
+        actions = self.predict(obs, available_actions)  # the hidden states always advance
+        n_agents = len(actions)
+        draws = np.random.random(1 if self.exploration_draws == "team" else n_agents)
+        explore = np.broadcast_to(draws < self.exploration, (n_agents,))
+        for i in np.flatnonzero(explore):
+            actions[i] = np.random.choice(np.flatnonzero(available_actions[i]))
         self.exploration = max(self.min_exploration, self.exploration - self.exploration_decay)
-        return greedy
+        return actions
 
     def learn(self, batch: dict[str, np.ndarray]) -> tuple[float, float]:
         """One update on a batch of episodes; the target networks follow every

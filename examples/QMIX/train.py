@@ -53,7 +53,7 @@ KEYS = ("state", "actions", "reward", "terminated", "obs", "available_actions", 
 # checkpoint that does not record them)
 CHECKED_FLAGS = {
     "optimizer": "rmsprop", "standardise_rewards": False, "agent": "gru", "last_action": True,
-    "legacy_dynamics": False,
+    "legacy_dynamics": False, "exploration_draws": "team",
 }  # fmt: skip
 
 
@@ -215,7 +215,7 @@ def build_agent(args: argparse.Namespace, env: MAenv) -> QMixAgent:
     decay = (1.0 - args.min_exploration) / args.exploration_steps
     return QMixAgent(
         algorithm, 1.0, args.min_exploration, decay, args.update_target_interval,
-        standardise_rewards=args.standardise_rewards,
+        standardise_rewards=args.standardise_rewards, exploration_draws=args.exploration_draws,
     )  # fmt: skip
 
 
@@ -374,6 +374,11 @@ def make_parser() -> argparse.ArgumentParser:
         help="environment steps over which epsilon falls from 1 to --min_exploration",
     )  # fmt: skip
     parser.add_argument("--min_exploration", default=0.05, type=fraction, help="final epsilon")
+    parser.add_argument(
+        "--exploration_draws", default="team", choices=["team", "agent"],
+        help="team: one epsilon draw sends every agent to a random action at once (PARL's); "
+        "agent: each agent draws for itself (PyMARL's and EPyMARL's)",
+    )  # fmt: skip
     parser.add_argument(
         "--update_target_interval", default=200, type=positive_int,
         help="updates between two copies into the target networks",

@@ -342,3 +342,38 @@ def test_qmix_example_refuses_a_batch_larger_than_the_memory(run_python: RunPyth
     proc = run_python(args=[str(script), "--buffer_size", "4", "--batch_size", "8"], timeout=120)
     assert proc.returncode == 2
     assert "--batch_size 8 is more episodes than --buffer_size 4 keeps" in proc.stderr
+
+
+def test_qmix_agent_explores_as_a_team_or_agent_by_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--exploration_draws team`` (PARL's agent): one draw sends every agent off its greedy
+    action at once; ``agent`` (PyMARL's selector): each agent draws for itself, so one agent
+    explores while the other acts greedily. Random actions stay among the available ones."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "QMIX"))
+    from qmix_agent import QMixAgent
+    from qmix_model import FCModel, QMixerModel
+
+    from parl.algorithms import QMIX
+
+    n_agents, n_actions = 2, 6
+    available = np.ones((n_agents, n_actions), np.float32)
+    available[:, 0] = 0.0  # action 0 is never available: no random pick may choose it
+    obs = np.zeros((n_agents, 4), np.float32)
+    patterns = {}
+    for draws in ("team", "agent"):
+        torch.manual_seed(0)
+        alg = QMIX(FCModel(4, n_actions, 8), QMixerModel(n_agents, 8, 4))
+        agent = QMixAgent(alg, 0.5, 0.5, 0.0, 10, exploration_draws=draws)
+        agent.reset_agent()
+        greedy = agent.predict(obs, available)
+        np.random.seed(1)
+        rows = np.array([agent.sample(obs, available) for _ in range(4000)])
+        assert (rows != 0).all()
+        off = rows != greedy  # a random pick equal to the greedy action reads as greedy
+        patterns[draws] = off.sum(axis=1)
+    # one agent off and the other greedy: only by chance in a team draw (the random pick of
+    # one agent equals its greedy action, 1 in 5), half the time an agent draws alone
+    lone = {draws: float(np.mean(count == 1)) for draws, count in patterns.items()}
+    assert lone["team"] == pytest.approx(2 * 0.5 * 0.8 * 0.2, abs=0.03)
+    assert lone["agent"] == pytest.approx(2 * (0.5 * 0.8) * (1 - 0.5 * 0.8), abs=0.03)
+    with pytest.raises(ValueError, match="exploration_draws must be 'team' or 'agent'"):
+        QMixAgent(alg, 0.5, 0.5, 0.0, 10, exploration_draws="joint")
