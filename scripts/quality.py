@@ -365,6 +365,16 @@ EXPERIMENTS = {
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
         ),
         Experiment(
+            "QMIX", "qmix", "QMIX", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
+            LBF_METRIC,
+            "EPyMARL's QMIX settings, agent and action selector: Adam, standardised rewards, "
+            "epsilon annealed over 50k steps and drawn by each agent for itself, a feed-forward "
+            "agent network whose inputs leave out the last action; else the example's defaults",
+            flags=(*QMIX_EPYMARL_FC_FLAGS, "--exploration_draws", "agent"),
+            tag="eval/episode_return", seeds=(0,), variant="epymarl_fc_agent_draws",
+            baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
+        ),
+        Experiment(
             "COMA", "coma", "COMA", "Foraging-8x8-2p-2f-coop-v3", 2_000_000, 20_000,
             LBF_METRIC, "the example's defaults", tag="eval/episode_return", seeds=(0,),
             baseline={"name": "all food collected", "value": 0.5}, note=LBF_NOTE,
