@@ -44,11 +44,14 @@ def number(value: float | None) -> str:
 
 
 def steps(value: int | None) -> str:
-    """``1000000`` -> ``1M``, ``250000`` -> ``250k``, others with separators."""
+    """``1000000`` -> ``1M``, ``1200000`` -> ``1.2M``, ``250000`` -> ``250k``, others with
+    separators."""
     if value is None:
         return "not stated"
     if value % 1_000_000 == 0:
         return f"{value // 1_000_000}M"
+    if value > 1_000_000 and value % 10_000 == 0:
+        return f"{value / 1_000_000:g}M"
     if value % 1_000 == 0 and value < 1_000_000:
         return f"{value // 1_000}k"
     return f"{value:,}"
@@ -131,9 +134,10 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
     """The evaluations along the run, a row per seed; ``None`` when the record has none.
 
     When every seed was evaluated at the same few (at most 7) points, those are the columns.
-    Otherwise the columns are five even marks of the budget, and each cell is the seed's last
-    evaluation at its mark (runs of whole episodes evaluate a few steps late: up to 2% of the
-    budget after the mark counts), or ``-`` before its first evaluation."""
+    Otherwise the columns are five even marks of the budget, and each cell is the seed's
+    evaluation closest to its mark within 2% of the budget (runs of whole episodes evaluate a
+    few steps late or early), else its last evaluation before the mark, or ``-`` before its
+    first evaluation."""
     per_seed = record["figures"]["per_seed"]
     marks = [[step for step, _ in entry["evaluations"] or []] for entry in per_seed]
     if not marks or not all(marks):
@@ -147,8 +151,14 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
         columns = [spent * k // 5 for k in range(1, 6)]
 
     def nearest(evaluations: list[list[float]], mark: int) -> float | None:
-        # the curve read at the mark: the last evaluation before it, or a few steps after it
-        before = [value for step, value in evaluations if step <= mark + 0.02 * (spent or 0)]
+        # the curve read at the mark: the evaluation closest to it within 2% of the budget (the
+        # earlier of two as close), else the last one before it
+        window = 0.02 * (spent or 0)
+        close = [(abs(step - mark), step, value) for step, value in evaluations]
+        close = [entry for entry in close if entry[0] <= window]
+        if close:
+            return min(close)[2]
+        before = [value for step, value in evaluations if step <= mark]
         return before[-1] if before else None
 
     lines = [

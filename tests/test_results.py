@@ -177,6 +177,16 @@ def test_evaluations_at_different_steps_render_at_five_marks_nearest_first(recor
     )
 
 
+def test_evaluations_every_fiftieth_of_the_budget_render_each_marks_own(record) -> None:
+    # evaluations exactly on a grid of 2% of the budget: the mark's own, not the next one
+    record["budget"] = {"env_steps": 2_000_000}
+    for entry in record["figures"]["per_seed"]:
+        entry["evaluations"] = [[k * 40_000, k] for k in range(51)]
+    lines = render_results.evaluation_table(record).splitlines()
+    assert "| 400k steps | 800k steps | 1.2M steps | 1.6M steps | 2M steps |" in lines[0]
+    assert lines[-1].startswith("| seed 1 | 10 | 20 | 30 | 40 | 50 |")
+
+
 def test_a_page_shows_its_reference_its_measured_notes_and_its_curve(record) -> None:
     record["figures"]["baseline"] = {"name": "PARL's published curve", "value": 3300}
     record.update(note="one seed", curve="docs/curves/ppo_Hopper-v5.svg")
