@@ -66,6 +66,16 @@ def test_the_committed_tables_match_the_records() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_every_committed_records_curve_is_a_drawing_in_the_docs() -> None:
+    # a record written with --plot_dir outside the repository names a path the pages cannot show
+    for record in load_records():
+        if record["curve"] is not None:
+            path = ROOT / record["curve"]
+            assert record["curve"].startswith("docs/curves/") and path.is_file(), (
+                f"{record['algorithm']} on {record['env']}: curve {record['curve']!r}"
+            )
+
+
 def test_every_committed_record_is_valid() -> None:
     records = load_records()
     assert records
