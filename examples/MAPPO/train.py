@@ -224,7 +224,7 @@ def train(config: Config) -> TrainResult:
         parl.connect(config.xparl_addr)
     eval_env = MAenv(config.env, config.continuous_actions, legacy_dynamics=config.legacy_dynamics)
     episode_length = eval_env.max_step
-    logdir = config.logdir or os.path.join("train_log", f"MAPPO_{config.env}")
+    logdir = logdir_of(config)
     paths = _checkpoint_paths(logdir, eval_env.n)
     # any file resumes (one missing is an error below): a run with another number of agents
     # must be refused, not start afresh over the checkpoint files it finds
@@ -443,6 +443,11 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def logdir_of(flags: Any) -> str:
+    """``--logdir``, or ``train_log/MAPPO_<env>`` when it is not given."""
+    return flags.logdir or os.path.join("train_log", f"MAPPO_{flags.env}")
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
     parser = make_parser()
     args = parser.parse_args(argv)
@@ -454,8 +459,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
             legacy_dynamics=args.legacy_dynamics,
         ),
     )
-    logdir = args.logdir or os.path.join("train_log", f"MAPPO_{args.env}")
-    refuse_resume_without_checkpoint(parser, args.resume, logdir, "checkpoint_agent0.pt")
+    refuse_resume_without_checkpoint(parser, args.resume, logdir_of(args), "checkpoint_agent0.pt")
     return Config(**{k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__})
 
 
