@@ -40,6 +40,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
     refuse_resume_without_checkpoint,
+    require_checkpoint,
 )
 from parl.utils.weight_sync import SharedWeights, flat_state
 
@@ -237,11 +238,7 @@ class Learner:
         )
 
     def restore(self) -> None:
-        if not os.path.exists(self.checkpoint):
-            raise FileNotFoundError(
-                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
-                f"give the --logdir of the run to continue"
-            )
+        require_checkpoint(self.checkpoint)
         counters, extra = self.agent.restore_checkpoint(
             self.checkpoint, map_location=self.agent.alg.device
         )

@@ -42,6 +42,7 @@ from parl.utils.train_flags import (
     add_hidden_alias,
     example_parser,
     refuse_resume_without_checkpoint,
+    require_checkpoint,
 )
 
 CHECKPOINT = "checkpoint.pt"
@@ -199,11 +200,7 @@ class Coach:
         )
 
     def restore(self) -> None:
-        if not os.path.exists(self.checkpoint):
-            raise FileNotFoundError(
-                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
-                f"give the --logdir of the run to continue"
-            )
+        require_checkpoint(self.checkpoint)
         state = self.agent.restore_checkpoint(self.checkpoint, map_location=self.agent.device)
         self.iteration = int(state.counters["iteration"])
         self.result.accepted = int(state.counters["accepted"])

@@ -31,6 +31,7 @@ from simulator import Simulator
 import parl
 from parl.utils import TimeBreakdown, logger, set_seed
 from parl.utils.rl_utils import calc_gae
+from parl.utils.train_flags import require_checkpoint
 
 FIELDS = ("obs", "actions", "advantages", "target_values")
 
@@ -319,11 +320,7 @@ class Learner:
         )
 
     def restore(self) -> None:
-        if not os.path.exists(self.checkpoint):
-            raise FileNotFoundError(
-                f"--resume: no checkpoint {self.checkpoint}; run without --resume first, or "
-                f"give the --logdir of the run to continue"
-            )
+        require_checkpoint(self.checkpoint)
         counters, extra = self.agent.restore_checkpoint(
             self.checkpoint, map_location=self.agent.alg.device
         )

@@ -31,6 +31,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
     refuse_resume_without_checkpoint,
+    require_checkpoint,
 )
 
 CHECKPOINT = "checkpoint.pt"
@@ -89,11 +90,7 @@ def main(argv: list[str] | None = None) -> float:
     checkpoint = os.path.join(args.logdir, CHECKPOINT)
     step = 0
     if args.resume:
-        if not os.path.exists(checkpoint):
-            raise FileNotFoundError(
-                f"--resume: no checkpoint {checkpoint}; run without --resume first, or give "
-                f"the --logdir of the run to continue"
-            )
+        require_checkpoint(checkpoint)
         state = agent.restore_checkpoint(checkpoint)
         step = int(state.counters["steps"])
         logger.info("resumed from %s at step %d", checkpoint, step)

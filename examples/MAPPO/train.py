@@ -41,6 +41,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     add_legacy_dynamics_flag,
     example_parser,
+    no_checkpoint_message,
     positive_float,
     positive_int,
     refuse_as_usage,
@@ -239,10 +240,7 @@ def train(config: Config) -> TrainResult:
         )
     if config.resume and not found:  # a mistyped --logdir must not start a run afresh
         eval_env.close()
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {paths[0]}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
+        raise FileNotFoundError(no_checkpoint_message(paths[0]))
     resuming = config.resume and bool(found)
     if resuming:  # before any actor starts
         written = written_flags(load_file(found[0]), episode_length)

@@ -39,6 +39,7 @@ from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
     refuse_resume_without_checkpoint,
+    require_checkpoint,
 )
 
 
@@ -130,11 +131,8 @@ def _bootstrap_truncated(agent, info, rewards, terminated, truncated, gamma) -> 
 def train(config: dict[str, Any]) -> TrainResult:
     """Run PPO as configured; see ``config.py`` for the keys."""
     ckpt_path = os.path.join(config["logdir"], "checkpoint.pt")
-    if config.get("resume") and not os.path.exists(ckpt_path):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {ckpt_path}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
+    if config.get("resume"):
+        require_checkpoint(ckpt_path)
     seed = int(config["seed"])
     set_seed(seed)
     envs = make_train_envs(config)

@@ -296,6 +296,21 @@ def refuse_other_flags(
         )
 
 
+def no_checkpoint_message(path: str) -> str:
+    """What ``--resume`` says when the checkpoint ``path`` it would continue from is not there."""
+    return (
+        f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir of "
+        "the run to continue"
+    )
+
+
+def require_checkpoint(path: str) -> None:
+    """Raise ``FileNotFoundError`` (``no_checkpoint_message``) unless the checkpoint ``path``
+    exists: the check of a ``train(config)`` call that resumes, where there is no parser."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(no_checkpoint_message(path))
+
+
 def refuse_resume_without_checkpoint(
     parser: argparse.ArgumentParser, resume: bool, logdir: str, name: str = "checkpoint.pt"
 ) -> None:
@@ -304,10 +319,7 @@ def refuse_resume_without_checkpoint(
     a run it never read, and then write over that folder)."""
     path = os.path.join(logdir, name)
     if resume and not os.path.isfile(path):
-        parser.error(
-            f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir "
-            "of the run to continue"
-        )
+        parser.error(no_checkpoint_message(path))
 
 
 def refuse_other_run(
@@ -328,11 +340,7 @@ def refuse_other_run(
     """
     from parl.core.checkpoint import load_file  # torch: only when resuming
 
-    if not os.path.exists(checkpoint):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {checkpoint}; run without --resume first, or give the "
-            "--logdir of the run to continue"
-        )
+    require_checkpoint(checkpoint)
     written = load_file(checkpoint).get("extra", {})
     where = os.path.dirname(checkpoint)
     refuse_other_flags(parser, args, written, {flag: getattr(args, flag) for flag in flags}, where)

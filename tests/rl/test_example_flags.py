@@ -19,6 +19,7 @@ from parl.utils.train_flags import (
     non_negative_float,
     plain_text,
     positive_float,
+    require_checkpoint,
 )
 
 from .conftest import REPO_ROOT, RunPython
@@ -407,3 +408,35 @@ def test_resume_without_a_checkpoint_is_a_usage_error_before_anything_starts(
             f"{name}:\n{stderr}"
         )
         assert files == [], f"{name} wrote {files} before refusing"
+
+
+def test_a_resuming_train_call_without_its_checkpoint_raises_the_command_lines_message(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """``train(config)`` called from Python has no parser to exit through: it raises
+    ``FileNotFoundError`` with the words the command line prints, before any env is made."""
+    missing = tmp_path / "run" / "checkpoint.pt"
+    with pytest.raises(FileNotFoundError, match="--resume: no checkpoint .*run without --resume"):
+        require_checkpoint(str(missing))
+    missing.mkdir(parents=True)  # a folder of that name is no checkpoint either
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        require_checkpoint(str(missing))
+    written = tmp_path / "checkpoint.pt"
+    written.write_bytes(b"")
+    require_checkpoint(str(written))
+    code = f"""
+import sys
+sys.path.insert(0, {str(EXAMPLES / "PPO")!r})
+import gymnasium, train
+gymnasium.make = None  # the check comes before any env
+config = train.parse_config(["--env", "CartPole-v1", "--logdir", {str(tmp_path / "none")!r}])
+config["resume"] = True
+try:
+    train.train(config)
+except FileNotFoundError as error:
+    print("RAISED", error)
+"""
+    proc = run_python(code, timeout=120)
+    assert f"RAISED --resume: no checkpoint {tmp_path / 'none' / 'checkpoint.pt'}; run without" in (
+        proc.stdout
+    ), proc.stderr[-2000:]
