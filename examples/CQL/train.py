@@ -44,6 +44,10 @@ from parl.utils.offline_data import (
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
     refuse_other_env,
     refuse_other_run,
     refuse_resume_without_checkpoint,
@@ -208,7 +212,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--num_random",
-        type=int,
+        type=positive_int,
         default=None,
         help="actions of each proposal (uniform, policy at s, policy at s') per state in the "
         "conservative term (default: --config's)",
@@ -222,16 +226,29 @@ def make_parser() -> argparse.ArgumentParser:
         "--with_lagrange", action="store_true", help="learn the weight of the conservative term"
     )
     parser.add_argument(
-        "--lagrange_thresh", type=float, default=10.0, help="the Lagrange version's target gap"
+        "--lagrange_thresh",
+        type=finite_float,
+        default=10.0,
+        help="the Lagrange version's target gap",
     )
     parser.add_argument(
-        "--min_q_weight", type=float, default=5.0, help="weight of the conservative term"
+        "--min_q_weight",
+        type=non_negative_float,
+        default=5.0,
+        help="weight of the conservative term",
     )
     parser.add_argument(
-        "--policy_eval_start", type=int, default=40000, help="updates of behaviour cloning first"
+        "--policy_eval_start",
+        type=non_negative_int,
+        default=40000,
+        help="updates of behaviour cloning first",
     )
-    parser.add_argument("--batch_size", default=BATCH_SIZE, type=int, help="transitions per update")
-    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument(
+        "--batch_size", default=BATCH_SIZE, type=positive_int, help="transitions per update"
+    )
+    parser.add_argument(
+        "--hidden", default=256, type=positive_int, help="width of the hidden layers"
+    )
     return parser
 
 

@@ -41,6 +41,12 @@ from parl.utils.offline_data import (
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
+    finite_float,
+    fraction,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    rate_below_one,
     refuse_other_env,
     refuse_other_run,
     refuse_resume_without_checkpoint,
@@ -221,33 +227,36 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--target_return",
-        type=float,
+        type=finite_float,
         default=None,
         help="the return each evaluation episode asks for (default: the paper's for the task: "
         "HalfCheetah 6000, Hopper 3600, Walker2d 5000)",
     )
     for name, kind, text in (
-        ("context", int, "steps per window, K"),
-        ("embed_dim", int, "width of the tokens"),
-        ("n_layer", int, "transformer blocks"),
-        ("n_head", int, "attention heads"),
-        ("batch_size", int, "windows per update"),
-        ("warmup_steps", int, "updates over which the learning rate warms up"),
-        ("learning_rate", float, "AdamW's learning rate"),
-        ("weight_decay", float, "AdamW's weight decay"),
-        ("dropout", float, "dropout rate"),
+        ("context", positive_int, "steps per window, K"),
+        ("embed_dim", positive_int, "width of the tokens"),
+        ("n_layer", positive_int, "transformer blocks"),
+        ("n_head", positive_int, "attention heads"),
+        ("batch_size", positive_int, "windows per update"),
+        ("warmup_steps", positive_int, "updates over which the learning rate warms up"),
+        ("learning_rate", positive_float, "AdamW's learning rate"),
+        ("weight_decay", non_negative_float, "AdamW's weight decay"),
+        ("dropout", rate_below_one, "dropout rate"),
     ):
         parser.add_argument(
             f"--{name}", type=kind, default=None, help=f"{text} (default: --config's)"
         )
     parser.add_argument(
-        "--rew_scale", type=float, default=1000.0, help="returns-to-go are divided by this"
+        "--rew_scale", type=positive_float, default=1000.0, help="returns-to-go are divided by this"
     )
     parser.add_argument(
-        "--max_ep_len", type=int, default=1000, help="time-step embeddings (the longest episode)"
+        "--max_ep_len",
+        type=positive_int,
+        default=1000,
+        help="time-step embeddings (the longest episode)",
     )
     parser.add_argument(
-        "--pct_traj", type=float, default=1.0, help="train on the best episodes holding this "
+        "--pct_traj", type=fraction, default=1.0, help="train on the best episodes holding this "
         "fraction of the steps",
     )  # fmt: skip
     return parser

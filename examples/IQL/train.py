@@ -38,6 +38,8 @@ from parl.utils.offline_data import (
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
+    non_negative_float,
+    positive_int,
     refuse_other_env,
     refuse_other_run,
     refuse_resume_without_checkpoint,
@@ -185,12 +187,16 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="keep the dataset's rewards as they are",
     )
-    parser.add_argument("--batch_size", default=BATCH_SIZE, type=int, help="transitions per update")
-    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument(
+        "--batch_size", default=BATCH_SIZE, type=positive_int, help="transitions per update"
+    )
+    parser.add_argument(
+        "--hidden", default=256, type=positive_int, help="width of the hidden layers"
+    )
     parser.add_argument(
         "--beta",
         default=3.0,
-        type=float,
+        type=non_negative_float,
         help="inverse temperature of the policy's advantage weights; 0 weighs every transition "
         "alike, which is behaviour cloning (default: 3.0, PARL's and the paper's for MuJoCo)",
     )

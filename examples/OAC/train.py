@@ -32,7 +32,9 @@ from parl.utils.interrupts import ctrl_c_deferred
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
+    non_negative_float,
     non_negative_int,
+    positive_int,
     refuse_resume_without_checkpoint,
 )
 
@@ -197,14 +199,17 @@ def make_parser() -> argparse.ArgumentParser:
         aliases={"no_progress": ["--no_tqdm", "--no-progress"]},
         help={"env": "MuJoCo gymnasium env id"},
     )
-    parser.add_argument("--alpha", default=0.2, type=float, help="entropy temperature")
+    parser.add_argument("--alpha", default=0.2, type=non_negative_float, help="entropy temperature")
     parser.add_argument(
-        "--beta", default=4.66, type=float, help="weight of the critics' spread in the upper bound"
+        "--beta",
+        default=4.66,
+        type=non_negative_float,
+        help="weight of the critics' spread in the upper bound",
     )
     parser.add_argument(
         "--delta",
         default=23.53,
-        type=float,
+        type=non_negative_float,
         help="KL divergence allowed between the policy and the exploration Gaussian",
     )
     parser.add_argument(
@@ -214,10 +219,17 @@ def make_parser() -> argparse.ArgumentParser:
         help="where the optimistic shift starts: a sample of the policy (PARL) or its mean",
     )
     parser.add_argument(
-        "--warmup_steps", default=int(1e4), type=int, help="random-action steps before learning"
+        "--warmup_steps",
+        default=int(1e4),
+        type=non_negative_int,
+        help="random-action steps before learning",
     )
-    parser.add_argument("--batch_size", default=256, type=int, help="transitions per gradient step")
-    parser.add_argument("--hidden", default=256, type=int, help="width of the hidden layers")
+    parser.add_argument(
+        "--batch_size", default=256, type=positive_int, help="transitions per gradient step"
+    )
+    parser.add_argument(
+        "--hidden", default=256, type=positive_int, help="width of the hidden layers"
+    )
     parser.add_argument("--save_rpm", action="store_true", help="checkpoint the replay memory too")
     parser.add_argument(
         "--stop_after_steps",

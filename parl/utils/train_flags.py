@@ -231,6 +231,17 @@ def fraction(value: str) -> float:
     return _number_in(value, "a number in [0, 1]", lambda x: 0.0 <= x <= 1.0)
 
 
+def rate_below_one(value: str) -> float:
+    """An argparse ``type``: a number in [0, 1) (a dropout rate: 1 would drop everything)."""
+    return _number_in(value, "a number in [0, 1)", lambda x: 0.0 <= x < 1.0)
+
+
+def finite_float(value: str) -> float:
+    """An argparse ``type``: any finite number (a target return, a threshold that may be
+    negative), refusing NaN and infinity."""
+    return _number_in(value, "a finite number", lambda x: True)
+
+
 def add_legacy_dynamics_flag(parser: argparse.ArgumentParser) -> None:
     """``--legacy_dynamics`` (``MAenv(..., legacy_dynamics=True)``) for the multi-agent examples:
     MPE's particles moved as PettingZoo 1.22 and earlier moved them."""

@@ -3,6 +3,7 @@ dataset of random Pendulum steps), and a resumed run equals a run straight throu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -222,3 +223,52 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
     proc = run_python(args=[script, *common, *more, "--dataset", str(other)], timeout=300)
     assert proc.returncode == 1
     assert f"--dataset {other} holds other data" in proc.stderr.strip().splitlines()[-1]
+
+
+OUT_OF_RANGE_FLAGS = {
+    "CQL": [("--hidden", "0"), ("--batch_size", "-4"), ("--num_random", "0"),
+            ("--policy_eval_start", "-1"), ("--min_q_weight", "nan"),
+            ("--lagrange_thresh", "inf")],
+    "IQL": [("--hidden", "0"), ("--batch_size", "0"), ("--beta", "-1")],
+    "DT": [("--context", "0"), ("--embed_dim", "0"), ("--rew_scale", "0"),
+           ("--max_ep_len", "0"), ("--pct_traj", "2"), ("--dropout", "1"),
+           ("--learning_rate", "-1e-4"), ("--target_return", "nan")],
+    "OAC": [("--hidden", "0"), ("--batch_size", "0"), ("--warmup_steps", "-1"),
+            ("--beta", "-1"), ("--alpha", "nan")],
+}  # fmt: skip
+
+PARSE_ALL = """
+import contextlib, io, json, sys
+out = []
+for name, cases in {cases!r}.items():
+    sys.path.insert(0, {examples!r} + "/" + name)
+    import train
+    parser = train.make_parser()
+    for flag, value in cases:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                parser.parse_args(["--dataset", "d", flag + "=" + value])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code
+        out.append([name, flag, value, code, (err.getvalue().strip().splitlines() or [""])[-1]])
+    del sys.modules["train"]
+    for module in ("mujoco_agent", "mujoco_model", "dt_agent"):
+        sys.modules.pop(module, None)
+    sys.path.pop(0)
+print("PARSED" + json.dumps(out))
+"""
+
+
+def test_an_offline_examples_number_out_of_range_is_a_usage_error(run_python: RunPython) -> None:
+    """``--hidden 0`` would train a model of no hidden units without a word, and the other values
+    fail only after the dataset is read, naming the library's argument instead of the flag: each
+    is refused on the command line, naming the flag."""
+    code = PARSE_ALL.format(cases=OUT_OF_RANGE_FLAGS, examples=str(EXAMPLES))
+    proc = run_python(code, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PARSED"))
+    for name, flag, value, code, message in json.loads(line[len("PARSED") :]):
+        assert code == 2, f"{name} took {flag} {value}"
+        assert f"argument {flag}: must be" in message and value in message, (name, message)
