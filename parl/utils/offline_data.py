@@ -62,10 +62,16 @@ def _rows(name: str, array: np.ndarray, source: str) -> int:
     return int(array.shape[0])
 
 
-def _finite(name: str, array: np.ndarray, source: str) -> None:
+def _finite(name: str, array: np.ndarray, source: str, rows: np.ndarray | None = None) -> None:
+    """Refuse NaN or infinite values, naming the first one's index (its first coordinate
+    ``rows[i]`` when ``array`` holds only some rows of the source, ``rows`` listing them)."""
+    if array.dtype.kind not in "biuf":
+        return  # check_qlearning_dataset names a dtype that is not numeric
     bad = ~np.isfinite(array)
     if bad.any():
         where = np.argwhere(bad)[0].tolist()
+        if rows is not None:
+            where[0] = int(rows[where[0]])
         raise ValueError(
             f"{source}: {name!r} has {int(bad.sum())} NaN or infinite values (the first at "
             f"index {where}); remove or repair those steps before training"
@@ -207,12 +213,23 @@ def qlearning_from_steps(
     timeouts = _flags("timeouts", np.asarray(timeouts), rows, source)
     if not (terminals | timeouts).any():
         raise _no_episode_end(source, rows)
+    actions, rewards = np.asarray(actions), np.asarray(rewards)
+    counts = {"observations": rows, "actions": len(actions) if actions.ndim else None,
+              "rewards": len(rewards) if rewards.ndim else None}  # fmt: skip
+    if set(counts.values()) != {rows}:
+        raise ValueError(f"{source}: every array must have one row per step; rows: {counts}")
     keep = np.flatnonzero(~timeouts[:-1])
+    # the values the transitions use, checked here so that an error names the step's own row
+    # (a transition's index differs once a timeout's step is dropped)
+    seen = np.union1d(keep, keep + 1)
+    _finite("observations", observations[seen], source, seen)
+    _finite("actions", actions[keep], source, keep)
+    _finite("rewards", rewards[keep], source, keep)
     return check_qlearning_dataset(
         {
             "observations": observations[keep],
-            "actions": np.asarray(actions)[keep],
-            "rewards": np.asarray(rewards).reshape(rows, -1)[keep],
+            "actions": actions[keep],
+            "rewards": rewards.reshape(rows, -1)[keep],
             "next_observations": observations[keep + 1],
             "terminals": terminals[keep],
         },
@@ -331,6 +348,20 @@ def save_d4rl_hdf5(
         handle["timeouts"] = np.asarray(timeouts, dtype=np.bool_)
 
 
+def _refuse_nested(where: str, key: str, value: Any) -> None:
+    """Refuse a Dict or Tuple space's ``value`` (a dict or tuple of arrays per episode): the
+    readers give one array per step."""
+    if isinstance(value, Mapping | tuple):
+        parts = sorted(value) if isinstance(value, Mapping) else list(range(len(value)))
+        space = "Dict" if isinstance(value, Mapping) else "Tuple"
+        raise ValueError(
+            f"{where}: {key} come from a {space} space (parts {parts}), but the offline "
+            f"readers take a Box of {key} (one array per step); flatten them into one array "
+            "(gymnasium.spaces.flatten, or gymnasium's FlattenObservation wrapper while "
+            "collecting) and make the dataset again"
+        )
+
+
 def _minari_episodes(
     dataset: str | os.PathLike[str],
 ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
@@ -363,6 +394,8 @@ def _minari_episodes(
     found = False
     for episode in loaded.iterate_episodes():
         where = f"{name} episode {episode.id}"
+        for key in ("observations", "actions"):
+            _refuse_nested(where, key, getattr(episode, key))
         obs = np.asarray(episode.observations)
         steps = len(episode.rewards)
         lengths = {
@@ -443,6 +476,7 @@ def load_episodes(dataset: str | os.PathLike[str]) -> list[dict[str, np.ndarray]
     """
     name = os.fspath(dataset)
     episodes: list[dict[str, np.ndarray]] = []
+    sources: list[str] = []  # what each episode is called in an error: a NaN's index is its own
     if name.endswith((".hdf5", ".h5")):
         steps = load_d4rl_steps(name)
         ends = np.flatnonzero(steps["terminals"] | steps["timeouts"]) + 1
@@ -453,17 +487,19 @@ def load_episodes(dataset: str | os.PathLike[str]) -> list[dict[str, np.ndarray]
             bounds.append(len(steps["rewards"]))
         for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
             episodes.append({key: steps[key][start:stop] for key in _EPISODE_KEYS})
+            sources.append(f"{name} episode {len(sources)} (file rows {start} to {stop - 1})")
     else:
-        for _, episode in _minari_episodes(name):
+        for where, episode in _minari_episodes(name):
+            sources.append(where)
             episodes.append({
                 "observations": episode["observations"][:-1],
                 "actions": episode["actions"],
                 "rewards": episode["rewards"],
                 "terminals": episode["terminations"],
             })  # fmt: skip
-    for episode in episodes:
+    for episode, source in zip(episodes, sources, strict=True):
         checked = check_qlearning_dataset(
-            {**episode, "next_observations": episode["observations"]}, name
+            {**episode, "next_observations": episode["observations"]}, source
         )
         episode.update({key: checked[key] for key in _EPISODE_KEYS})
     return episodes

@@ -412,3 +412,65 @@ def test_load_episodes_reads_a_minari_dataset_episode_by_episode(
     np.testing.assert_array_equal(
         flat["observations"], np.concatenate([e["observations"] for e in episodes])
     )
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_minari_dataset_of_dict_observations_is_refused_saying_to_flatten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minari = _needed("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    rng = np.random.default_rng(0)
+    space = gym.spaces.Dict({
+        "position": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        "goal": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+    })  # fmt: skip
+    buffers = [
+        EpisodeBuffer(id=0, observations={"position": rng.normal(size=(4, 3)).astype(np.float32),
+                                          "goal": rng.normal(size=(4, 2)).astype(np.float32)},
+                      actions=rng.uniform(-1, 1, (3, 2)).astype(np.float32),
+                      rewards=rng.normal(size=3), terminations=np.array([0, 0, 1], dtype=bool),
+                      truncations=np.zeros(3, dtype=bool), infos={})
+    ]  # fmt: skip
+    minari.create_dataset_from_buffers(
+        "toy/goals-v0", buffers, algorithm_name="random", observation_space=space,
+        action_space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    )  # fmt: skip
+    message = r"toy/goals-v0 episode 0: observations come from a Dict space \(parts \['goal', "
+    for reader in (load_minari, load_episodes):
+        with pytest.raises(ValueError, match=message + r"'position'\]\).*flatten"):
+            reader("toy/goals-v0")
+
+
+def test_a_nan_in_a_d4rl_file_is_named_by_its_row_in_the_file(tmp_path: Path) -> None:
+    """A transition's index is not the step's row once a timeout's step is dropped, and an
+    episode's index is not the file's row: the error names the row to repair."""
+    _needed("h5py")
+    rows = 30
+    timeouts = np.arange(rows) % 10 == 9  # three episodes cut by a time limit
+    data = steps(rows)
+    data["observations"][29, 1] = np.inf  # only ever a next observation
+    save_d4rl_hdf5(tmp_path / "d.hdf5", **{**data, "timeouts": timeouts})
+    with pytest.raises(ValueError, match=r"'observations' has 1 NaN .* at index \[29, 1\]"):
+        load_d4rl_hdf5(tmp_path / "d.hdf5")
+    data["observations"][29, 1] = 0.0
+    data["rewards"][19] = np.nan  # a timeout's step, which D4RL drops: no transition uses it
+    save_d4rl_hdf5(tmp_path / "d.hdf5", **{**data, "timeouts": timeouts})
+    assert load_d4rl_hdf5(tmp_path / "d.hdf5")["rewards"].shape == (rows - 3,)
+    data["rewards"][19], data["actions"][23, 0] = 0.0, np.nan
+    save_d4rl_hdf5(tmp_path / "d.hdf5", **{**data, "timeouts": timeouts})
+    with pytest.raises(ValueError, match=r"d.hdf5: 'actions' has 1 NaN .* at index \[23, 0\]"):
+        load_d4rl_hdf5(tmp_path / "d.hdf5")
+    episode = r"d.hdf5 episode 3 \(file rows 20 to 29\): 'actions' has 1 NaN .* at index \[3, 0\]"
+    with pytest.raises(ValueError, match=episode):
+        load_episodes(tmp_path / "d.hdf5")
+
+
+def test_steps_of_another_length_than_the_observations_are_named() -> None:
+    data = steps(12)
+    with pytest.raises(ValueError, match=r"one row per step; rows: \{'observations': 12, "):
+        qlearning_from_steps(**{**data, "actions": data["actions"][:11]})
+    with pytest.raises(ValueError, match=r"rows: .*'rewards': 13\}"):
+        qlearning_from_steps(**{**data, "rewards": np.zeros(13)})
