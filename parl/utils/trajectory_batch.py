@@ -157,6 +157,18 @@ def _check_trajectory(owner: str, index: int, trajectory: Mapping[str, Any]) -> 
                 f"{array.shape}"
                 + ("; give one value a step as array.reshape(-1, 1)" if array.ndim == 1 else "")
             )
+        if array.dtype.kind in "biuf" and not np.isfinite(array).all():
+            first = np.argwhere(~np.isfinite(array))[0].tolist()
+            raise ValueError(f"{where}: {key} hold NaN or infinite values (the first at {first})")
+    if not np.isfinite(np.asarray(rewards, dtype=np.float64)).all():
+        first = int(np.flatnonzero(~np.isfinite(np.asarray(rewards, dtype=np.float64)))[0])
+        raise ValueError(f"{where}: rewards hold NaN or infinite values (the first at {first})")
+    flags = _done_flags(trajectory)
+    if flags.size != steps:
+        raise ValueError(
+            f"{where}: terminals/dones must hold one flag per reward ({steps}), got shape "
+            f"{flags.shape}"
+        )
 
 
 class TrajectorySampler:
@@ -193,6 +205,15 @@ class TrajectorySampler:
         self.trajectories = list(trajectories)
         for i, trajectory in enumerate(self.trajectories):
             _check_trajectory(owner, i, trajectory)
+        # a batch stacks windows of different trajectories: every one needs the same sizes
+        for key in ("observations", "actions"):
+            sizes = [np.asarray(t[key]).shape[1] for t in self.trajectories]
+            odd = next((i for i, size in enumerate(sizes) if size != sizes[0]), None)
+            if odd is not None:
+                raise ValueError(
+                    f"{owner}: trajectory {odd} has {key} of {sizes[odd]} values a step, "
+                    f"trajectory 0 of {sizes[0]}; every trajectory must come from the same env"
+                )
         self.context = check_int("context", context, low=1, owner=owner)
         self.max_ep_len = check_int("max_ep_len", max_ep_len, low=1, owner=owner)
         self.scale = check_float("scale", scale, low=0.0, low_open=True, owner=owner)

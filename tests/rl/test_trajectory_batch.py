@@ -114,3 +114,24 @@ def test_the_sampler_names_an_empty_or_misshapen_trajectory() -> None:
         TrajectorySampler([episode([5]), short])
     with pytest.raises(KeyError, match=r"trajectory 0 has no \['rewards'\]"):
         TrajectorySampler([{"observations": np.zeros((1, 1)), "actions": np.zeros((1, 1))}])
+
+
+def test_the_sampler_refuses_trajectories_that_would_fail_or_poison_a_batch() -> None:
+    """Flags of another length, or trajectories of other sizes, used to fail in numpy's
+    concatenate at some later batch, and a NaN reward trained on NaN returns-to-go: each is
+    refused when the sampler is built, naming the trajectory."""
+    short_flags = {**episode([1, 2, 3]), "terminals": np.zeros(2, bool)}
+    with pytest.raises(ValueError, match=r"trajectory 1: terminals/dones must hold one flag per"):
+        TrajectorySampler([episode([1, 2, 3]), short_flags])
+    wide = {**episode([1, 2]), "observations": np.zeros((2, 5), np.float32)}
+    with pytest.raises(ValueError, match="trajectory 1 has observations of 5 values a step"):
+        TrajectorySampler([episode([1, 2]), wide])
+    other_actions = {**episode([1, 2]), "actions": np.zeros((2, 3), np.float32)}
+    with pytest.raises(ValueError, match="trajectory 1 has actions of 3 values a step"):
+        TrajectorySampler([episode([1, 2]), other_actions])
+    with pytest.raises(ValueError, match=r"trajectory 0: rewards hold NaN .* at 1\)"):
+        TrajectorySampler([episode([1, np.nan])])
+    nan_obs = episode([1, 2])
+    nan_obs["observations"][1, 0] = np.inf
+    with pytest.raises(ValueError, match=r"trajectory 0: observations hold NaN .* \[1, 0\]"):
+        TrajectorySampler([nan_obs])
