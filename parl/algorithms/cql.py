@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from parl.algorithms.ddpg import ActorCriticBase
-from parl.algorithms.offpolicy import as_flat, make_adam
+from parl.algorithms.offpolicy import as_flat, check_transitions, make_adam
 from parl.algorithms.sac import LogAlpha, SquashedGaussianActions, squashed_gaussian_sample
 from parl.validation import check_bool, check_float, check_int
 
@@ -181,6 +181,7 @@ class CQL(SquashedGaussianActions, ActorCriticBase):
         Shapes: ``obs``/``next_obs`` ``(B, obs_dim)``, ``action`` ``(B, act_dim)`` in
         ``[-1, 1]``, ``reward``/``terminal`` ``(B,)`` or ``(B, 1)``.
         """
+        check_transitions("CQL.learn", obs, action, reward, next_obs, terminal)
         self._current_steps += 1
         critic_loss = self._critic_learn(obs, action, reward, next_obs, terminal)
         actor_loss = self._actor_learn(obs, action)

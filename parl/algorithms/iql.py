@@ -11,7 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parl.algorithms.offpolicy import TargetSync, as_flat, make_adam, make_target
+from parl.algorithms.offpolicy import (
+    TargetSync,
+    as_flat,
+    check_transitions,
+    make_adam,
+    make_target,
+)
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
 from parl.validation import check_float, check_int
@@ -153,6 +159,9 @@ class IQL(Algorithm):
         Shapes: ``observations``/``next_observations`` ``(B, obs_dim)``, ``actions`` ``(B,
         act_dim)``, ``rewards``/``terminals`` ``(B,)`` or ``(B, 1)`` (``terminals`` may be bool).
         """
+        check_transitions(
+            "IQL.update", observations, actions, rewards, next_observations, terminals
+        )
         rewards = as_flat(rewards)
         terminals = as_flat(terminals).to(rewards.dtype)
         with torch.no_grad():

@@ -19,6 +19,7 @@ from parl.validation import check_float
 __all__ = [
     "TargetSync",
     "as_flat",
+    "check_transitions",
     "clip_grad_norm",
     "make_adam",
     "make_target",
@@ -55,6 +56,59 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
         return
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_(max=1.0))
+
+
+def check_transitions(
+    owner: str,
+    obs: object,
+    action: object,
+    reward: object,
+    next_obs: object,
+    terminal: object,
+) -> None:
+    """Refuse a batch of transitions that is not tensors of one batch size: ``obs`` and
+    ``next_obs`` ``(B, *obs_shape)``, ``action`` ``(B, act_dim)``, ``reward`` and ``terminal``
+    ``(B,)`` or ``(B, 1)``. A reward of another length would otherwise broadcast against the
+    batch (a single value given to every transition) or fail deep in the loss.
+
+    Raises:
+        TypeError: an argument is not a ``torch.Tensor`` (a numpy batch, say).
+        ValueError: the shapes disagree.
+    """
+    named = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+             "terminal": terminal}  # fmt: skip
+    for name, value in named.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{owner}: {name} must be a torch.Tensor, got {type(value).__name__}; convert a "
+                "numpy batch with torch.as_tensor(x, dtype=torch.float32) (an Agent's "
+                "to_tensor does this)"
+            )
+    assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)
+    assert isinstance(action, torch.Tensor)
+    if obs.dim() < 2:
+        raise ValueError(
+            f"{owner}: obs must be a batch (B, obs_dim), got shape {tuple(obs.shape)}; pass "
+            "obs.reshape(1, -1) for one transition"
+        )
+    batch = obs.shape[0]
+    if next_obs.shape != obs.shape:
+        raise ValueError(
+            f"{owner}: next_obs must have obs's shape {tuple(obs.shape)}, got "
+            f"{tuple(next_obs.shape)}"
+        )
+    if action.dim() != 2 or action.shape[0] != batch:
+        raise ValueError(
+            f"{owner}: action must be ({batch}, act_dim), one row per transition, got "
+            f"{tuple(action.shape)}"
+        )
+    for name in ("reward", "terminal"):
+        shape = tuple(named[name].shape)  # type: ignore[attr-defined]
+        if shape not in ((batch,), (batch, 1)):
+            raise ValueError(
+                f"{owner}: {name} must be ({batch},) or ({batch}, 1), one value per transition "
+                f"of the batch of {batch}, got {shape}"
+            )
 
 
 def as_flat(tensor: torch.Tensor) -> torch.Tensor:

@@ -208,3 +208,28 @@ def test_iql_with_beta_zero_is_behaviour_cloning(single_thread: None) -> None:
     torch.testing.assert_close(policy_loss, expected_loss.detach())
     for got, want in zip(model.get_actor_params(), clone.get_actor_params(), strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", ["CQL", "IQL"])
+def test_a_batch_of_the_wrong_kind_or_shape_is_named_before_any_update(name: str) -> None:
+    """A numpy batch failed with "'numpy.ndarray' object has no attribute 'to'", and one reward
+    for a whole batch was broadcast to every transition: both are refused, the weights kept."""
+    torch.manual_seed(0)
+    alg = CQL(CQLModel(), device="cpu") if name == "CQL" else IQL(IQLModel(), 10, device="cpu")
+    owner = "CQL.learn" if name == "CQL" else "IQL.update"
+    data = bandit_dataset()
+    keys = ("observations", "actions", "rewards", "next_observations", "terminals")
+    arrays = [data[key][:8].astype(np.float32) for key in keys]
+    tensors = [torch.as_tensor(array) for array in arrays]
+    before = [p.clone() for p in alg.model.parameters()]
+    with pytest.raises(TypeError, match=rf"{owner}: obs must be a torch.Tensor, got ndarray"):
+        alg.learn(*arrays)
+    with pytest.raises(ValueError, match=rf"{owner}: reward must be \(8,\) or \(8, 1\).*\(1,\)"):
+        alg.learn(tensors[0], tensors[1], tensors[2][:1], tensors[3], tensors[4])
+    with pytest.raises(ValueError, match=rf"{owner}: terminal must be .* got \(8, 2\)"):
+        alg.learn(*tensors[:4], tensors[4].reshape(8, 1).repeat(1, 2))
+    with pytest.raises(ValueError, match=rf"{owner}: action must be \(8, act_dim\).*\(4, "):
+        alg.learn(tensors[0], tensors[1][:4], *tensors[2:])
+    for got, want in zip(alg.model.parameters(), before, strict=True):
+        assert torch.equal(got, want)
+    alg.learn(tensors[0], tensors[1], tensors[2][:, None], tensors[3], tensors[4][:, None] > 0)
