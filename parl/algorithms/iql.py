@@ -62,7 +62,8 @@ class IQL(Algorithm):
     target + (1 - decay) * model``, ``decay=None`` meaning ``1 - alpha``, ``decay=0`` a copy.
     PARL 2.2.1's IQL has it the other way round (``sync_target(alpha=0)``: ``target = alpha *
     model + (1 - alpha) * target``, so that its bare ``sync_target()`` changes nothing); its
-    keyword ``alpha`` is accepted with PARL's meaning.
+    keyword ``alpha`` is accepted with PARL's meaning. A number given without a keyword is
+    ``decay``: PARL's ``sync_target(1.0)`` copies, here it keeps the target as it is.
 
     The arguments have PARL's names, order and defaults.
 

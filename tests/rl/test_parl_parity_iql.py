@@ -179,6 +179,14 @@ def test_sync_target_keeps_this_package_convention_and_accepts_parl_alpha(
     assert parity._max_diff(theirs.q_target, ours.target_model) <= ATOL
 
     call(ours, "update", 2, *batch(gen))
+    call(theirs, "update", 2, *batch(torch.Generator().manual_seed(4)))
+    # a number without a keyword: PARL's alpha (1.0 copies), this package's decay (1.0 keeps)
+    kept = copy.deepcopy(ours.target_model)
+    theirs.sync_target(1.0)
+    ours.sync_target(1.0)
+    assert parity._max_diff(theirs.model, theirs.q_target) == 0.0
+    assert parity._max_diff(kept, ours.target_model) == 0.0
+    assert parity._max_diff(ours.model, ours.target_model) > 1e-4
     ours.sync_target(decay=0.0)  # this package's copy
     assert parity._max_diff(ours.model, ours.target_model) == 0.0
     with pytest.raises(ValueError, match="not both"):
