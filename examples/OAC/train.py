@@ -36,6 +36,7 @@ from parl.utils.train_flags import (
     non_negative_int,
     positive_int,
     refuse_resume_without_checkpoint,
+    require_checkpoint,
 )
 
 EVAL_EPISODES = 5
@@ -118,11 +119,7 @@ def save_checkpoint(args, agent, rpm, env, counters) -> None:  # type: ignore[no
 
 def restore_checkpoint(args, agent, rpm, env) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     path = os.path.join(args.logdir, "checkpoint.pt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"--resume: no checkpoint {path}; run without --resume first, or give the --logdir "
-            "of the run to continue"
-        )
+    require_checkpoint(path)
     counters, extra = agent.restore_checkpoint(path)
     env.unwrapped.np_random.bit_generator.state = json.loads(extra["env_rng"])
     for key, value in extra["algorithm"].items():
