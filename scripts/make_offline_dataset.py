@@ -51,7 +51,7 @@ from offline_sac import SACRun, StepLog, Stopped, collect, load_policy, make_env
 import parl
 from parl.utils import logger, set_seed
 from parl.utils.offline_data import D4RL_REF_SCORES, d4rl_normalized_score
-from parl.utils.train_flags import add_common_flags, example_parser
+from parl.utils.train_flags import add_common_flags, example_parser, finite_float
 
 __all__ = ["StepLog", "main", "make_datasets", "staged_folder", "write_dataset"]
 
@@ -261,7 +261,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="datasets to make (default: all)")  # fmt: skip
     parser.add_argument("--samples", type=int, default=1_000_000,
                         help="steps in each collected dataset (D4RL's: 1,000,000)")  # fmt: skip
-    parser.add_argument("--medium_return", type=float, default=None,
+    parser.add_argument("--medium_return", type=finite_float, default=None,
                         help="the evaluation return at which SAC's training stops for the medium "
                         "data (default: a third of D4RL's expert reference return)")  # fmt: skip
     parser.add_argument("--medium_max_steps", type=int, default=1_000_000,

@@ -224,13 +224,14 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
         [*TINY, "--out", str(tmp_path / "o5"), "--kinds", "expert", "--workdir",
          str(medium_only), "--expert_steps", "100"],
         ["--env", "Hopper-v5", "--out", str(tmp_path / "a-file"), "--kinds", "random"],
+        ["--env", "Hopper-v5", "--out", str(tmp_path / "o6"), "--medium_return", "nan"],
     ]  # fmt: skip
     (tmp_path / "a-file").write_text("not a folder")
     code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
     proc = run_python(code, timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("EXIT", "ERROR", "NO"))]
     assert len(lines) == len(cases), proc.stdout + proc.stderr[-3000:]
-    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file = lines
+    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file, nan = lines
     assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
     assert "HalfCheetah" in proc.stderr  # the tasks it can make
     assert exists == "EXIT 2" and "hopper-random-v0 exists: pass --overwrite" in proc.stderr
@@ -246,7 +247,8 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
     )
     assert not (tmp_path / "o5" / "hopper-expert-v0").exists()
     assert out_file == "EXIT 2" and f"--out {tmp_path / 'a-file'} is a file" in proc.stderr
-    for name in ("o1", "o2", "o3", "o4"):
+    assert nan == "EXIT 2" and "--medium_return: must be a finite number" in proc.stderr
+    for name in ("o1", "o2", "o3", "o4", "o6"):
         assert not (tmp_path / name / "hopper-medium-v0").exists()
 
 
