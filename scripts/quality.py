@@ -765,6 +765,8 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
     elif wall is None:
         notes.append("recorded with --report: each seed's wall time is read from its "
                      "TensorBoard events, the whole experiment's is not known")  # fmt: skip
+    if kept:  # this run's time covers its own seeds only: each seed's wall time stands
+        wall = None
     # the command that repeats the run: where its logs, records and curves go does not matter
     argv = [experiment.name]
     if args.seeds != list(experiment.seeds):

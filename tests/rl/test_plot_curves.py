@@ -139,6 +139,7 @@ def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
     assert seed0 == earlier["figures"]["per_seed"][0]  # kept as it was
     assert seed1["final"] == 40.0  # seed 1 of the earlier record is replaced by the new run
     assert record["figures"]["mean"] == 25.0
+    assert record["figures"]["wall_seconds"] is None  # no one run covered both seeds
     assert f"from an earlier run (commit {str(earlier['commit'])[:12]})" in record["note"]
     assert "--keep docs/results/oac_HalfCheetah-v5.json" in record["command"]
     lines = (
