@@ -139,7 +139,6 @@ def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
     assert seed0 == earlier["figures"]["per_seed"][0]  # kept as it was
     assert seed1["final"] == 40.0  # seed 1 of the earlier record is replaced by the new run
     assert record["figures"]["mean"] == 25.0
-    assert record["figures"]["wall_seconds"] is None  # no one run covered both seeds
     assert f"from an earlier run (commit {str(earlier['commit'])[:12]})" in record["note"]
     assert "--keep docs/results/oac_HalfCheetah-v5.json" in record["command"]
     lines = (
@@ -154,6 +153,41 @@ def test_quality_keep_adds_seeds_to_an_earlier_record(tmp_path: Path) -> None:
     assert "not of this run's" in proc.stderr and "same experiment and budget" in proc.stderr
     proc = run("--keep", str(tmp_path / "missing.json"))
     assert proc.returncode != 0 and "not a readable record" in proc.stderr
+
+
+def test_a_record_with_kept_seeds_gives_each_seeds_wall_time_not_the_runs(tmp_path: Path) -> None:
+    """The wall time of the run that adds a seed to a record covers that seed only: the record
+    keeps each seed's and leaves the whole experiment's unknown; without kept seeds it stays."""
+    import argparse
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import quality
+    from results import write_record
+
+    experiment = quality.EXPERIMENTS["oac_HalfCheetah-v5"]
+    steps = experiment.every
+
+    def seed(number: int) -> dict[str, object]:
+        return {"seed": number, "final": 1.0, "best": 1.0, "wall_seconds": 50.0,
+                "evaluations": [[steps, 1.0]]}  # fmt: skip
+
+    write_record(
+        tmp_path / "earlier.json", algorithm=experiment.algorithm, page=experiment.page,
+        env=experiment.env, configuration=experiment.configuration, metric=experiment.metric,
+        command="python scripts/quality.py oac_HalfCheetah-v5", budget_steps=steps,
+        per_seed=[seed(0)], wall_seconds=50.0,
+    )  # fmt: skip
+    walls = {}
+    for keep in (None, str(tmp_path / "earlier.json")):
+        out = tmp_path / ("kept" if keep else "alone")
+        args = argparse.Namespace(keep=keep, seeds=[1], steps=steps, plot_dir=None,
+                                  record_dir=str(out), logroot=str(out), commit=None)  # fmt: skip
+        quality.report(experiment, [seed(1)], args, 321.0)
+        record = json.loads((out / "oac_HalfCheetah-v5.json").read_text())
+        walls[bool(keep)] = (record["seeds"], record["figures"]["wall_seconds"])
+    assert walls == {False: ([1], 321.0), True: ([0, 1], None)}
 
 
 def test_quality_reads_a_run_that_went_past_the_budget_up_to_it(tmp_path: Path) -> None:
