@@ -179,6 +179,18 @@ def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
                    "--policy_eval_start", "10000"), variant=variant,
             **common,
         ),
+        *(() if (env, kind) != ("Hopper-v5", "medium") else tuple(Experiment(
+            "CQL", "cql", "CQL", env, 50_000, 5_000, OFFLINE_METRIC.replace("10 ", "5 "),
+            f"the example's CPU preset with {setting}, a learned temperature, IQL's budget of 50k "
+            f"updates with the first 10k cloning the dataset, {made_here}",
+            flags=("--dataset", dataset, "--with_automatic_entropy_tuning",
+                   "--policy_eval_start", "10000", *flags), variant=f"{name}_{variant}",
+            **common,
+        ) for name, setting, flags in (
+            ("lagrange", "the conservative term's weight learned (threshold 10)",
+             ("--with_lagrange",)),
+            ("weight10", "twice the conservative term's weight (10)", ("--min_q_weight", "10")),
+        ))),
         *(() if kind != "medium" else (Experiment(
             "Decision Transformer", "dt", "DT", env, 20_000, 2_000,
             "mean return of 5 evaluation episodes (the preset's), each asking for the paper's "
