@@ -47,6 +47,7 @@ from parl.utils.train_flags import (
     finite_float,
     non_negative_float,
     non_negative_int,
+    positive_float,
     positive_int,
     refuse_other_env,
     refuse_other_run,
@@ -61,7 +62,8 @@ CRITIC_LR = 3e-4
 # flags a resumed run must share with the run that wrote the checkpoint (a checkpoint that does
 # not record them is taken to match), besides the dataset itself (its digest)
 CHECKED_FLAGS = ("env", "hidden", "batch_size", "num_random", "min_q_weight", "policy_eval_start",
-                 "with_automatic_entropy_tuning", "with_lagrange", "lagrange_thresh")  # fmt: skip
+                 "with_automatic_entropy_tuning", "with_lagrange", "lagrange_thresh", "actor_lr",
+                 "critic_lr")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,8 @@ def main(argv: list[str] | None = None) -> float:
         model,
         gamma=GAMMA,
         tau=TAU,
-        actor_lr=ACTOR_LR,
-        critic_lr=CRITIC_LR,
+        actor_lr=args.actor_lr,
+        critic_lr=args.critic_lr,
         policy_eval_start=args.policy_eval_start,
         with_automatic_entropy_tuning=args.with_automatic_entropy_tuning,
         with_lagrange=args.with_lagrange,
@@ -242,6 +244,12 @@ def make_parser() -> argparse.ArgumentParser:
         type=non_negative_int,
         default=40000,
         help="updates of behaviour cloning first",
+    )
+    parser.add_argument(
+        "--actor_lr", default=ACTOR_LR, type=positive_float, help="the actor's learning rate"
+    )
+    parser.add_argument(
+        "--critic_lr", default=CRITIC_LR, type=positive_float, help="the critics' learning rate"
     )
     parser.add_argument(
         "--batch_size", default=BATCH_SIZE, type=positive_int, help="transitions per update"

@@ -62,7 +62,7 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     dataset = tmp_path / "pendulum-random-v0.hdf5"
     save_d4rl_hdf5(dataset, **random_steps())
     common = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15",
-              "--num_random", "3"]  # fmt: skip
+              "--num_random", "3", "--actor_lr", "3e-5"]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     log = run_example(
         run_python, "CQL", *common, "--train_total_steps", "30", "--logdir", str(straight)
@@ -82,6 +82,11 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
         "--resume",
     )
     assert "resumed from" in log
+    optimizers = torch.load(straight / "checkpoint.pt", weights_only=False)["optimizers"]
+    rates = {
+        net: optimizers[f"{net}_optimizer"]["param_groups"][0]["lr"] for net in ("actor", "critic")
+    }
+    assert rates == {"actor": 3e-5, "critic": 3e-4}  # --actor_lr reaches the actor's optimizer
     first = torch.load(straight / "model.ckpt", weights_only=True)
     second = torch.load(resumed / "model.ckpt", weights_only=True)
     assert first.keys() == second.keys()
@@ -94,6 +99,8 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
         f"ValueError: the checkpoint in {resumed} was written without --with_lagrange; this run "
         "is with --with_lagrange: resume with the flags of the run that wrote it"
     )
+    error = run_example(run_python, "CQL", *more, "--actor_lr", "1e-4", ok=False)
+    assert "written with --actor_lr 3e-05; this run is with --actor_lr 0.0001" in error
     other = tmp_path / "other.hdf5"
     save_d4rl_hdf5(other, **random_steps(seed=1))
     error = run_example(run_python, "CQL", *more, "--dataset", str(other), ok=False)
@@ -228,7 +235,7 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
 OUT_OF_RANGE_FLAGS = {
     "CQL": [("--hidden", "0"), ("--batch_size", "-4"), ("--num_random", "0"),
             ("--policy_eval_start", "-1"), ("--min_q_weight", "nan"),
-            ("--lagrange_thresh", "inf")],
+            ("--lagrange_thresh", "inf"), ("--actor_lr", "0"), ("--critic_lr", "nan")],
     "IQL": [("--hidden", "0"), ("--batch_size", "0"), ("--beta", "-1")],
     "DT": [("--context", "0"), ("--embed_dim", "0"), ("--rew_scale", "0"),
            ("--max_ep_len", "0"), ("--pct_traj", "2"), ("--dropout", "1"),
