@@ -187,9 +187,9 @@ def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
                    "--policy_eval_start", "10000", *flags), variant=f"{name}_{variant}",
             **common,
         ) for name, setting, flags in (
-            ("lagrange", "the conservative term's weight learned (threshold 10)",
-             ("--with_lagrange",)),
             ("weight10", "twice the conservative term's weight (10)", ("--min_q_weight", "10")),
+            ("corl", "CORL's weights for hopper-medium (conservative weight 10, actor learning "
+             "rate 3e-5)", ("--min_q_weight", "10", "--actor_lr", "3e-5")),
         ))),
         *(() if kind != "medium" else (Experiment(
             "Decision Transformer", "dt", "DT", env, 20_000, 2_000,
