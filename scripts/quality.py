@@ -180,16 +180,17 @@ def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
             **common,
         ),
         *(() if (env, kind) != ("Hopper-v5", "medium") else tuple(Experiment(
-            "CQL", "cql", "CQL", env, 50_000, 5_000, OFFLINE_METRIC.replace("10 ", "5 "),
+            f"CQL ({label})", "cql", "CQL", env, 50_000, 5_000, OFFLINE_METRIC.replace("10 ", "5 "),
             f"the example's CPU preset with {setting}, a learned temperature, IQL's budget of 50k "
             f"updates with the first 10k cloning the dataset, {made_here}",
             flags=("--dataset", dataset, "--with_automatic_entropy_tuning",
                    "--policy_eval_start", "10000", *flags), variant=f"{name}_{variant}",
             **common,
-        ) for name, setting, flags in (
-            ("weight10", "twice the conservative term's weight (10)", ("--min_q_weight", "10")),
-            ("corl", "CORL's weights for hopper-medium (conservative weight 10, actor learning "
-             "rate 3e-5)", ("--min_q_weight", "10", "--actor_lr", "3e-5")),
+        ) for name, label, setting, flags in (
+            ("weight10", "weight 10", "twice the conservative term's weight (10)",
+             ("--min_q_weight", "10")),
+            ("corl", "CORL's weights", "CORL's weights for hopper-medium (conservative weight 10, "
+             "actor learning rate 3e-5)", ("--min_q_weight", "10", "--actor_lr", "3e-5")),
         ))),
         *(() if kind != "medium" else (Experiment(
             "Decision Transformer", "dt", "DT", env, 20_000, 2_000,
