@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> float:
     digest = dataset_digest(dataset)
     start = 0
     if args.resume:
-        refuse_other_run(make_parser(), args, checkpoint, CHECKED_FLAGS, digest)
+        # a checkpoint from before the learning-rate flags was written with PARL's rates
+        refuse_other_run(make_parser(), args, checkpoint, CHECKED_FLAGS, digest,
+                         assume={"actor_lr": ACTOR_LR, "critic_lr": CRITIC_LR})  # fmt: skip
         counters, extra = agent.restore_checkpoint(checkpoint)
         start = int(counters["total_steps"])
         algorithm.current_steps = int(extra["cql_updates"])
@@ -246,10 +248,16 @@ def make_parser() -> argparse.ArgumentParser:
         help="updates of behaviour cloning first",
     )
     parser.add_argument(
-        "--actor_lr", default=ACTOR_LR, type=positive_float, help="the actor's learning rate"
+        "--actor_lr",
+        default=ACTOR_LR,
+        type=positive_float,
+        help="the actor's learning rate, and the learned temperature's",
     )
     parser.add_argument(
-        "--critic_lr", default=CRITIC_LR, type=positive_float, help="the critics' learning rate"
+        "--critic_lr",
+        default=CRITIC_LR,
+        type=positive_float,
+        help="the critics' learning rate, and the conservative weight's under --with_lagrange",
     )
     parser.add_argument(
         "--batch_size", default=BATCH_SIZE, type=positive_int, help="transitions per update"

@@ -339,11 +339,16 @@ def refuse_other_run(
     checkpoint: str,
     flags: Sequence[str],
     dataset_digest: str,
+    assume: Mapping[str, Any] | None = None,
 ) -> None:
     """Refuse ``--resume`` from ``checkpoint`` when there is none, when it was written with other
     values of ``flags``, or when it trained on other data than ``dataset_digest`` (an offline
     example's ``parl.utils.offline_data.dataset_digest`` of its dataset, which the checkpoint
     records beside the flags; a checkpoint that records neither is taken to match).
+
+    ``assume`` gives the value to read for a flag the checkpoint does not record, where that is
+    known: a flag added after the checkpoint was written, every earlier run having used its
+    default. Other unrecorded flags are taken to match.
 
     Raises:
         FileNotFoundError: no checkpoint.
@@ -354,7 +359,8 @@ def refuse_other_run(
     require_checkpoint(checkpoint)
     written = load_file(checkpoint).get("extra", {})
     where = os.path.dirname(checkpoint)
-    refuse_other_flags(parser, args, written, {flag: getattr(args, flag) for flag in flags}, where)
+    checked = {flag: (assume or {}).get(flag, getattr(args, flag)) for flag in flags}
+    refuse_other_flags(parser, args, written, checked, where)
     if written.get("dataset_digest", dataset_digest) != dataset_digest:
         raise ValueError(
             f"the checkpoint in {where} was trained on --dataset {written['dataset']}, and "

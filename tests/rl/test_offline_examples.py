@@ -101,6 +101,17 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     )
     error = run_example(run_python, "CQL", *more, "--actor_lr", "1e-4", ok=False)
     assert "written with --actor_lr 3e-05; this run is with --actor_lr 0.0001" in error
+    # a checkpoint from before the learning-rate flags ran at PARL's rates: read as such
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    state = torch.load(straight / "checkpoint.pt", weights_only=False)
+    del state["extra"]["actor_lr"], state["extra"]["critic_lr"]
+    torch.save(state, legacy / "checkpoint.pt")
+    error = run_example(
+        run_python, "CQL", *common, "--train_total_steps", "40", "--logdir", str(legacy),
+        "--resume", ok=False,
+    )  # fmt: skip
+    assert "written with --actor_lr 0.0001; this run is with --actor_lr 3e-05" in error
     other = tmp_path / "other.hdf5"
     save_d4rl_hdf5(other, **random_steps(seed=1))
     error = run_example(run_python, "CQL", *more, "--dataset", str(other), ok=False)
