@@ -60,7 +60,8 @@ TAU = 0.005
 ACTOR_LR = 1e-4
 CRITIC_LR = 3e-4
 # flags a resumed run must share with the run that wrote the checkpoint (a checkpoint that does
-# not record them is taken to match), besides the dataset itself (its digest)
+# not record one is taken to match, but for the learning rates: see main), besides the dataset
+# itself (its digest)
 CHECKED_FLAGS = ("env", "hidden", "batch_size", "num_random", "min_q_weight", "policy_eval_start",
                  "with_automatic_entropy_tuning", "with_lagrange", "lagrange_thresh", "actor_lr",
                  "critic_lr")  # fmt: skip
