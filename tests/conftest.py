@@ -21,6 +21,10 @@ import tempfile
 
 import pytest
 
+from tests.timing import pytest_addoption, pytest_runtest_logreport, pytest_terminal_summary
+
+__all__ = ["pytest_addoption", "pytest_runtest_logreport", "pytest_terminal_summary"]
+
 # Every Ray the tests start stays on loopback: on Linux, Ray rewrites a client's 127.0.0.1 to
 # the machine's outward address and starts a local Ray's node there, which sends test traffic
 # off loopback (and fails where only loopback is open). Ray reads this when it is imported.
@@ -37,12 +41,37 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["HOME"] = _WORKER_HOME
 
 
+# Training to a score belongs to the records of scripts/quality.py; the suite keeps at most this
+# many such guards, each named ``test_threshold_...`` and marked ``threshold``.
+MAX_THRESHOLD_TESTS = 5
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_threshold_guards(items)
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_ray = callspec is not None and callspec.params.get("carrier") == "ray"
         if on_ray or item.get_closest_marker("ssh") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+def check_threshold_guards(items: list[pytest.Item]) -> None:
+    """Refuse a suite whose tests that train to a score are more than the allowed few, or are
+    not named and marked as such."""
+    guards = [item for item in items if item.get_closest_marker("threshold") is not None]
+    marked = {id(item) for item in guards}
+    for item in items:
+        if item.name.startswith("test_threshold_") != (id(item) in marked):
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test that trains to a score is named test_threshold_... and "
+                "marked @pytest.mark.threshold, both or neither"
+            )
+    if len(guards) > MAX_THRESHOLD_TESTS:
+        raise pytest.UsageError(
+            f"{len(guards)} tests train to a score, at most {MAX_THRESHOLD_TESTS} may: move a "
+            "learning run to a scripts/quality.py record (docs/development.md, the time budget): "
+            + ", ".join(item.nodeid for item in guards)
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
