@@ -331,6 +331,17 @@ EXPERIMENTS = {
             "measured while other work shared the 2 cores",
         ),
         Experiment(
+            "MAPPO", "mappo", "MAPPO", "simple_speaker_listener", 6_000, 1_200,
+            "mean over the agents and the 16 envs of the summed return of each update's "
+            "training episodes",
+            "PARL's settings, 16 envs in 1 actor, 6,000 steps (15 updates), the training "
+            "episodes",
+            flags=("--env_num", "16", "--num_workers", "1", "--eval_episodes", "3"),
+            tag="train/episode_reward", variant="short_train", folder="MAPPO-short",
+            note="random speakers and listeners score about -50 per episode; the same runs as "
+            "mappo_short_simple_speaker_listener, recorded with --report",
+        ),
+        Experiment(
             "GA3C", "ga3c", "GA3C", "CartPole-v1", 100_000, 10_000,
             "mean return of 10 greedy evaluation episodes",
             "the example's CartPole preset, 2 simulators of 4 envs",
