@@ -148,6 +148,15 @@ SAC_HALFCHEETAH = {
     "record": "sac_HalfCheetah-v5",
 }
 MUJOCO_NOTE = "the wall time was measured while other training runs shared the 2 cores"
+# DDPG and TD3 on Pendulum-v1 at a budget of a few thousand steps: learning starts after 1,000
+# random steps (the examples' 10,000 would leave no budget), with smaller networks and batches
+PENDULUM_FLAGS = (
+    "--eval_episodes", "5", "--warmup_steps", "1000", "--batch_size", "128", "--hidden", "64",
+)  # fmt: skip
+PENDULUM_NOTE = (
+    "a random policy scores about -1,200; the wall time was measured while other work shared "
+    "the 2 cores"
+)
 
 
 def offline_experiments(env: str, kind: str) -> tuple[Experiment, ...]:
@@ -292,6 +301,45 @@ EXPERIMENTS = {
             "setting), else PARL's settings",
             flags=("--eval_episodes", "10", "--centre", "mean", "--delta", "4"),
             note=MUJOCO_NOTE, variant="mean_delta4", baseline=SAC_HALFCHEETAH,
+        ),
+        Experiment(
+            "DDPG", "ddpg", "DDPG", "Pendulum-v1", 4_000, 1_000,
+            "mean return of 5 deterministic evaluation episodes",
+            "PARL's learning rates, 1,000 random warm-up steps, batches of 128, hidden width 64",
+            flags=PENDULUM_FLAGS, note=PENDULUM_NOTE,
+        ),
+        Experiment(
+            "TD3", "td3", "TD3", "Pendulum-v1", 6_000, 1_000,
+            "mean return of 5 deterministic evaluation episodes",
+            "PARL's learning rates, 1,000 random warm-up steps, batches of 128, hidden width 64",
+            flags=PENDULUM_FLAGS, note=PENDULUM_NOTE,
+        ),
+        Experiment(
+            "A2C", "a2c", "A2C", "CartPole-v1", 40_000, 5_000,
+            "mean return of 10 greedy evaluation episodes (the preset's)",
+            "the example's CartPole preset, 2 actors of 4 envs",
+            note="a random policy scores about 22; the wall time was measured while other work "
+            "shared the 2 cores",
+        ),
+        Experiment(
+            "MAPPO", "mappo", "MAPPO", "simple_speaker_listener", 6_000, 1_200,
+            "mean over the agents of the summed return of 3 greedy evaluation episodes",
+            "PARL's settings, 16 envs in 1 actor, 6,000 steps (15 updates)",
+            flags=("--env_num", "16", "--num_workers", "1", "--eval_episodes", "3"),
+            variant="short",
+            note="random speakers and listeners score about -50 per episode; the wall time was "
+            "measured while other work shared the 2 cores",
+        ),
+        Experiment(
+            "MAPPO", "mappo", "MAPPO", "simple_speaker_listener", 6_000, 1_200,
+            "mean over the agents and the 16 envs of the summed return of each update's "
+            "training episodes",
+            "PARL's settings, 16 envs in 1 actor, 6,000 steps (15 updates), the training "
+            "episodes",
+            flags=("--env_num", "16", "--num_workers", "1", "--eval_episodes", "3"),
+            tag="train/episode_reward", variant="short_train", folder="MAPPO-short",
+            note="random speakers and listeners score about -50 per episode; the same runs as "
+            "mappo_short_simple_speaker_listener, recorded with --report",
         ),
         Experiment(
             "GA3C", "ga3c", "GA3C", "CartPole-v1", 100_000, 10_000,

@@ -1,4 +1,5 @@
-"""DQN and DDQN: losses against hand computation, options, target sync, learning, determinism."""
+"""DQN and DDQN: losses against hand computation, options, target sync, determinism, and DQN
+learning CartPole-v1 to a score."""
 
 from __future__ import annotations
 
@@ -125,8 +126,8 @@ def test_dueling_model_and_prioritized_replay_work_with_dqn() -> None:
 def test_same_seed_same_result(single_thread: None) -> None:
     def run(seed: int) -> dict[str, np.ndarray]:
         torch.manual_seed(seed)
-        alg = DQN(QNet(hidden=32), lr=2.3e-3, loss="huber", max_grad_norm=10.0, device="cpu")
-        train_dqn_cartpole(alg, seed, 1800)
+        alg = DQN(QNet(hidden=16), lr=2.3e-3, loss="huber", max_grad_norm=10.0, device="cpu")
+        train_dqn_cartpole(alg, seed, 1300)  # two blocks of 128 updates after the warm-up
         return alg.get_all_weights()
 
     first, second, other = run(3), run(3), run(4)
@@ -136,7 +137,8 @@ def test_same_seed_same_result(single_thread: None) -> None:
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole(single_thread: None) -> None:
+@pytest.mark.threshold
+def test_threshold_dqn_learns_cartpole(single_thread: None) -> None:
     torch.manual_seed(0)
     alg = DQN(
         QNet(hidden=64), gamma=0.99, lr=2.3e-3, loss="huber", max_grad_norm=10.0, device="cpu"

@@ -1,5 +1,5 @@
-"""PolicyGradient: hyperparameter checks, the loss, reproducibility and a bounded learning run on
-CartPole-v1 through the QuickStart's own training loop."""
+"""PolicyGradient: hyperparameter checks, the loss, reproducibility, the QuickStart script end to
+end, and a bounded learning run on CartPole-v1 through the QuickStart's own training loop."""
 
 from __future__ import annotations
 
@@ -130,11 +130,12 @@ def test_same_seed_same_result(quickstart: ModuleType, tmp_path: Path, single_th
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_learns_cartpole(
-    quickstart: ModuleType, tmp_path: Path, single_thread: None, seed: int
+@pytest.mark.threshold
+def test_threshold_quickstart_learns_cartpole(
+    quickstart: ModuleType, tmp_path: Path, single_thread: None
 ) -> None:
-    result = quickstart.train(_quick_config(quickstart, tmp_path, seed=seed))
+    # seed 1, the QuickStart's default (seed 2's run is in docs/results/pg_CartPole-v1.json)
+    result = quickstart.train(_quick_config(quickstart, tmp_path, seed=1))
     # The saved checkpoint, restored into a fresh agent, averages >= 475 over 10 episodes.
     assert result.eval_return >= 475.0, result.eval_history
     assert result.eval_history[-1][1] >= 475.0, result.eval_history  # reached, not timed out
@@ -145,15 +146,18 @@ def test_learns_cartpole(
 def test_quickstart_script(run_python: RunPython, tmp_path: Path) -> None:
     from .conftest import QUICKSTART_DIR
 
-    proc = run_python(args=[str(QUICKSTART_DIR / "train.py"), "--logdir", "out"], timeout=240)
+    script = str(QUICKSTART_DIR / "train.py")
+    args = ["--max_episodes", "20", "--eval_every", "10", "--eval_episodes", "2"]
+    proc = run_python(args=[script, *args, "--logdir", "out"], timeout=240)
     assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
     assert "ret=" in proc.stderr  # tqdm's bar shows the episode return
-    assert "evaluation return of the saved model" in proc.stderr
+    assert "done: 20 episodes" in proc.stderr
+    assert "evaluation return of the saved model over 2 episodes" in proc.stderr
     final = float(proc.stderr.rsplit(": ", 1)[-1])
-    assert final >= 475.0
+    assert np.isfinite(final) and final > 0
     assert (tmp_path / "out" / "model.ckpt").is_file()
     assert glob.glob(str(tmp_path / "out" / "events.out.tfevents.*"))
-    assert np.isfinite(final)
 
 
 def test_the_quickstart_names_an_env_it_cannot_train(
