@@ -432,33 +432,35 @@ def test_the_readme_rollout_buffer_is_shared_locally_and_refused_elsewhere(carri
     assert roller.total({"obs": np.array(buf) + 1}) == 4000.0
 
 
-@pytest.mark.parametrize(
-    ("make", "where"),
-    [
-        (lambda buf: {"obs": buf}, "the dict['obs'] (a numpy.ndarray)"),
-        (lambda buf: {"runs": [np.ones(3), buf[3]]}, "the dict['runs'][1] (a numpy.ndarray)"),
-        (lambda buf: {"column": buf[:, 1]}, "the dict['column'] (a numpy.ndarray)"),
-        (lambda buf: {"reversed": buf[::-1]}, "the dict['reversed'] (a numpy.ndarray)"),
-        (lambda buf: {"t": torch.from_numpy(buf)[:, 1]}, "the dict['t'] (a torch.Tensor)"),
-        (lambda buf: {"batch": Batch(buf)}, "the dict['batch'].obs (a numpy.ndarray)"),
-    ],
-    ids=["in-a-dict", "in-a-list", "strided-view", "reversed-view", "torch-view", "dataclass"],
-)
-def test_a_handle_inside_a_value_is_refused_off_local_workers_and_named(carrier, make, where):
+HANDLE_INSIDE = [  # a value holding a parl.shm array, and where the refusal says it is
+    (lambda buf: {"obs": buf}, "the dict['obs'] (a numpy.ndarray)"),
+    (lambda buf: {"runs": [np.ones(3), buf[3]]}, "the dict['runs'][1] (a numpy.ndarray)"),
+    (lambda buf: {"column": buf[:, 1]}, "the dict['column'] (a numpy.ndarray)"),
+    (lambda buf: {"reversed": buf[::-1]}, "the dict['reversed'] (a numpy.ndarray)"),
+    (lambda buf: {"t": torch.from_numpy(buf)[:, 1]}, "the dict['t'] (a torch.Tensor)"),
+    (lambda buf: {"batch": Batch(buf)}, "the dict['batch'].obs (a numpy.ndarray)"),
+]
+
+
+def test_a_handle_inside_a_value_is_refused_off_local_workers_and_named(carrier):
+    """In a dict, a list, a strided or reversed view, a torch view and a dataclass."""
     roller = Roller()
-    buf = parl.shm.full((100, 4), 1.0, np.float64)
-    data = make(buf)
-    if carrier == "local":
-        roller.fill_all(data, 9.0)
-        assert buf.max() == 9.0  # the actor wrote into buf
-        return
-    with pytest.raises(parl.SharedHandleError) as info:
-        roller.fill_all(data, 9.0)
-    assert f"argument 'data' of Roller.fill_all() is or holds a parl.shm array at {where}:" in str(
-        info.value
-    )
-    assert buf.min() == buf.max() == 1.0
-    assert roller.total({"obs": np.ones(3)}) == 3.0
+    for make, where in HANDLE_INSIDE:
+        buf = parl.shm.full((100, 4), 1.0, np.float64)
+        data = make(buf)
+        if carrier == "local":
+            roller.fill_all(data, 9.0)
+            assert buf.max() == 9.0, where  # the actor wrote into buf
+            continue
+        with pytest.raises(parl.SharedHandleError) as info:
+            roller.fill_all(data, 9.0)
+        assert (
+            f"argument 'data' of Roller.fill_all() is or holds a parl.shm array at {where}:"
+            in str(info.value)
+        )
+        assert buf.min() == buf.max() == 1.0
+        assert roller.total({"obs": np.ones(3)}) == 3.0
+        del data, buf
 
 
 def test_a_handle_to_a_wait_false_actor_is_refused_at_the_call_not_the_get(carrier):
