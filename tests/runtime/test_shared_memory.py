@@ -10,7 +10,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import psutil
@@ -25,7 +24,7 @@ from parl.shm.link import ShmLink
 from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
-from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink
+from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink, SlowEnd
 from tests.runtime.conftest import lasting_new_shm_entries, wait_until
 
 # -- allocator ----------------------------------------------------------------------------------
@@ -596,18 +595,6 @@ def test_segment_ids_stay_unique_when_a_dead_actors_pid_is_reused():
         parl.close_actor(dead)
 
 
-@parl.remote_class
-class _SlowEnd:
-    def keep(self, x):
-        self.x = x
-
-    def pid(self):
-        return os.getpid()
-
-    def __del__(self):
-        time.sleep(0.3)
-
-
 @pytest.mark.slow  # a stress run
 def test_memory_lent_to_closed_actors_returns_while_idle():
     """Expected (docs/guides/shared-memory.md: memory lent to a closed actor stays lent until its process has
@@ -616,7 +603,7 @@ def test_memory_lent_to_closed_actors_returns_while_idle():
     blocks stay held for as long as the caller makes no further call or close:
     release_parked (parl/shm/link.py) only runs from ShmLink.place and ShmLink.close, nothing
     polls the parked leases (not even SegmentTable.stats)."""
-    actors = [_SlowEnd() for _ in range(4)]
+    actors = [SlowEnd() for _ in range(4)]
     pids = [a.pid() for a in actors]
     for a in actors:
         a.keep(np.ones((8 << 20) // 8))  # above MAX_SLOT: a segment of its own

@@ -6,7 +6,6 @@ are the one exception: shared handles, documented as such."""
 from __future__ import annotations
 
 import gc
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 
 import parl
 import parl.shm
-from tests.runtime.actors import Keeper, Sink
+from tests.runtime.actors import Keeper, Saver, Sink
 from tests.runtime.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("carrier")  # local workers, a TCP cluster and Ray
@@ -129,23 +128,6 @@ def test_non_contiguous_and_subclass_arrays_go_through_shared_memory(keepers):
     assert parl.shm.memory_kind(back) == "value"
 
 
-@parl.remote_class
-class _Saver:
-    """Keeps its argument; its __del__ (run when the worker ends) records what it holds."""
-
-    def __init__(self, path):
-        self.path = path
-        self.x = None
-
-    def keep(self, x):
-        self.x = x
-
-    def __del__(self):
-        time.sleep(0.5)  # a slow flush / checkpoint at the end
-        with open(self.path, "w") as f:
-            f.write(f"{self.x.min()} {self.x.max()}")
-
-
 @pytest.mark.local_only  # local shared memory: the caller reuses a freed block
 def test_closed_actor_finishing_never_sees_a_reused_block(tmp_path):
     """Expected (docs/guides/shared-memory.md: a value never changes unless its holder writes to it, for every order
@@ -156,7 +138,7 @@ def test_closed_actor_finishing_never_sees_a_reused_block(tmp_path):
     path = tmp_path / "seen.txt"
     n = 1 << 18  # 2 MiB: a slab block
     sink = Sink()
-    saver = _Saver(str(path))
+    saver = Saver(str(path))
     saver.keep(np.full(n, 1.0))
     parl.close_actor(saver)
     for _ in range(20):
