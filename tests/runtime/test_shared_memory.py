@@ -605,14 +605,14 @@ def test_segment_ids_stay_unique_when_a_dead_actors_pid_is_reused():
 def test_memory_lent_to_closed_actors_returns_while_idle():
     """Expected (docs/guides/shared-memory.md: memory lent to a closed actor stays lent until its process has
     ended): once the workers have ended, the caller's blocks are free (``blocks`` 0): the
-    8 MiB blocks (each a segment of its own) lent to 4 closed actors go back. Observed: all 4
+    32 MiB blocks (each a segment of its own) lent to 4 closed actors go back. Observed: all 4
     blocks stay held for as long as the caller makes no further call or close:
     release_parked (parl/shm/link.py) only runs from ShmLink.place and ShmLink.close, nothing
     polls the parked leases (not even SegmentTable.stats)."""
     actors = [SlowEnd() for _ in range(4)]
     pids = [a.pid() for a in actors]
     for a in actors:
-        a.keep(np.ones((8 << 20) // 8))  # above MAX_SLOT: a segment of its own
+        a.keep(np.ones((32 << 20) // 8))  # above MAX_SLOT: a segment of its own
     for a in actors:
         parl.close_actor(a)
     del actors
