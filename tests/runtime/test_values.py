@@ -304,7 +304,7 @@ def test_tens_of_thousands_of_held_arrays():
     try:
         actor = Sampler()
         try:
-            held = actor.apply(_many, 25_000, 4096)  # more than any descriptor limit
+            held = actor.apply(_many, 25_000, 4096)  # far more than a default 1,024 descriptors
             assert len(held) == 25_000
             assert parl.shm.memory_kind(held[-1]) == "value"
             assert all(int(a[100]) == i % 251 for i, a in enumerate(held))
