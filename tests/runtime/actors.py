@@ -626,3 +626,34 @@ class Mover:
 
     def pid(self):
         return os.getpid()
+
+
+@parl.remote_class
+class SlowEnd:
+    """Keeps its argument; ends slowly (its __del__ takes a while)."""
+
+    def keep(self, x):
+        self.x = x
+
+    def pid(self):
+        return os.getpid()
+
+    def __del__(self):
+        time.sleep(0.3)
+
+
+@parl.remote_class
+class Saver:
+    """Keeps its argument; its __del__ (run when the worker ends) records what it holds."""
+
+    def __init__(self, path):
+        self.path = path
+        self.x = None
+
+    def keep(self, x):
+        self.x = x
+
+    def __del__(self):
+        time.sleep(0.5)  # a slow flush / checkpoint at the end
+        with open(self.path, "w") as f:
+            f.write(f"{self.x.min()} {self.x.max()}")

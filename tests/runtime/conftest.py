@@ -120,8 +120,23 @@ def by_value_modules_restored():
         classes.send_by_reference(name)
 
 
+_frozen: list[bool] = []  # whether the objects of the imports were moved out of gc's way
+
+
+def _freeze_imports() -> None:
+    """Before the first test, move every object that exists then (modules, classes, functions
+    of torch, numpy, parl and the test modules: they live as long as the process) to gc's
+    permanent generation. Each test ends with a full collection; it then scans the objects
+    made since, not the hundreds of thousands of the imports, which took most of its time."""
+    if not _frozen:
+        gc.collect()
+        gc.freeze()
+        _frozen.append(True)
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
+    _freeze_imports()
     current = _local_context(fresh=request.node.get_closest_marker("fresh_pool") is not None)
     before_children = _children()
     before_shm = _shm_entries()

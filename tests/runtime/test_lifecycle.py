@@ -303,6 +303,7 @@ def test_caller_killed_with_sigkill_leaves_nothing(tmp_path):
 
 
 def test_interpreter_exit_ends_workers_and_flushes_output(tmp_path):
+    """The script's actors are of a class of its __main__ module and get lambdas: they work."""
     body = textwrap.dedent(SCRIPT_WITH_ACTORS.format(tail="pass")) + textwrap.dedent(
         """
     @parl.remote_class
@@ -316,15 +317,9 @@ def test_interpreter_exit_ends_workers_and_flushes_output(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     pids = [int(p) for p in out.splitlines()[0].split()]
+    assert len(pids) == 4  # three workers and the fork server
     assert "last words" in out
     assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0)
-
-
-def test_main_module_class_and_lambdas_work_in_a_script(tmp_path):
-    proc = run_script(SCRIPT_WITH_ACTORS.format(tail=""), tmp_path)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert len(out.split()) == 4
 
 
 def test_forked_child_gets_its_own_runtime(tmp_path):

@@ -10,7 +10,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import psutil
@@ -25,7 +24,7 @@ from parl.shm.link import ShmLink
 from parl.shm.segment import segment_table
 from parl.wire import protocol
 from parl.wire.framing import Frame
-from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink
+from tests.runtime.actors import AsyncSampler, Roller, Sampler, Sink, SlowEnd
 from tests.runtime.conftest import lasting_new_shm_entries, wait_until
 
 # -- allocator ----------------------------------------------------------------------------------
@@ -411,74 +410,104 @@ class Batch:
     steps: int = 0
 
 
-def test_the_readme_rollout_buffer_is_shared_locally_and_refused_elsewhere(carrier):
+HANDLE_INSIDE = [  # a value holding a parl.shm array, and where the refusal says it is
+    (lambda buf: {"obs": buf}, "the dict['obs'] (a numpy.ndarray)"),
+    (lambda buf: {"runs": [np.ones(3), buf[3]]}, "the dict['runs'][1] (a numpy.ndarray)"),
+    (lambda buf: {"column": buf[:, 1]}, "the dict['column'] (a numpy.ndarray)"),
+    (lambda buf: {"reversed": buf[::-1]}, "the dict['reversed'] (a numpy.ndarray)"),
+    (lambda buf: {"t": torch.from_numpy(buf)[:, 1]}, "the dict['t'] (a torch.Tensor)"),
+    (lambda buf: {"batch": Batch(buf)}, "the dict['batch'].obs (a numpy.ndarray)"),
+]
+
+
+def test_shared_handles_are_shared_with_local_workers_and_refused_elsewhere(carrier):
+    """The guide's rollout buffer; a handle inside a value (a dict, a list, a strided or reversed
+    view, a torch view, a dataclass); a handle an actor returns; a handle to a wait=False
+    actor (refused at the call, not the get); a handle as a constructor argument or an
+    attribute. Each refusal names where the handle is, and the actor stays usable."""
     roller = Roller()
+
+    # the readme's rollout buffer
     buf = parl.shm.zeros(4000, np.float64)
     if carrier == "local":
         assert roller.rollout_into(buf) == 4000
         assert float(buf.sum()) == 7_998_000.0
-        return
-    with pytest.raises(parl.SharedHandleError) as info:
-        roller.rollout_into(buf)
-    message = str(info.value)
-    assert message.startswith(
-        "argument 'buf' of Roller.rollout_into() is or holds a parl.shm array: parl.shm "
-        "arrays are shared only between a process and its local worker processes"
-    ), message
-    assert "send a copy (np.array(a))" in message and "return them from the method" in message
-    assert isinstance(info.value, TypeError)  # PARL's RemoteSerializeError catches it
-    assert not buf.any()
-    # read-only use, as the message says: a copy of one's own; the actor is still usable
-    assert roller.total({"obs": np.array(buf) + 1}) == 4000.0
+    else:
+        with pytest.raises(parl.SharedHandleError) as info:
+            roller.rollout_into(buf)
+        message = str(info.value)
+        assert message.startswith(
+            "argument 'buf' of Roller.rollout_into() is or holds a parl.shm array: parl.shm "
+            "arrays are shared only between a process and its local worker processes"
+        ), message
+        assert "send a copy (np.array(a))" in message and "return them from the method" in message
+        assert isinstance(info.value, TypeError)  # PARL's RemoteSerializeError catches it
+        assert not buf.any()
+        # read-only use, as the message says: a copy of one's own; the actor is still usable
+        assert roller.total({"obs": np.array(buf) + 1}) == 4000.0
+    del buf
 
+    # a handle inside a value
+    for make, where in HANDLE_INSIDE:
+        buf = parl.shm.full((100, 4), 1.0, np.float64)
+        data = make(buf)
+        if carrier == "local":
+            roller.fill_all(data, 9.0)
+            assert buf.max() == 9.0, where  # the actor wrote into buf
+        else:
+            with pytest.raises(parl.SharedHandleError) as info:
+                roller.fill_all(data, 9.0)
+            assert (
+                f"argument 'data' of Roller.fill_all() is or holds a parl.shm array at {where}:"
+                in str(info.value)
+            )
+            assert buf.min() == buf.max() == 1.0
+            assert roller.total({"obs": np.ones(3)}) == 3.0
+        del data, buf
 
-@pytest.mark.parametrize(
-    ("make", "where"),
-    [
-        (lambda buf: {"obs": buf}, "the dict['obs'] (a numpy.ndarray)"),
-        (lambda buf: {"runs": [np.ones(3), buf[3]]}, "the dict['runs'][1] (a numpy.ndarray)"),
-        (lambda buf: {"column": buf[:, 1]}, "the dict['column'] (a numpy.ndarray)"),
-        (lambda buf: {"reversed": buf[::-1]}, "the dict['reversed'] (a numpy.ndarray)"),
-        (lambda buf: {"t": torch.from_numpy(buf)[:, 1]}, "the dict['t'] (a torch.Tensor)"),
-        (lambda buf: {"batch": Batch(buf)}, "the dict['batch'].obs (a numpy.ndarray)"),
-    ],
-    ids=["in-a-dict", "in-a-list", "strided-view", "reversed-view", "torch-view", "dataclass"],
-)
-def test_a_handle_inside_a_value_is_refused_off_local_workers_and_named(carrier, make, where):
-    roller = Roller()
-    buf = parl.shm.full((100, 4), 1.0, np.float64)
-    data = make(buf)
+    # a handle an actor returns
     if carrier == "local":
-        roller.fill_all(data, 9.0)
-        assert buf.max() == 9.0  # the actor wrote into buf
-        return
-    with pytest.raises(parl.SharedHandleError) as info:
-        roller.fill_all(data, 9.0)
-    assert f"argument 'data' of Roller.fill_all() is or holds a parl.shm array at {where}:" in str(
-        info.value
-    )
-    assert buf.min() == buf.max() == 1.0
-    assert roller.total({"obs": np.ones(3)}) == 3.0
+        made = roller.make_shared(5)
+        assert parl.shm.is_shared(made)
+        made[:] = 1.0  # the actor's own array
+        assert float(roller.made.sum()) == 5.0
+        del made
+    else:
+        with pytest.raises(
+            parl.SharedHandleError,
+            match=r"^the return value of make_shared\(\) is or holds a parl.shm array",
+        ):
+            roller.make_shared(5)
+        with pytest.raises(
+            parl.SharedHandleError, match=r"^attribute 'made' is or holds a parl.shm"
+        ):
+            roller.made  # noqa: B018 - read over the wire
+        with pytest.raises(
+            parl.SharedHandleError, match=r"^the return value of make_nested\(\) is or holds a parl"
+        ):
+            roller.make_nested(3)
+        assert roller.total({"obs": np.ones(2)}) == 2.0  # still usable
 
-
-def test_a_handle_to_a_wait_false_actor_is_refused_at_the_call_not_the_get(carrier):
+    # a handle to a wait=False actor is refused at the call, not the get
     actor = AsyncSampler()
     buf = parl.shm.full(3, 2.0, np.float64)
     if carrier == "local":
         np.testing.assert_array_equal(actor.add(buf, 1.0).get(), [3.0, 3.0, 3.0])
-        return
-    with pytest.raises(parl.SharedHandleError, match=r"^argument 'a' of AsyncSampler.add\(\) is"):
-        actor.add(buf, 1.0)
-    np.testing.assert_array_equal(actor.add(np.array(buf), 1.0).get(), [3.0, 3.0, 3.0])
+    else:
+        with pytest.raises(
+            parl.SharedHandleError, match=r"^argument 'a' of AsyncSampler.add\(\) is"
+        ):
+            actor.add(buf, 1.0)
+        np.testing.assert_array_equal(actor.add(np.array(buf), 1.0).get(), [3.0, 3.0, 3.0])
+    del buf
 
-
-def test_a_handle_as_a_constructor_argument_or_attribute(carrier):
+    # a handle as a constructor argument or attribute
     buf = parl.shm.zeros(8, np.float32)
     if carrier == "local":
-        roller = Roller(buf)
-        roller.fill_own(2.0)
-        roller.buf = buf[:4]
-        roller.fill_own(3.0)
+        own = Roller(buf)
+        own.fill_own(2.0)
+        own.buf = buf[:4]
+        own.fill_own(3.0)
         np.testing.assert_array_equal(buf, [3, 3, 3, 3, 2, 2, 2, 2])
         return
     with pytest.raises(
@@ -486,35 +515,13 @@ def test_a_handle_as_a_constructor_argument_or_attribute(carrier):
         match=r"^argument 'buf' of Roller.__init__\(\) is or holds a parl.shm",
     ):
         Roller(buf)
-    roller = Roller(np.array(buf))  # a copy of one's own
+    own = Roller(np.array(buf))  # a copy of one's own
     with pytest.raises(
         parl.SharedHandleError,
         match=r"^the value for attribute 'buf' of Roller is or holds a parl.shm array: ",
     ):
-        roller.buf = buf
-    np.testing.assert_array_equal(roller.buf, np.zeros(8))  # it kept its copy
-
-
-def test_a_handle_an_actor_returns_is_shared_locally_and_refused_elsewhere(carrier):
-    roller = Roller()
-    if carrier == "local":
-        made = roller.make_shared(5)
-        assert parl.shm.is_shared(made)
-        made[:] = 1.0  # the actor's own array
-        assert float(roller.made.sum()) == 5.0
-        return
-    with pytest.raises(
-        parl.SharedHandleError,
-        match=r"^the return value of make_shared\(\) is or holds a parl.shm array",
-    ):
-        roller.make_shared(5)
-    with pytest.raises(parl.SharedHandleError, match=r"^attribute 'made' is or holds a parl.shm"):
-        roller.made  # noqa: B018 - read over the wire
-    with pytest.raises(
-        parl.SharedHandleError, match=r"^the return value of make_nested\(\) is or holds a parl"
-    ):
-        roller.make_nested(3)
-    assert roller.total({"obs": np.ones(2)}) == 2.0  # still usable
+        own.buf = buf
+    np.testing.assert_array_equal(own.buf, np.zeros(8))  # it kept its copy
 
 
 def test_the_tcp_carriers_link_refuses_handles_and_their_views():
@@ -594,30 +601,18 @@ def test_segment_ids_stay_unique_when_a_dead_actors_pid_is_reused():
         parl.close_actor(dead)
 
 
-@parl.remote_class
-class _SlowEnd:
-    def keep(self, x):
-        self.x = x
-
-    def pid(self):
-        return os.getpid()
-
-    def __del__(self):
-        time.sleep(0.3)
-
-
 @pytest.mark.slow  # a stress run
 def test_memory_lent_to_closed_actors_returns_while_idle():
     """Expected (docs/guides/shared-memory.md: memory lent to a closed actor stays lent until its process has
-    ended): once the workers have ended, the caller's blocks are free (``blocks`` 0) and 1 GiB
-    lent to 4 closed actors goes back (beyond the 512 MiB cache). Observed: all 4 blocks (and
-    ~1 GiB of RSS) stay held for as long as the caller makes no further call or close:
+    ended): once the workers have ended, the caller's blocks are free (``blocks`` 0): the
+    32 MiB blocks (each a segment of its own) lent to 4 closed actors go back. Observed: all 4
+    blocks stay held for as long as the caller makes no further call or close:
     release_parked (parl/shm/link.py) only runs from ShmLink.place and ShmLink.close, nothing
     polls the parked leases (not even SegmentTable.stats)."""
-    actors = [_SlowEnd() for _ in range(4)]
+    actors = [SlowEnd() for _ in range(4)]
     pids = [a.pid() for a in actors]
     for a in actors:
-        a.keep(np.ones((256 << 20) // 8))
+        a.keep(np.ones((32 << 20) // 8))  # above MAX_SLOT: a segment of its own
     for a in actors:
         parl.close_actor(a)
     del actors

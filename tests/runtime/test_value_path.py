@@ -183,7 +183,13 @@ def test_arrays_of_every_layout_and_dtype_round_trip():
 
 
 def test_torch_tensors_of_unusual_dtypes_round_trip():
+    """Every case below, and complex32 and the *fnuz float8 types: with serialization.py's
+    _VIEW_AS_INT covering bfloat16 and two float8 types only, _reduce_tensor fell back to
+    torch's own pickling, which cannot load them (AttributeError: UntypedStorage has no
+    attribute 'dtype')."""
     torch = pytest.importorskip("torch")
+    import warnings
+
     n = 1 << 16
     cases = {
         "bfloat16": torch.ones(n, dtype=torch.bfloat16),
@@ -211,23 +217,10 @@ def test_torch_tensors_of_unusual_dtypes_round_trip():
                 assert torch.equal(back.view(torch.uint8), value.view(torch.uint8)), name
             else:
                 assert torch.equal(back.detach(), value.detach().resolve_conj()), name
-    finally:
-        parl.close_actor(actor)
 
-
-def test_torch_dtypes_numpy_lacks_besides_bfloat16_and_float8_round_trip():
-    """complex32 and the *fnuz float8 types round-trip too: with serialization.py's
-    _VIEW_AS_INT covering bfloat16 and two float8 types only, _reduce_tensor fell back to
-    torch's own pickling, which cannot load them (AttributeError: UntypedStorage has no
-    attribute 'dtype')."""
-    torch = pytest.importorskip("torch")
-    import warnings
-
-    names = ["complex32", "float8_e4m3fnuz", "float8_e5m2fnuz"]
-    actor = Sampler()
-    failures = {}
-    try:
-        for name in names:
+        # torch dtypes numpy lacks, besides bfloat16 and float8
+        failures = {}
+        for name in ["complex32", "float8_e4m3fnuz", "float8_e5m2fnuz"]:
             dtype = getattr(torch, name, None)
             if dtype is None:
                 continue

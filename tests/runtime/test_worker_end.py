@@ -40,16 +40,19 @@ def close_with(how: str, actor) -> None:
         gc.collect()
 
 
-@pytest.mark.parametrize("how", ["close_actor", "with", "gc"])
-def test_a_closed_actor_finishes_its_work(tmp_path, how):
+def test_a_closed_actor_finishes_its_work(tmp_path):
+    """Closed by close_actor, by leaving a ``with`` block, or by being collected."""
     parl.connect(linger=0, stop_timeout=30)  # a forced end would show as a 30 s wait
-    actor = Writer(str(tmp_path))
-    pid = actor.pid()
-    actor.write(100)  # buffered in the worker, never flushed by the actor itself
-    close_with(how, actor)
-    del actor
-    assert wait_until(lambda: gone(pid), timeout=10)
-    assert_finished_cleanly(tmp_path, pid)
+    for how in ("close_actor", "with", "gc"):
+        folder = tmp_path / how
+        folder.mkdir()
+        actor = Writer(str(folder))
+        pid = actor.pid()
+        actor.write(100)  # buffered in the worker, never flushed by the actor itself
+        close_with(how, actor)
+        del actor
+        assert wait_until(lambda p=pid: gone(p), timeout=10), how
+        assert_finished_cleanly(folder, pid)
 
 
 def test_program_exit_waits_for_workers_to_finish(tmp_path):
