@@ -168,16 +168,20 @@ class _FirstColumn:
 
 
 # -- the training script ------------------------------------------------------------------------
-SMALL = ["--games_per_iter", "4", "--mcts_sims", "6", "--arena_games", "4", "--eval_episodes",
+SMALL = ["--games_per_iter", "4", "--mcts_sims", "6", "--arena_games", "2", "--eval_episodes",
          "2", "--epochs", "1", "--batch_size", "16", "--channels", "8", "--blocks", "1",
-         "--actors_num", "2", "--no_progress"]  # fmt: skip
+         "--actors_num", "2", "--no_progress", "--torch_threads", "1", "--train_total_steps",
+         "2", "--test_every_steps", "2"]  # fmt: skip
 
-
-def run_example(run_python: RunPython, logdir: Path, *args: str) -> str:
-    script = EXAMPLE / "train.py"
-    proc = run_python(args=[str(script), *SMALL, "--logdir", str(logdir), *args], timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stderr
+# The straight run, the same run again and the first part of a stopped run need no fresh
+# interpreter: they run in one; the resume runs in another.
+FIRST_RUNS = """
+import sys
+sys.path.insert(0, {folder!r})
+import train
+for logdir, extra in {runs!r}:
+    train.main([*{small!r}, "--logdir", logdir, *extra])
+"""
 
 
 def weights(logdir: Path) -> dict[str, torch.Tensor]:
@@ -189,19 +193,23 @@ def test_example_trains_with_two_local_actors_and_resumes_exactly(
     run_python: RunPython, tmp_path: Path
 ) -> None:
     straight, again, resumed = tmp_path / "straight", tmp_path / "again", tmp_path / "resumed"
-    log = run_example(run_python, straight, "--train_total_steps", "2")
+    runs = [(str(straight), []), (str(again), []), (str(resumed), ["--stop_after_steps", "1"])]
+    code = FIRST_RUNS.format(folder=str(EXAMPLE), runs=runs, small=SMALL)
+    proc = run_python(code, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stderr
     assert "iteration 2: against the lookahead player" in log
     assert "games/s" in log and "done: 2 iterations" in log
+    assert "done: 1 iterations" in log  # the stopped run
     assert glob.glob(str(straight / "events.out.tfevents.*"))
     assert (straight / "checkpoint.pt").is_file()
     # the seed decides everything: which actor answers first does not matter
-    run_example(run_python, again, "--train_total_steps", "2")
     for key, value in weights(straight).items():
         torch.testing.assert_close(weights(again)[key], value, rtol=0, atol=0)
-    log = run_example(run_python, resumed, "--train_total_steps", "2", "--stop_after_steps", "1")
-    assert "done: 1 iterations" in log
-    log = run_example(run_python, resumed, "--train_total_steps", "2", "--resume")
-    assert "resumed from" in log and "done: 2 iterations" in log
+    script = EXAMPLE / "train.py"
+    proc = run_python(args=[str(script), *SMALL, "--logdir", str(resumed), "--resume"], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed from" in proc.stderr and "done: 2 iterations" in proc.stderr
     for key, value in weights(straight).items():
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
 

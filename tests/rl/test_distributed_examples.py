@@ -1,8 +1,9 @@
 """The distributed examples (IMPALA, A2C with remote actors, ES, GA3C), each run end to end in
-a fresh interpreter with 2 local actors; a SIGKILLed actor stops training with ActorDiedError,
-never a hang; zero actors, an empty ES batch or an env of no supported kind is a clear error;
-the A2C example starts on Pong; ES's checkpoint keeps the observation statistics; a resumed run
-goes on from its checkpoint."""
+a fresh interpreter with 2 local actors (the first part of a stopped-and-resumed run, which
+goes on from its checkpoint in another fresh interpreter); IMPALA learns CartPole within a
+bounded budget (a threshold guard); a SIGKILLed actor stops training with ActorDiedError, never
+a hang; zero actors, an empty ES batch, a count below one or an env of no supported kind is a
+clear error; ES's checkpoint keeps the observation statistics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO_ROOT, RunPython
+from .example_scripts import run_scripts
 
 pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
 
@@ -21,7 +23,11 @@ ES_DIR = REPO_ROOT / "examples" / "ES"
 GA3C_DIR = REPO_ROOT / "examples" / "GA3C"
 
 
-def _run_main(run_python: RunPython, folder: Path, args: list[str], timeout: float = 180) -> dict:
+def _run_main(
+    run_python: RunPython, folder: Path, args: list[str], timeout: float = 180, after: str = ""
+) -> dict:
+    """``train.main(args)`` of the example in ``folder``, in a fresh interpreter, then the code
+    ``after`` (if any) in the same one; returns the result as a dict, with the ``log``."""
     code = f"""
 import dataclasses, json, sys, torch
 sys.path.insert(0, {str(folder)!r})
@@ -31,6 +37,7 @@ result = train.main({args!r})
 print("THREADS", torch.get_num_threads())
 print("RESULT" + json.dumps(dataclasses.asdict(result)))
 """
+    code += after
     proc = run_python(code, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
@@ -44,7 +51,8 @@ def _assert_time_breakdown(result: dict, learner_keys: set[str], logdir: Path) -
     assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard events written"
 
 
-def test_impala_learns_cartpole_with_two_local_actors(
+@pytest.mark.threshold
+def test_threshold_impala_learns_cartpole_with_two_local_actors(
     run_python: RunPython, tmp_path: Path
 ) -> None:
     logdir = tmp_path / "impala"
@@ -105,36 +113,23 @@ def test_killing_an_actor_stops_training_with_a_clear_error(
     assert seconds < 30, proc.stdout
 
 
-def test_a2c_remote_actors_and_vector_env_modes_run_end_to_end(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    common = ["--max_sample_steps", "2000", "--test_every_steps", "1000", "--no_progress"]
-    result = _run_main(
-        run_python, A2C_DIR, [*common, "--actor_num", "2", "--logdir", str(tmp_path / "a")]
-    )
-    assert result["sample_steps"] >= 2000 and len(result["history"]) == 2
-    _assert_time_breakdown(result, {"waiting", "learning", "publishing"}, tmp_path / "a")
+def test_a2c_vector_env_mode_samples_on_the_learner(run_python: RunPython, tmp_path: Path) -> None:
+    """``--mode vector_env --actor_num 0``: no actors, the learner samples (remote actors run
+    in ``test_distributed_example_resumes_from_its_checkpoint[A2C]``)."""
     local = _run_main(
         run_python,
         A2C_DIR,
-        [*common, "--mode", "vector_env", "--actor_num", "0", "--logdir", str(tmp_path / "b")],
-    )
-    assert local["sample_steps"] >= 2000 and "sampling" in local["learner_times"]
+        ["--max_sample_steps", "1000", "--test_every_steps", "1000", "--no_progress", "--mode",
+         "vector_env", "--actor_num", "0", "--logdir", str(tmp_path / "b")],
+    )  # fmt: skip
+    assert local["sample_steps"] >= 1000 and "sampling" in local["learner_times"]
     assert local["actor_times"] == {}
 
 
-def test_es_runs_end_to_end_on_cartpole_and_halfcheetah(
-    run_python: RunPython, tmp_path: Path
-) -> None:
+def test_es_runs_an_update_on_halfcheetah(run_python: RunPython, tmp_path: Path) -> None:
+    """One update of 4 episodes of 1,000 steps (CartPole runs in
+    ``test_distributed_example_resumes_from_its_checkpoint[ES]``)."""
     small = ["--noise_size", "1000000", "--test_every_train_steps", "1", "--eval_episodes", "1"]
-    result = _run_main(
-        run_python,
-        ES_DIR,
-        ["--env", "CartPole-v1", "--train_steps", "3", *small, "--logdir", str(tmp_path / "c")],
-    )
-    assert result["train_steps"] == 3 and len(result["history"]) == 3
-    assert result["sample_steps"] >= 3 * 2000  # min_steps_per_batch of the CartPole config
-    _assert_time_breakdown(result, {"waiting", "learning", "obs_filter"}, tmp_path / "c")
     cheetah = _run_main(
         run_python,
         ES_DIR,
@@ -151,26 +146,23 @@ def test_impala_and_a2c_run_a_gaussian_policy_on_halfcheetah(
     """MuJoCo: a Gaussian policy, float actions in the trajectory slots (or by value), and the
     model's observation statistics updated by the learner and saved with the checkpoint."""
     logdir = tmp_path / "impala"
-    result = _run_main(
-        run_python,
-        IMPALA_DIR,
-        ["--env", "HalfCheetah-v5", "--max_sample_steps", "1000", "--test_every_steps", "600",
-         "--eval_episodes", "1", "--transport", transport, "--logdir", str(logdir)],
-    )  # fmt: skip
-    assert result["train_steps"] >= 10 and len(result["history"]) == 1
-    _assert_time_breakdown(result, {"waiting", "learning", "batching", "publishing"}, logdir)
-    code = f"""
-import sys, torch
-sys.path.insert(0, {str(IMPALA_DIR)!r})
+    after = f"""
 from model import MujocoModel
 state = torch.load({str(logdir / "model.ckpt")!r})
 model = MujocoModel(17, 6)
 model.load_state_dict(state)
 print("COUNT", float(model.obs_norm.count), float(model.obs_norm.var.mean()))
 """
-    proc = run_python(code, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    count, var = (float(x) for x in proc.stdout.split("COUNT")[1].split())
+    result = _run_main(
+        run_python,
+        IMPALA_DIR,
+        ["--env", "HalfCheetah-v5", "--max_sample_steps", "1000", "--test_every_steps", "600",
+         "--eval_episodes", "1", "--transport", transport, "--logdir", str(logdir)],
+        after=after,
+    )  # fmt: skip
+    assert result["train_steps"] >= 10 and len(result["history"]) == 1
+    _assert_time_breakdown(result, {"waiting", "learning", "batching", "publishing"}, logdir)
+    count, var = (float(x) for x in result["log"].split("COUNT")[1].split()[:2])
     assert count >= 10 * 64 and var != 1.0  # updated from every training batch
     if transport == "shm":
         a2c = _run_main(
@@ -186,74 +178,54 @@ print("COUNT", float(model.obs_norm.count), float(model.obs_norm.var.mean()))
 # -- bad flags and envs get clear errors; checkpoints replay -----------------------------------
 
 
-@pytest.mark.parametrize(
-    ("example", "args"),
-    [("IMPALA", ["--max_sample_steps", "1000"]), ("ES", ["--noise_size", "100000"])],
-)
-def test_zero_actors_is_refused_not_a_hang(
-    run_python: RunPython, tmp_path: Path, example: str, args: list[str]
+GA3C_COUNTS = [(["--env_num", "0"], "--env_num 1 or more, got 0"),
+               (["--t_max", "0"], "--t_max 1 or more, got 0"),
+               (["--t_max", "-3"], "--t_max 1 or more, got -3"),
+               (["--train_batch_size", "0"], "--train_batch_size 1 or more, got 0")]  # fmt: skip
+
+
+def test_zero_actors_counts_below_one_and_envs_of_no_supported_kind_are_refused_by_name(
+    run_python: RunPython, tmp_path: Path
 ) -> None:
-    """ES used to loop forever waiting for episodes; IMPALA failed inside parl.wait."""
-    code = f"""
-import sys
-sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
-import train
-train.main(["--env", "CartPole-v1", "--actor_num", "0", "--logdir", {str(tmp_path)!r}, *{args!r}])
-"""
-    proc = run_python(code, timeout=60)
-    assert proc.returncode != 0
-    assert f"ValueError: {example} needs --actor_num 1 or more, got 0" in proc.stderr, proc.stderr
-
-
-def test_es_with_no_minimum_batch_is_refused(run_python: RunPython, tmp_path: Path) -> None:
-    """Both minimums at 0 made an update with no episodes: numpy's "need at least one array"."""
-    code = f"""
-import sys
-sys.path.insert(0, {str(REPO_ROOT / "examples" / "ES")!r})
-import train
-train.main(["--env", "CartPole-v1", "--min_episodes_per_batch", "0", "--min_steps_per_batch",
-            "0", "--noise_size", "100000", "--logdir", {str(tmp_path)!r}])
-"""
-    proc = run_python(code, timeout=60)
-    assert proc.returncode != 0
-    assert "ValueError: ES needs --min_episodes_per_batch or --min_steps_per_batch" in proc.stderr
-
-
-def _run_example(run_python: RunPython, example: str, argv: list[str]) -> str:
-    code = f"""
-import sys, torch
-sys.path.insert(0, {str(REPO_ROOT / "examples" / example)!r})
-torch.set_num_threads(1)
-import train
-result = train.main({argv!r})
-print("STEPS", result.sample_steps)
-"""
-    proc = run_python(code, timeout=120)
-    return proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize("example", ["IMPALA", "A2C"])
-def test_an_env_of_no_supported_kind_is_named(
-    run_python: RunPython, tmp_path: Path, example: str
-) -> None:
-    """Pendulum-v1 went to the Atari wrappers: AttributeError 'get_action_meanings'."""
-    argv = ["--env", "Pendulum-v1", "--max_sample_steps", "100", "--logdir", str(tmp_path)]
-    out = _run_example(run_python, example, argv)
-    assert f"ValueError: {example}'s example runs CartPole, MuJoCo" in out, out[-3000:]
-    assert "Pendulum-v1 (gymnasium.envs.classic_control" in out
-
-
-def test_a2c_example_starts_on_pong(run_python: RunPython, tmp_path: Path) -> None:
-    """docs/algorithms/a2c.md: ``examples/A2C/train.py --env PongNoFrameskip-v4``; it failed at once with
-    NameNotFound: the Atari ids were registered only when the wrappers were first imported."""
-    out = _run_example(
-        run_python,
-        "A2C",
-        ["--env", "PongNoFrameskip-v4", "--actor_num", "1", "--env_num", "1",
-         "--max_sample_steps", "20", "--test_every_steps", "1000000", "--no_progress",
-         "--logdir", str(tmp_path)],
-    )  # fmt: skip
-    assert "STEPS 20" in out, out[-3000:]
+    """Each script run as its command line runs it, all in one interpreter. Zero actors: ES used
+    to loop forever waiting for episodes, IMPALA failed inside parl.wait. Both ES minimums at 0
+    made an update with no episodes (numpy's "need at least one array"). GA3C's counts each
+    failed later, obscurely: gymnasium's IndexError on an empty vector env, numpy's "negative
+    dimensions" or an IndexError in a segment, "need at least one array" in a batch.
+    Pendulum-v1 went to the Atari wrappers: AttributeError 'get_action_meanings'."""
+    log = ["--logdir", str(tmp_path)]
+    script = {name: REPO_ROOT / "examples" / name / "train.py" for name in
+              ("IMPALA", "ES", "A2C", "GA3C")}  # fmt: skip
+    cases = [
+        ("zero IMPALA", script["IMPALA"], ["--env", "CartPole-v1", "--actor_num", "0", *log,
+                                           "--max_sample_steps", "1000"]),
+        ("zero ES", script["ES"], ["--env", "CartPole-v1", "--actor_num", "0", *log,
+                                   "--noise_size", "100000"]),
+        ("no batch ES", script["ES"], ["--env", "CartPole-v1", "--min_episodes_per_batch", "0",
+                                       "--min_steps_per_batch", "0", "--noise_size", "100000",
+                                       *log]),
+        *[(f"kind {name}", script[name], ["--env", "Pendulum-v1", "--max_sample_steps", "100",
+                                          *log]) for name in ("IMPALA", "A2C", "GA3C")],
+        *[(f"count {flags}", script["GA3C"], [*flags, "--train_total_steps", "100",
+                                              "--no_progress", *log])
+          for flags, _ in GA3C_COUNTS],
+    ]  # fmt: skip
+    results = run_scripts(run_python, cases)
+    for example in ("IMPALA", "ES"):
+        error = results[f"zero {example}"]["error"]
+        assert error == f"ValueError: {example} needs --actor_num 1 or more, got 0", error
+    error = results["no batch ES"]["error"] or ""
+    assert error.startswith("ValueError: ES needs --min_episodes_per_batch or --min_steps_per"), (
+        error
+    )
+    for example, runs in (("IMPALA", "CartPole, MuJoCo"), ("A2C", "CartPole, MuJoCo"),
+                          ("GA3C", "CartPole and Atari")):  # fmt: skip
+        error = results[f"kind {example}"]["error"] or ""
+        assert error.startswith(f"ValueError: {example}'s example runs {runs}"), error
+        assert "Pendulum-v1 (gymnasium.envs.classic_control" in error, error
+    for flags, message in GA3C_COUNTS:
+        error = results[f"count {flags}"]["error"]
+        assert error == f"ValueError: GA3C needs {message}", error
 
 
 def test_es_checkpoint_keeps_the_observation_statistics(
@@ -287,21 +259,60 @@ print("SAME", np.allclose(trained.obs_filter(obs, update=False),
 
 
 RESUME_RUNS = {
-    "A2C": (A2C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "A2C": (A2C_DIR, ["--actor_num", "2", "--test_every_steps", "500"], 1000),
     "IMPALA": (IMPALA_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
-    "GA3C": (GA3C_DIR, ["--actor_num", "2", "--test_every_steps", "1000"], 1000),
+    "GA3C": (GA3C_DIR, ["--actor_num", "2", "--test_every_steps", "500"], 1000),
     "ES": (ES_DIR, ["--env", "CartPole-v1", "--actor_num", "2", "--noise_size", "1000000",
                     "--train_steps", "4", "--test_every_train_steps", "1"], 2),
 }  # fmt: skip
+
+
+def _assert_first_part_ran_end_to_end(name: str, result: dict, logdir: Path) -> None:
+    """What the first part of each resume test shows of a run with 2 local actors."""
+    if name == "A2C":  # remote actors
+        assert result["sample_steps"] >= 1000 and len(result["history"]) == 2
+        _assert_time_breakdown(result, {"waiting", "learning", "publishing"}, logdir)
+    elif name == "ES":
+        assert result["train_steps"] == 2 and len(result["history"]) == 2
+        assert result["sample_steps"] >= 2 * 2000  # min_steps_per_batch of the CartPole config
+        _assert_time_breakdown(result, {"waiting", "learning", "obs_filter"}, logdir)
+    elif name == "GA3C":
+        _assert_ga3c_run(result, logdir)
+    else:
+        _assert_time_breakdown(result, {"waiting", "learning", "batching", "publishing"}, logdir)
+    assert (logdir / "model.ckpt").exists()
+
+
+def _assert_ga3c_run(result: dict, logdir: Path) -> None:
+    """GA3C with 2 local simulators reports where the time went and how its predictor batched."""
+    assert result["sample_steps"] >= 1000 and len(result["history"]) == 2
+    # whole batches of 128 steps, of the segments completed (the last ones are still open)
+    assert (
+        result["sample_steps"] // 128 - 1 <= result["train_steps"] <= result["sample_steps"] // 128
+    )
+    # "waiting" shows only when every simulator was still stepping: not on every machine
+    learner_keys = {"gathering", "predicting", "answering", "batching", "training"}
+    assert learner_keys <= set(result["learner_times"]), result["learner_times"]
+    assert result["actor_times"]["simulating"] > 0, result["actor_times"]
+    assert result["actor_times"]["waiting for a prediction"] > 0, result["actor_times"]
+    assert "learner time (of" in result["log"] and "simulator time, 2 simulators" in result["log"]
+    predictor = result["predictor"]
+    # every step of every env was predicted for once (the first observations too)
+    predicted = round(predictor["batches"] * predictor["mean_batch_size"])
+    assert predicted >= result["sample_steps"] + 8
+    assert 4 <= predictor["mean_batch_size"] <= 16, predictor  # one or two requests of 4
+    assert "mean batch" in result["log"]
+    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard events written"
+    assert (logdir / "model.ckpt").exists() and (logdir / "checkpoint.pt").exists()
 
 
 @pytest.mark.parametrize("name", sorted(RESUME_RUNS))
 def test_distributed_example_resumes_from_its_checkpoint(
     run_python: RunPython, tmp_path: Path, name: str
 ) -> None:
-    """A first run stops early; ``--resume`` (with the shared ``--device`` and
-    ``--torch_threads`` flags) picks up its counters from the checkpoint in ``--logdir`` and
-    trains on to the full budget."""
+    """A first run with 2 local actors runs end to end and stops early; ``--resume`` (with the
+    shared ``--device`` and ``--torch_threads`` flags) picks up its counters from the checkpoint
+    in ``--logdir`` and trains on to the full budget."""
     folder, args, first_budget = RESUME_RUNS[name]
     logdir = str(tmp_path / "run")
     common = [*args, "--eval_episodes", "1", "--no_progress", "--logdir", logdir]
@@ -309,6 +320,7 @@ def test_distributed_example_resumes_from_its_checkpoint(
     budget = "--train_steps" if name == "ES" else "--train_total_steps"
     first = _run_main(run_python, folder, [*common, budget, str(first_budget)])
     assert (tmp_path / "run" / "checkpoint.pt").exists()
+    _assert_first_part_ran_end_to_end(name, first, tmp_path / "run")
     full = "4" if name == "ES" else "2000"
     second = _run_main(
         run_python,

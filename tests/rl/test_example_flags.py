@@ -1,6 +1,9 @@
 """Every example's command line: ``--help`` runs, lists the shared flags with help text and
 their defaults, shows no reStructuredText markup, and the older spellings still parse the same
-as the new ones while staying out of ``--help``."""
+as the new ones while staying out of ``--help``; numbers out of a flag's range, a negative
+``--stop_after_steps``, an env of the wrong action space and ``--resume`` without a checkpoint
+are refused by name before anything starts. The scripts' checks run many examples in one
+interpreter (``example_scripts.run_scripts``)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from parl.utils.train_flags import (
 )
 
 from .conftest import REPO_ROOT, RunPython
+from .example_scripts import run_scripts
 
 EXAMPLES = REPO_ROOT / "examples"
 SCRIPTS = {
@@ -125,13 +129,18 @@ def test_every_example_is_checked_here() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_example_help_lists_the_shared_flags_with_help_and_defaults(
-    run_python: RunPython, name: str
+    run_python: RunPython,
 ) -> None:
-    proc = run_python(args=[str(SCRIPTS[name]), "--help"], timeout=120, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = proc.stdout
+    """``--help`` of every example, all in one interpreter."""
+    results = run_scripts(run_python, [(name, SCRIPTS[name], ["--help"]) for name in SCRIPTS])
+    for name in sorted(SCRIPTS):
+        result = results[name]
+        assert result["code"] == 0, f"{name}: {result['error']}\n{result['stderr'][-3000:]}"
+        _check_help(name, result["stdout"])
+
+
+def _check_help(name: str, text: str) -> None:
     assert not MARKUP.search(text), f"reStructuredText markup in {name}'s --help:\n{text}"
     blocks = _option_blocks(text)
     flags = {f[2:] for f in blocks if f.startswith("--")}
@@ -149,31 +158,36 @@ def test_example_help_lists_the_shared_flags_with_help_and_defaults(
 
 
 PARSE = """
-import json, sys
-sys.path.insert(0, {folder!r})
-import {module} as example
-parser = example.make_parser()
-out = []
-for old, new in {pairs!r}:
-    out.append([vars(parser.parse_args(old)), vars(parser.parse_args(new)), vars(parser.parse_args([]))])
+import json, os, sys
+examples = {examples!r}
+out = {{}}
+for name, script, pairs in {cases!r}:
+    before = set(sys.modules)
+    sys.path.insert(0, os.path.dirname(script))
+    example = __import__(os.path.basename(script)[:-3])
+    parser = example.make_parser()
+    out[name] = [[vars(parser.parse_args(old)), vars(parser.parse_args(new)),
+                  vars(parser.parse_args([]))] for old, new in pairs]
+    sys.path.pop(0)
+    for module in set(sys.modules) - before:  # each example's own modules (model.py, ...)
+        if (getattr(sys.modules[module], "__file__", None) or "").startswith(examples):
+            del sys.modules[module]
 print("PARSED" + json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("name", sorted(OLD_SPELLINGS))
-def test_example_old_flag_spellings_parse_as_the_shared_ones(
-    run_python: RunPython, name: str
-) -> None:
-    script = SCRIPTS[name]
-    code = PARSE.format(folder=str(script.parent), module=script.stem, pairs=OLD_SPELLINGS[name])
-    proc = run_python(code, timeout=120)
+def test_example_old_flag_spellings_parse_as_the_shared_ones(run_python: RunPython) -> None:
+    """Every example's parser, all in one interpreter."""
+    cases = [(name, str(SCRIPTS[name]), OLD_SPELLINGS[name]) for name in sorted(OLD_SPELLINGS)]
+    proc = run_python(PARSE.format(examples=str(EXAMPLES), cases=cases), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PARSED"))
-    for (old, new), (old_ns, new_ns, default_ns) in zip(
-        OLD_SPELLINGS[name], json.loads(line[6:]), strict=True
-    ):
-        assert old_ns == new_ns, f"{name}: {old} parsed as {old_ns}, {new} as {new_ns}"
-        assert old_ns != default_ns, f"{name}: {old} was ignored"
+    parsed = json.loads(line[6:])
+    assert sorted(parsed) == sorted(OLD_SPELLINGS)
+    for name, pairs in OLD_SPELLINGS.items():
+        for (old, new), (old_ns, new_ns, default_ns) in zip(pairs, parsed[name], strict=True):
+            assert old_ns == new_ns, f"{name}: {old} parsed as {old_ns}, {new} as {new_ns}"
+            assert old_ns != default_ns, f"{name}: {old} was ignored"
 
 
 def test_plain_text_strips_inline_markup() -> None:
@@ -274,54 +288,52 @@ print("CONFIG" + json.dumps(rows))
     assert mixed == ["paper", 3, 7, 10_000]
 
 
-@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
-@pytest.mark.parametrize(
-    "name", ["AlphaZero", "COMA", "DDPG", "DQN", "MAML", "OAC", "QMIX", "SAC", "TD3"]
-)
-def test_a_negative_stop_after_steps_is_a_usage_error(
-    run_python: RunPython, tmp_path, name: str
+NEGATIVE_STOP = ["AlphaZero", "COMA", "DDPG", "DQN", "MAML", "OAC", "QMIX", "SAC", "TD3"]
+OUT_OF_RANGE = [
+    ("COMA", "--entropy_coef=-0.1",
+     "argument --entropy_coef: must be a finite number of 0 or more, got -0.1"),
+    ("COMA", "--entropy_coef=nan",
+     "argument --entropy_coef: must be a finite number of 0 or more, got nan"),
+    ("COMA", "--entropy_coef=inf",
+     "argument --entropy_coef: must be a finite number of 0 or more, got inf"),
+    ("COMA", "--gamma=1.5", "argument --gamma: must be a number in [0, 1], got 1.5"),
+    ("COMA", "--actor_lr=-1", "argument --actor_lr: must be a finite number above 0"),
+    ("QMIX", "--lr=nan", "argument --lr: must be a finite number above 0, got nan"),
+    ("MAPPO", "--lr=0", "argument --lr: must be a finite number above 0, got 0"),
+    ("PPO", "--eval_episodes=-1", "--eval_episodes: must be 0"),
+]  # fmt: skip
+WRONG_ACTION_SPACE = [("DQN", "DQN needs discrete"), ("PPO", "add --continuous_action")]
+
+
+@pytest.mark.slow  # runs the examples' scripts (torch, gymnasium)
+def test_out_of_range_flags_and_wrong_action_spaces_are_refused_before_anything_starts(
+    run_python: RunPython, tmp_path: Path
 ) -> None:
     """``--stop_after_steps -1`` would train nothing and then write an untrained model over the
-    run's: every example that has the flag refuses it before anything starts."""
-    log = tmp_path / "log"
-    args = [str(SCRIPTS[name]), "--stop_after_steps", "-1", "--logdir", str(log)]
-    proc = run_python(args=args, timeout=180)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "--stop_after_steps" in proc.stderr and "-1" in proc.stderr
-    assert not log.exists()
-
-
-@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
-@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
-def test_coma_entropy_coef_that_is_not_a_finite_non_negative_number_is_a_usage_error(
-    run_python: RunPython, tmp_path, value: str
-) -> None:
-    log = tmp_path / "log"
-    args = [str(SCRIPTS["COMA"]), f"--entropy_coef={value}", "--logdir", str(log)]
-    proc = run_python(args=args, timeout=180)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert f"argument --entropy_coef: must be a finite number of 0 or more, got {value}" in (
-        proc.stderr
-    )
-    assert not log.exists()
-
-
-@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
-@pytest.mark.parametrize(
-    ("name", "flags", "pattern"),
-    [
-        ("DQN", ["--env", "Pendulum-v1", "--train_total_steps", "10"], "DQN needs discrete"),
-        ("PPO", ["--env", "Pendulum-v1", "--train_total_steps", "10"], "add --continuous_action"),
-    ],
-)
-def test_an_env_of_the_wrong_action_space_is_named_with_the_fix(
-    run_python: RunPython, tmp_path, name: str, flags: list[str], pattern: str
-) -> None:
-    args = [str(SCRIPTS[name]), *flags, "--logdir", str(tmp_path / "log"), "--no_progress"]
-    proc = run_python(args=args, timeout=180)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ValueError: --env Pendulum-v1") and pattern in last, last
+    run's: every example that has the flag refuses it. A number out of a flag's range is a usage
+    error naming the flag; an env of the wrong action space is named with the fix. Nothing is
+    written first. The scripts run in one interpreter, each as its command line runs it."""
+    cases = [(f"stop {name}", SCRIPTS[name], ["--stop_after_steps", "-1", "--logdir",
+              str(tmp_path / f"stop-{name}")]) for name in NEGATIVE_STOP]  # fmt: skip
+    cases += [(f"{name} {flag}", SCRIPTS[name], [flag, "--logdir", str(tmp_path / f"range{i}")])
+              for i, (name, flag, _) in enumerate(OUT_OF_RANGE)]  # fmt: skip
+    cases += [(f"space {name}", SCRIPTS[name], ["--env", "Pendulum-v1", "--train_total_steps",
+               "10", "--logdir", str(tmp_path / f"space-{name}"), "--no_progress"])
+              for name, _ in WRONG_ACTION_SPACE]  # fmt: skip
+    results = run_scripts(run_python, cases)
+    for name in NEGATIVE_STOP:
+        result = results[f"stop {name}"]
+        assert result["code"] == 2, f"{name}: {result}"
+        assert "--stop_after_steps" in result["stderr"] and "-1" in result["stderr"], result
+    # DQN's words: a negative count would write the untrained model over the run's
+    assert "--stop_after_steps must be 0 (never) or more, got -1" in results["stop DQN"]["stderr"]
+    for name, flag, message in OUT_OF_RANGE:
+        result = results[f"{name} {flag}"]
+        assert result["code"] == 2 and message in result["stderr"], f"{name} {flag}: {result}"
+    for name, pattern in WRONG_ACTION_SPACE:
+        error = results[f"space {name}"]["error"] or ""
+        assert error.startswith("ValueError: --env Pendulum-v1") and pattern in error, error
+    assert list(tmp_path.iterdir()) == [], "a refused command line wrote its logdir"
 
 
 @pytest.mark.parametrize(
@@ -338,25 +350,6 @@ def test_number_flag_types_take_their_range_and_refuse_the_rest(kind, good, bad)
     for value in bad:
         with pytest.raises(argparse.ArgumentTypeError, match="must be"):
             kind(value)
-
-
-@pytest.mark.slow  # starts an example (torch, gymnasium): seconds each
-@pytest.mark.parametrize(
-    ("name", "flag", "message"),
-    [
-        ("COMA", "--gamma=1.5", "argument --gamma: must be a number in [0, 1], got 1.5"),
-        ("COMA", "--actor_lr=-1", "argument --actor_lr: must be a finite number above 0"),
-        ("QMIX", "--lr=nan", "argument --lr: must be a finite number above 0, got nan"),
-        ("MAPPO", "--lr=0", "argument --lr: must be a finite number above 0, got 0"),
-    ],
-)
-def test_a_multiagent_examples_number_out_of_range_is_a_usage_error(
-    run_python: RunPython, tmp_path, name: str, flag: str, message: str
-) -> None:
-    log = tmp_path / "log"
-    proc = run_python(args=[str(SCRIPTS[name]), flag, "--logdir", str(log)], timeout=180)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert message in proc.stderr and not log.exists()
 
 
 RESUME_WITHOUT_CHECKPOINT = """

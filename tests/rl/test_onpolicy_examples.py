@@ -1,6 +1,7 @@
 """The PPO and A2C examples, each run in a fresh interpreter (their module names would collide):
-bounded learning runs at a fixed seed, same seed same result, resumable checkpoints, and smoke
-runs on MuJoCo and Atari."""
+PPO learns CartPole within a bounded budget at a fixed seed (a threshold guard), same seed same
+result, resumable checkpoints, and smoke runs on MuJoCo and Atari (A2C's with remote actors
+on Pong)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ print("RESULT" + json.dumps(out))
     return json.loads(line[len("RESULT") :])
 
 
-def test_ppo_learns_cartpole_within_a_bounded_budget(run_python: RunPython, tmp_path: Path) -> None:
+@pytest.mark.threshold
+def test_threshold_ppo_learns_cartpole_within_a_bounded_budget(
+    run_python: RunPython, tmp_path: Path
+) -> None:
     result = _run_main(
         run_python,
         PPO_DIR,
@@ -70,10 +74,14 @@ def test_ppo_same_seed_same_result_and_resume(run_python: RunPython, tmp_path: P
         "3",
     ]
     first = _run_main(run_python, PPO_DIR, [*args, "--logdir", str(tmp_path / "a")])
-    second = _run_main(run_python, PPO_DIR, [*args, "--logdir", str(tmp_path / "b")])
-    assert first["eval_history"] == second["eval_history"]
+    # the second run and the comparison of the two checkpoints in one interpreter
     code = f"""
-import torch
+import dataclasses, json, sys, torch
+sys.path.insert(0, {str(PPO_DIR)!r})
+torch.set_num_threads(1)
+import train
+result = train.main({[*args, "--logdir", str(tmp_path / "b")]!r})
+print("RESULT" + json.dumps(dataclasses.asdict(result)))
 a = torch.load({str(tmp_path / "a" / "checkpoint.pt")!r}, weights_only=False)
 b = torch.load({str(tmp_path / "b" / "checkpoint.pt")!r}, weights_only=False)
 def tensors(state):
@@ -90,6 +98,9 @@ print("same")
 """
     proc = run_python(code)
     assert proc.returncode == 0 and "same" in proc.stdout, proc.stderr[-2000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    second = json.loads(line[len("RESULT") :])
+    assert first["eval_history"] == second["eval_history"]
     resumed = _run_main(
         run_python,
         PPO_DIR,
@@ -135,8 +146,8 @@ def test_ppo_example_smoke_on_mujoco(run_python: RunPython, tmp_path: Path) -> N
 
 def test_ppo_example_on_atari_without_evaluation(run_python: RunPython, tmp_path: Path) -> None:
     """PARL's Atari configuration on Breakout (the Nature CNN on 84x84 frames), one update;
-    ``--eval_episodes 0`` skips the greedy evaluation and still saves the checkpoint; a negative
-    count is refused by name."""
+    ``--eval_episodes 0`` skips the greedy evaluation and still saves the checkpoint (a negative
+    count is refused with the other usage errors, in ``test_example_flags.py``)."""
     logdir = tmp_path / "breakout"
     result = _run_main(
         run_python,
@@ -147,29 +158,11 @@ def test_ppo_example_on_atari_without_evaluation(run_python: RunPython, tmp_path
     assert result["eval_history"] == [] and result["total_steps"] == 256
     assert (logdir / "checkpoint.pt").exists()
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
-    proc = run_python(args=[str(PPO_DIR / "train.py"), "--eval_episodes", "-1"], timeout=60)
-    assert proc.returncode == 2 and "--eval_episodes: must be 0" in proc.stderr, proc.stderr
-
-
-def test_a2c_learns_cartpole_within_a_bounded_budget(run_python: RunPython, tmp_path: Path) -> None:
-    args = [
-        "--max_sample_steps",
-        "40000",
-        "--test_every_steps",
-        "5000",
-        "--target_return",
-        "200",
-        "--no_progress",
-        "--logdir",
-        str(tmp_path / "a2c"),
-    ]
-    result = _run_main(run_python, A2C_DIR, args)
-    best = max(mean for _, mean in result["history"])
-    assert best >= 200, result["history"]  # a random policy scores about 22
-    assert (tmp_path / "a2c" / "model.ckpt").exists()
 
 
 def test_a2c_example_smoke_on_atari_with_env_actors(run_python: RunPython, tmp_path: Path) -> None:
+    """docs/algorithms/a2c.md's ``examples/A2C/train.py --env PongNoFrameskip-v4`` starts (the
+    Atari ids are registered before the env is made) and samples every step it was given."""
     result = _run_main(
         run_python,
         A2C_DIR,
@@ -189,5 +182,5 @@ def test_a2c_example_smoke_on_atari_with_env_actors(run_python: RunPython, tmp_p
             str(tmp_path / "pong"),
         ],
     )
-    assert result["history"] == []
+    assert result["history"] == [] and result["sample_steps"] == 80
     assert (tmp_path / "pong" / "model.ckpt").exists()
