@@ -1,4 +1,5 @@
-"""A real cluster on loopback: placement, slots, output, dead workers and callers, xparl."""
+"""A real cluster on loopback: placement, slots, output, dead workers and callers, xparl.
+(A killed host agent: test_cluster_failures.py.)"""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_a_closed_actors_slot_is_reused_at_once(on_cluster, caplog):
         start = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="parl.cluster"):
             actors.append(Sampler())  # waits only for the closed worker to end
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 5.0  # not for a slot (up to slot_timeout, 10 s)
         assert actors[-1].add(2, 2) == 4
     # that short wait is not a "no free slot" wait: nothing is logged
     assert "no free slot" not in caplog.text
@@ -156,9 +157,9 @@ def test_a_killed_worker_is_a_dead_actor_and_frees_its_slot(on_cluster):
     start = time.monotonic()
     with pytest.raises(parl.ActorDiedError, match="was killed by SIGKILL"):
         doomed.add(1, 2)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 5.0  # seen at once, not after a timeout
     assert other.add(1, 2) == 3
-    assert wait_until(lambda: on_cluster.used() == 1, timeout=5)
+    assert wait_until(lambda: on_cluster.used() == 1, timeout=15)
 
 
 def test_a_killed_callers_actors_end_and_their_slots_come_back(on_cluster, tmp_path):
@@ -184,8 +185,8 @@ def test_a_killed_callers_actors_end_and_their_slots_come_back(on_cluster, tmp_p
         assert len(pids) == 3 and on_cluster.used() == 3
         caller.kill()
         caller.wait()
-        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
-        assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=5)
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=15)
+        assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=15)
     finally:
         caller.kill()
         caller.wait()
@@ -278,26 +279,6 @@ def _states(home: str) -> list[dict]:
     return found
 
 
-def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluster):
-    actor = Sampler()
-    assert actor.add(1, 2) == 3
-    (agent,) = [psutil.Process(pid) for pid in small_cluster.pids("agent")]
-    agent.kill()
-
-    def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s
-        try:
-            actor.add(1, 2)
-        except parl.ActorDiedError:
-            return True
-        return False
-
-    assert wait_until(calls_fail, timeout=5)
-    with pytest.raises(parl.ActorDiedError):  # and every later call
-        actor.add(1, 2)
-    assert wait_until(lambda: small_cluster.status()["hosts"] == [], timeout=5)
-    assert wait_until(lambda: not small_cluster.workers(), timeout=10)
-
-
 def test_large_arrays_cross_intact_and_writable(on_cluster):
     import numpy as np
 
@@ -342,12 +323,12 @@ def test_a_forked_child_does_not_keep_a_killed_callers_actors_alive(on_cluster, 
         caller.kill()
         caller.wait()
         assert psutil.pid_exists(child)  # still holds copies of the parent's sockets
-        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
-        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=5)
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=15)
+        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=15)
     finally:
         if child is not None:
             os.kill(child, signal.SIGKILL)
-            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=15)
         caller.kill()
         caller.wait()
         caller.stdin.close()

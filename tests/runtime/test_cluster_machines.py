@@ -120,7 +120,8 @@ def machines(tmp_path: Path) -> Iterator[dict[str, Host]]:
             yield hosts
         finally:
             for host in hosts.values():
-                host.xparl("stop", check=False)
+                if host.daemons():  # (a machine with nothing running has nothing to stop)
+                    host.xparl("stop", check=False)
             for host in hosts.values():
                 left = wait_until(lambda h=host: not h.daemons(), timeout=20)
                 assert left, f"processes left on {host.machine.name}: {host.daemons()}"
