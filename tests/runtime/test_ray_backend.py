@@ -22,7 +22,7 @@ from tests.runtime.actors import AsyncSampler, AsyncWriter, Sampler, Writer
 from tests.runtime.conftest import wait_until
 from tests.runtime.rays import NUM_CPUS, actor_workers
 
-pytestmark = [pytest.mark.usefixtures("on_ray"), pytest.mark.slow]  # a Ray of its own
+pytestmark = [pytest.mark.usefixtures("on_ray"), pytest.mark.slow]  # the shared Ray (rays.py)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -394,7 +394,7 @@ def test_by_value_classes_and_unpickling_failures_behave_as_on_local_workers():
 
 
 def test_connecting_to_another_ray_than_the_one_initialised_is_refused():
-    # the module's Ray was started by ray.init: parl.connect("ray://...") silently joined it
+    # the shared Ray was started by ray.init: parl.connect("ray://...") silently joined it
     with pytest.raises(parl.ClusterError, match=r"already initialised a local Ray"):
         parl.connect("ray://127.0.0.1:1")
 
