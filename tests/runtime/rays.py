@@ -73,7 +73,9 @@ def on_ray(ray_local):
         gc.collect()
         parl.disconnect()  # kills the test's actors; leaves the shared Ray running
         parl.connect(linger=0)
-        assert wait_until(lambda: not actor_workers(), timeout=30), "Ray actors left behind"
+        assert wait_until(lambda: not actor_workers(), timeout=30), (
+            f"Ray actors left behind: {[_title(p) for p in actor_workers()]}"
+        )
 
 
 def actor_workers() -> list[psutil.Process]:
@@ -87,6 +89,13 @@ def actor_workers() -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
+
+
+def _title(process: psutil.Process) -> str:
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())[:80]}"
+    except psutil.Error:
+        return str(process.pid)
 
 
 def _running(process: psutil.Process) -> bool:

@@ -220,19 +220,23 @@ def test_closing_ends_the_actor_as_a_local_worker_ends(tmp_path):
 
 def test_an_actor_that_does_not_end_is_killed_after_stop_timeout(tmp_path, caplog):
     """A stuck actor is killed once, with one warning naming its pid (the reaper thread and
-    ``disconnect`` both reap: not one warning per reaper); a well-behaved actor closed before
-    it ended gracefully, with no warning. The well-behaved one is waited for before the stuck
-    one is closed, so a busy machine cannot make it miss its own stop_timeout here."""
+    ``disconnect`` both reap: not one warning per reaper); a well-behaved actor closed while
+    the stuck one runs ends gracefully, with no warning. The well-behaved one belongs to a
+    connection with a long stop_timeout and is waited for before the stuck one is closed, so a
+    busy machine cannot make it miss its own stop_timeout."""
     caplog.set_level("WARNING", logger="parl.ray")
-    parl.connect("ray", stop_timeout=3)
+    parl.connect("ray", stop_timeout=120)
+    writer = Writer(str(tmp_path))
+    writer_pid = writer.pid()
+    parl.connect("ray", stop_timeout=3)  # (the writer keeps its connection's stop_timeout)
     (tmp_path / "stuck").mkdir()
-    writer, stuck = Writer(str(tmp_path)), AsyncWriter(str(tmp_path / "stuck"))
-    writer_pid, stuck_pid = writer.pid(), stuck.pid().get(timeout=30)
+    stuck = AsyncWriter(str(tmp_path / "stuck"))
+    stuck_pid = stuck.pid().get(timeout=30)
     stuck.busy()  # never returns: the stop queued behind it cannot run
-    assert wait_until(lambda: (tmp_path / "stuck" / "busy").exists(), timeout=30)
+    assert wait_until(lambda: (tmp_path / "stuck" / "busy").exists(), timeout=60)
     parl.close_actor(writer)
-    assert wait_until(lambda: (tmp_path / "del").exists(), timeout=30)  # ended gracefully
-    assert wait_until(lambda: writer_pid not in {p.pid for p in actor_workers()}, timeout=30)
+    assert wait_until(lambda: (tmp_path / "del").exists(), timeout=60)  # ended gracefully
+    assert wait_until(lambda: writer_pid not in {p.pid for p in actor_workers()}, timeout=60)
     start = time.monotonic()
     parl.close_actor(stuck)
     parl.disconnect()  # reaps beside the reaper thread, as at exit or after Ctrl-C
