@@ -223,24 +223,27 @@ def test_xparl_start_status_stop_one_cluster_only(cluster, tmp_path):
     port = clusters.free_port()
     start = time.monotonic()
     out = clusters.xparl(env, "start", "--port", str(port), "--cpu_num", "2").stdout
-    took = time.monotonic() - start
-    # returns once its daemons answer: not after a hang (a loaded machine takes seconds to
-    # start three interpreters, so the bound is loose)
-    assert took < 20.0, f"xparl start took {took:.2f} s"
-    assert f"xparl connect --address 127.0.0.1:{port}" in out
-    assert "other machines:  cannot join, the master listens on 127.0.0.1 only" in out
-    ours = {s["role"]: s for s in _states(cluster.home) if s["cluster_port"] == port}
-    assert sorted(ours) == ["agent", "master"] and ours["agent"]["master_slots"]
-    daemon = psutil.Process(ours["master"]["pid"])
-    agent = psutil.Process(ours["agent"]["pid"])
-    assert daemon.children(recursive=True) == []  # the slots are the agent's, not the master's
-    assert len([agent, *agent.children(recursive=True)]) <= 2  # idle: agent + fork server
-    status = clusters.xparl(env, "status").stdout
-    assert f"cluster 127.0.0.1:{port} " in status and "0 of 2 slot(s) used, 2 free" in status
-    assert f"cluster {cluster.address} " in status and "0 of 5 slot(s) used" in status
-    again = clusters.xparl(env, "start", "--port", str(port), check=False)
-    assert again.returncode == 1 and "already runs on port" in again.stderr
-    clusters.xparl(env, "stop", "--port", str(port))
+    try:
+        took = time.monotonic() - start
+        # returns once its daemons answer: not after a hang (a loaded machine takes seconds to
+        # start three interpreters, so the bound is loose)
+        assert took < 20.0, f"xparl start took {took:.2f} s"
+        assert f"xparl connect --address 127.0.0.1:{port}" in out
+        assert "other machines:  cannot join, the master listens on 127.0.0.1 only" in out
+        ours = {s["role"]: s for s in _states(cluster.home) if s["cluster_port"] == port}
+        assert sorted(ours) == ["agent", "master"] and ours["agent"]["master_slots"]
+        daemon = psutil.Process(ours["master"]["pid"])
+        agent = psutil.Process(ours["agent"]["pid"])
+        assert daemon.children(recursive=True) == []  # the slots are the agent's, not the master's
+        assert len([agent, *agent.children(recursive=True)]) <= 2  # idle: agent + fork server
+        status = clusters.xparl(env, "status").stdout
+        assert f"cluster 127.0.0.1:{port} " in status and "0 of 2 slot(s) used, 2 free" in status
+        assert f"cluster {cluster.address} " in status and "0 of 5 slot(s) used" in status
+        again = clusters.xparl(env, "start", "--port", str(port), check=False)
+        assert again.returncode == 1 and "already runs on port" in again.stderr
+    finally:  # (a failed check above leaves no cluster behind)
+        stopped = clusters.xparl(env, "stop", "--port", str(port), check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert wait_until(lambda: not daemon.is_running() and not agent.is_running(), timeout=30)
     assert not clusters.port_open(port)
     assert len(cluster.status()["hosts"]) == 2  # the other cluster still serves
