@@ -159,7 +159,7 @@ def stop(cluster: Cluster) -> None:
     """Stop the cluster; fails if a process or a listening port is left behind."""
     processes = cluster.processes()
     xparl(cluster.env, "stop", "--port", str(cluster.port), check=False)  # (some may be gone)
-    left = wait_until(lambda: not [p for p in processes if _running(p)], timeout=20)
+    left = wait_until(lambda: not [p for p in processes if _running(p)], timeout=60)
     assert left, f"cluster processes left behind: {[p for p in processes if _running(p)]}"
     for port in (cluster.port, *cluster.agent_ports):
         assert not port_open(port), f"port {port} still listening"

@@ -215,7 +215,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture
 def carrier(request):
     """``"local"``, ``"tcp"`` (actors of the test go to the loopback cluster) or ``"ray"``
-    (they are actors of a local Ray started for the test module)."""
+    (they are actors of the local Ray that the test process shares, tests/runtime/rays.py)."""
     if request.param == "tcp":
         request.getfixturevalue("on_cluster")
     elif request.param == "ray":

@@ -8,7 +8,7 @@ uses (a lock file per /24). ``network.machine("a")`` adds a namespace with loopb
 link to the bridge; ``machine.popen``/``machine.run`` start commands inside it. ``machine.cut()``
 takes the link down on the bridge's side (packets vanish, as with a pulled cable: nothing tells
 either end), ``restore()`` brings it back, ``limit("100mbit")`` shapes what the machine receives
-and sends, ``bytes_in()``/``bytes_out()`` count what its link carried. ``close()`` kills every
+and sends (``unlimit()`` ends that), ``bytes_in()``/``bytes_out()`` count what its link carried. ``close()`` kills every
 process left in the namespaces and deletes them and the bridge; namespaces of dead test
 processes are removed when the next network starts.
 
@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
-PREFIX = "parlt"  # namespaces: parlt-<pid>-<name>; bridge pb<pid>; veths pv<pid><n>[h|m]
+# namespaces parlt-<pid>-<net>-<name>; bridge pb<pid>.<net>; veths pv<net>.<n>[h|m], where <net>
+# is the number of the network's /24 (locked): several networks may live at once, in one process
+PREFIX = "parlt"
 LOCKS = Path("/tmp/parl-netns-locks")
 NEEDS = "network namespaces need root and iproute2 (`ip`); CI runs as root"
 
@@ -90,7 +92,7 @@ def remove_stale() -> None:
             kill_namespace_processes(m.group(1))
             _ip("netns", "del", m.group(1), check=False)
     for line in _ip("-o", "link", "show", "type", "bridge", check=False).splitlines():
-        m = re.match(r"\d+: (pb(\d+))[:@]", line)
+        m = re.match(r"\d+: (pb(\d+)(?:\.\d+)?)[:@]", line)
         if m and not _alive(int(m.group(2))):
             _ip("link", "del", m.group(1), check=False)
 
@@ -98,10 +100,10 @@ def remove_stale() -> None:
 class Machine:
     def __init__(self, network: Network, name: str, index: int) -> None:
         self.name = name
-        self.netns = f"{PREFIX}-{os.getpid()}-{name}"
+        self.netns = f"{PREFIX}-{os.getpid()}-{network.number}-{name}"
         self.address = f"{network.prefix}.{index}"
-        self._host_side = f"pv{os.getpid()}{index}h"
-        inner = f"pv{os.getpid()}{index}m"
+        self._host_side = f"pv{network.number}.{index}h"
+        inner = f"pv{network.number}.{index}m"
         _ip("netns", "add", self.netns)
         _ip("link", "set", "lo", "up", netns=self.netns)
         _ip("link", "add", self._host_side, "type", "veth", "peer", "name", inner)
@@ -110,6 +112,7 @@ class Machine:
         _ip("addr", "add", f"{self.address}/24", "dev", inner, netns=self.netns)
         _ip("link", "set", inner, "up", netns=self.netns)
         self._inner = inner
+        self.is_cut = False
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -123,9 +126,11 @@ class Machine:
     def cut(self) -> None:
         """The cable pulled: the bridge's end goes down, packets to and from here vanish."""
         _ip("link", "set", self._host_side, "down")
+        self.is_cut = True
 
     def restore(self) -> None:
         _ip("link", "set", self._host_side, "up")
+        self.is_cut = False
 
     def limit(self, rate: str = "100mbit") -> None:
         """Shape both directions of this machine's link to ``rate`` (tc's token bucket)."""
@@ -133,6 +138,12 @@ class Machine:
             argv = ["tc", *(["-n", netns] if netns else []), "qdisc", "replace", "dev", dev]
             argv += ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]
             subprocess.run(argv, check=True, capture_output=True)
+
+    def unlimit(self) -> None:
+        """The link at full speed again (no shaping in either direction)."""
+        for dev, netns in ((self._host_side, None), (self._inner, self.netns)):
+            argv = ["tc", *(["-n", netns] if netns else []), "qdisc", "del", "dev", dev, "root"]
+            subprocess.run(argv, capture_output=True)  # (none there: nothing to do)
 
     def bytes_in(self) -> int:
         """Bytes this machine's link has carried to it (counted on the bridge's side)."""
@@ -163,11 +174,11 @@ class Network:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            self._lock_fd, self.prefix = fd, f"10.200.{n}"
+            self._lock_fd, self.number, self.prefix = fd, n, f"10.200.{n}"
             break
         else:
             raise RuntimeError("no free /24 in 10.200.0.0/16 for a test network")
-        self.bridge = f"pb{os.getpid()}"
+        self.bridge = f"pb{os.getpid()}.{self.number}"
         self.here = f"{self.prefix}.254"
         self.machines: list[Machine] = []
         _ip("link", "add", self.bridge, "type", "bridge")

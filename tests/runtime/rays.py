@@ -1,4 +1,6 @@
-"""A local Ray for the tests: one per test module that asks for it, shut down at its end.
+"""A local Ray for the tests: one per test process (an xdist worker), started by the first test
+that asks for it and shut down at the end of the run; and a Ray head (``ray_head``) for the
+one module that drives Ray Client from a user's script.
 
 Without Ray installed, the Ray tests are skipped with the install hint, except under
 ``CI=true`` (``.ci/run`` installs the ``ray`` extra), where that is a failure.
@@ -21,7 +23,7 @@ import pytest
 
 from tests.runtime.conftest import wait_until
 
-NUM_CPUS = 4  # logical (the machine has 2 cores): test_ray_backend's resource tests hold them
+NUM_CPUS = 2  # logical: test_ray_backend's resource tests hold them; Ray starts a worker per CPU
 
 
 def require_ray():
@@ -38,10 +40,11 @@ def require_ray():
     return ray
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_local():
-    """``ray.init(num_cpus=4, include_dashboard=False)`` in this process; at the end of the
-    module, ``ray.shutdown()`` and a check that every process Ray started has ended."""
+    """``ray.init(num_cpus=NUM_CPUS, include_dashboard=False)`` in this process, shared by every test
+    of the run on Ray (``on_ray`` checks after each that none of its actors is left); at the
+    end, ``ray.shutdown()`` and a check that every process Ray started has ended."""
     ray = require_ray()
     if ray.is_initialized():
         pytest.fail("a Ray from an earlier test is still initialised in this process")
@@ -68,9 +71,11 @@ def on_ray(ray_local):
         yield ray_local
     finally:
         gc.collect()
-        parl.disconnect()  # kills the test's actors; leaves the module's Ray running
+        parl.disconnect()  # kills the test's actors; leaves the shared Ray running
         parl.connect(linger=0)
-        assert wait_until(lambda: not actor_workers(), timeout=10), "Ray actors left behind"
+        assert wait_until(lambda: not actor_workers(), timeout=30), (
+            f"Ray actors left behind: {[_title(p) for p in actor_workers()]}"
+        )
 
 
 def actor_workers() -> list[psutil.Process]:
@@ -84,6 +89,13 @@ def actor_workers() -> list[psutil.Process]:
         except psutil.Error:
             pass
     return found
+
+
+def _title(process: psutil.Process) -> str:
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())[:80]}"
+    except psutil.Error:
+        return str(process.pid)
 
 
 def _running(process: psutil.Process) -> bool:

@@ -1,4 +1,5 @@
-"""A real cluster on loopback: placement, slots, output, dead workers and callers, xparl."""
+"""A real cluster on loopback: placement, slots, output, dead workers and callers, xparl.
+(A killed host agent: test_cluster_failures.py.)"""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_a_closed_actors_slot_is_reused_at_once(on_cluster, caplog):
         start = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="parl.cluster"):
             actors.append(Sampler())  # waits only for the closed worker to end
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 5.0  # not for a slot (up to slot_timeout, 10 s)
         assert actors[-1].add(2, 2) == 4
     # that short wait is not a "no free slot" wait: nothing is logged
     assert "no free slot" not in caplog.text
@@ -156,9 +157,9 @@ def test_a_killed_worker_is_a_dead_actor_and_frees_its_slot(on_cluster):
     start = time.monotonic()
     with pytest.raises(parl.ActorDiedError, match="was killed by SIGKILL"):
         doomed.add(1, 2)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 5.0  # seen at once, not after a timeout
     assert other.add(1, 2) == 3
-    assert wait_until(lambda: on_cluster.used() == 1, timeout=5)
+    assert wait_until(lambda: on_cluster.used() == 1, timeout=15)
 
 
 def test_a_killed_callers_actors_end_and_their_slots_come_back(on_cluster, tmp_path):
@@ -184,8 +185,8 @@ def test_a_killed_callers_actors_end_and_their_slots_come_back(on_cluster, tmp_p
         assert len(pids) == 3 and on_cluster.used() == 3
         caller.kill()
         caller.wait()
-        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
-        assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=5)
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=15)
+        assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=15)
     finally:
         caller.kill()
         caller.wait()
@@ -222,23 +223,28 @@ def test_xparl_start_status_stop_one_cluster_only(cluster, tmp_path):
     port = clusters.free_port()
     start = time.monotonic()
     out = clusters.xparl(env, "start", "--port", str(port), "--cpu_num", "2").stdout
-    took = time.monotonic() - start
-    assert took < 2.0, f"xparl start took {took:.2f} s"
-    assert f"xparl connect --address 127.0.0.1:{port}" in out
-    assert "other machines:  cannot join, the master listens on 127.0.0.1 only" in out
-    ours = {s["role"]: s for s in _states(cluster.home) if s["cluster_port"] == port}
-    assert sorted(ours) == ["agent", "master"] and ours["agent"]["master_slots"]
-    daemon = psutil.Process(ours["master"]["pid"])
-    agent = psutil.Process(ours["agent"]["pid"])
-    assert daemon.children(recursive=True) == []  # the slots are the agent's, not the master's
-    assert len([agent, *agent.children(recursive=True)]) <= 2  # idle: agent + fork server
-    status = clusters.xparl(env, "status").stdout
-    assert f"cluster 127.0.0.1:{port} " in status and "0 of 2 slot(s) used, 2 free" in status
-    assert f"cluster {cluster.address} " in status and "0 of 5 slot(s) used" in status
-    again = clusters.xparl(env, "start", "--port", str(port), check=False)
-    assert again.returncode == 1 and "already runs on port" in again.stderr
-    clusters.xparl(env, "stop", "--port", str(port))
-    assert wait_until(lambda: not daemon.is_running() and not agent.is_running(), timeout=10)
+    try:
+        took = time.monotonic() - start
+        # returns once its daemons answer: not after a hang (a loaded machine takes seconds to
+        # start three interpreters, so the bound is loose)
+        assert took < 20.0, f"xparl start took {took:.2f} s"
+        assert f"xparl connect --address 127.0.0.1:{port}" in out
+        assert "other machines:  cannot join, the master listens on 127.0.0.1 only" in out
+        ours = {s["role"]: s for s in _states(cluster.home) if s["cluster_port"] == port}
+        assert sorted(ours) == ["agent", "master"] and ours["agent"]["master_slots"]
+        daemon = psutil.Process(ours["master"]["pid"])
+        agent = psutil.Process(ours["agent"]["pid"])
+        assert daemon.children(recursive=True) == []  # the slots are the agent's, not the master's
+        assert len([agent, *agent.children(recursive=True)]) <= 2  # idle: agent + fork server
+        status = clusters.xparl(env, "status").stdout
+        assert f"cluster 127.0.0.1:{port} " in status and "0 of 2 slot(s) used, 2 free" in status
+        assert f"cluster {cluster.address} " in status and "0 of 5 slot(s) used" in status
+        again = clusters.xparl(env, "start", "--port", str(port), check=False)
+        assert again.returncode == 1 and "already runs on port" in again.stderr
+    finally:  # (a failed check above leaves no cluster behind)
+        stopped = clusters.xparl(env, "stop", "--port", str(port), check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert wait_until(lambda: not daemon.is_running() and not agent.is_running(), timeout=30)
     assert not clusters.port_open(port)
     assert len(cluster.status()["hosts"]) == 2  # the other cluster still serves
     gone = clusters.xparl(env, "stop", "--port", str(port), check=False)
@@ -276,26 +282,6 @@ def _states(home: str) -> list[dict]:
         with open(os.path.join(folder, name)) as file:
             found.append(json.load(file))
     return found
-
-
-def test_a_killed_host_agent_is_a_dead_actor_and_leaves_the_cluster(small_cluster):
-    actor = Sampler()
-    assert actor.add(1, 2) == 3
-    (agent,) = [psutil.Process(pid) for pid in small_cluster.pids("agent")]
-    agent.kill()
-
-    def calls_fail() -> bool:  # the worker ends shortly after its agent: within 5 s
-        try:
-            actor.add(1, 2)
-        except parl.ActorDiedError:
-            return True
-        return False
-
-    assert wait_until(calls_fail, timeout=5)
-    with pytest.raises(parl.ActorDiedError):  # and every later call
-        actor.add(1, 2)
-    assert wait_until(lambda: small_cluster.status()["hosts"] == [], timeout=5)
-    assert wait_until(lambda: not small_cluster.workers(), timeout=10)
 
 
 def test_large_arrays_cross_intact_and_writable(on_cluster):
@@ -342,12 +328,12 @@ def test_a_forked_child_does_not_keep_a_killed_callers_actors_alive(on_cluster, 
         caller.kill()
         caller.wait()
         assert psutil.pid_exists(child)  # still holds copies of the parent's sockets
-        assert wait_until(lambda: on_cluster.used() == 0, timeout=5)
-        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=5)
+        assert wait_until(lambda: on_cluster.used() == 0, timeout=15)
+        assert wait_until(lambda: not psutil.pid_exists(worker), timeout=15)
     finally:
         if child is not None:
             os.kill(child, signal.SIGKILL)
-            wait_until(lambda: not psutil.pid_exists(child), timeout=5)
+            wait_until(lambda: not psutil.pid_exists(child), timeout=15)
         caller.kill()
         caller.wait()
         caller.stdin.close()

@@ -358,7 +358,7 @@ def test_a_host_with_a_slot_count_below_one_is_refused(cluster, slots):
         assert answer is None or answer["op"] == "error", answer
     finally:
         sock.close()
-    assert wait_until(lambda: len(cluster.status()["hosts"]) == 2, timeout=5)
+    assert wait_until(lambda: len(cluster.status()["hosts"]) == 2, timeout=15)
     assert sorted(h["slots"] for h in cluster.status()["hosts"]) == [2, 3]
 
 

@@ -107,7 +107,7 @@ def test_a_grant_of_a_caller_that_went_away_frees_its_slot_at_once(cluster):
         assert cluster.used() == 1
     finally:
         sock.close()  # the caller dies before it starts the actor
-    assert wait_until(lambda: cluster.used() == 0, timeout=5), cluster.status()
+    assert wait_until(lambda: cluster.used() == 0, timeout=15), cluster.status()
 
 
 def test_a_failed_actor_start_gives_its_grant_back(on_cluster, monkeypatch):
@@ -122,7 +122,7 @@ def test_a_failed_actor_start_gives_its_grant_back(on_cluster, monkeypatch):
     monkeypatch.setattr(ClusterCarrier, "_channel", unreachable)
     with pytest.raises(ClusterError, match="cannot reach"):
         Sampler()
-    assert wait_until(lambda: on_cluster.used() == 0, timeout=5), on_cluster.status()
+    assert wait_until(lambda: on_cluster.used() == 0, timeout=15), on_cluster.status()
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_a_host_agent_names_an_actor_setting_out_of_range(on_cluster, monkeypatc
     monkeypatch.setattr(cluster_carrier.messages, "Actor", with_bad_setting)
     with pytest.raises(ClusterError, match="cannot start an actor: " + re.escape(words)):
         Sampler()
-    assert wait_until(lambda: on_cluster.used() == 0, timeout=5), on_cluster.status()
+    assert wait_until(lambda: on_cluster.used() == 0, timeout=15), on_cluster.status()
 
 
 @pytest.mark.parametrize("timeout", ["NaN", "Infinity", '"soon"'])
@@ -171,7 +171,7 @@ def test_a_place_with_a_timeout_that_is_not_finite_is_refused(cluster, timeout):
         assert answer is None or answer["op"] == "error", answer
     finally:
         sock.close()
-    assert wait_until(lambda: cluster.status()["clients"] == 0, timeout=5)
+    assert wait_until(lambda: cluster.status()["clients"] == 0, timeout=15)
     assert cluster.used() == 0
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,8 +120,18 @@ def machines(tmp_path: Path) -> Iterator[dict[str, Host]]:
         try:
             yield hosts
         finally:
-            for host in hosts.values():
-                host.xparl("stop", check=False)
+            stopping = [  # on every machine that runs something, all at once
+                host.machine.popen(
+                    [sys.executable, "-m", "parl.cluster.cli", "stop"],
+                    env=host.env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for host in hosts.values()
+                if host.daemons()
+            ]
+            for process in stopping:
+                process.wait(90)
             for host in hosts.values():
                 left = wait_until(lambda h=host: not h.daemons(), timeout=20)
                 assert left, f"processes left on {host.machine.name}: {host.daemons()}"
@@ -152,8 +163,15 @@ def _start_everywhere(machines: dict[str, Host]) -> str:
     assert f"parl.connect({address!r})" in out
     for name in ("a", "b", "caller"):
         machines[name].take_secret(master)
-    for name in ("a", "b"):
-        joined = machines[name].xparl("connect", "--address", address, "--cpu_num", "1").stdout
+    with ThreadPoolExecutor(2) as pool:  # the two machines join at once
+        joins = {
+            name: pool.submit(
+                machines[name].xparl, "connect", "--address", address, "--cpu_num", "1"
+            )
+            for name in ("a", "b")
+        }
+    for name, join in joins.items():
+        joined = join.result().stdout
         assert joined.startswith(f"host agent at {machines[name].address}:"), joined
     return address
 

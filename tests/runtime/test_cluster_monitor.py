@@ -1,10 +1,11 @@
 """The cluster's monitor page: ``xparl start --monitor_port`` on a real cluster on loopback (a
-master and two host agents, each its own process), checked through ``/api/status``, ``xparl
+master and two host agents, each its own process, shared by the module's tests), checked through ``/api/status``, ``xparl
 status --json`` and a real headless Chromium. An actor printing very long lines does not stop
 its host agent's reports, which must fit in a control frame."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -38,18 +39,37 @@ class Trainer:
         return True
 
 
-@pytest.fixture
-def monitored(tmp_path, monkeypatch):
-    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+@pytest.fixture(scope="module")
+def monitored_cluster(tmp_path_factory):
+    """One cluster with its page for the module's tests (each leaves it as it found it)."""
+    previous = os.environ.get("PARL_CLUSTER_SECRET")
+    os.environ["PARL_CLUSTER_SECRET"] = clusters.SECRET
     port = clusters.free_port()
-    cluster = clusters.start(str(tmp_path / "home"), monitor_port=port)
+    cluster = clusters.start(str(tmp_path_factory.mktemp("monitored")), monitor_port=port)
     try:
-        parl.connect(cluster.address, linger=0)
         yield cluster, f"http://127.0.0.1:{port}/"
     finally:
+        if previous is None:
+            os.environ.pop("PARL_CLUSTER_SECRET", None)
+        else:
+            os.environ["PARL_CLUSTER_SECRET"] = previous
+        clusters.stop(cluster)
+
+
+@pytest.fixture
+def monitored(monitored_cluster):
+    """The test's actors go to the monitored cluster; afterwards no caller is on its page and
+    every slot is free again."""
+    cluster, url = monitored_cluster
+    parl.connect(cluster.address, linger=0)
+    try:
+        yield cluster, url
+    finally:
+        gc.collect()
         parl.disconnect()
         parl.connect(linger=0)
-        clusters.stop(cluster)
+        assert wait_until(lambda: not _status(url)["clients"], timeout=10), "a caller is left"
+        assert wait_until(lambda: cluster.used() == 0, timeout=10), "cluster slots still used"
 
 
 def _status(url):

@@ -63,28 +63,45 @@ def start_agent(machine: Machine, master: str, home: str) -> None:
     assert done.returncode == 0, f"xparl connect failed: {done.stdout}{done.stderr}"
 
 
-@pytest.fixture
-def far_cluster(tmp_path, monkeypatch) -> Iterator[FarCluster]:
-    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+@pytest.fixture(scope="module")
+def far_lab(tmp_path_factory) -> Iterator[FarCluster]:
+    """The network, master and far host agent, started once for the module's tests that cut
+    the agent's link (``far_cluster`` gives the link back and waits for the host to serve)."""
+    folder = tmp_path_factory.mktemp("far")
     with Network() as net:
         agent = net.machine("agent")
-        env = dict(os.environ, HOME=str(tmp_path / "home"), PARL_CLUSTER_SECRET=clusters.SECRET)
+        env = dict(os.environ, HOME=str(folder / "home"), PARL_CLUSTER_SECRET=clusters.SECRET)
         port = clusters.free_port()
         clusters.xparl(env, "start", "--port", str(port), "--host", net.here, "--cpu_num", "0")
         try:
             far = FarCluster(net, agent, port)
-            start_agent(agent, far.address, str(tmp_path / "agent-home"))
+            start_agent(agent, far.address, str(folder / "agent-home"))
             assert wait_until(lambda: len(far.hosts()) == 1, timeout=15), "no host registered"
-            parl.connect(far.address, linger=0)
-            try:
-                yield far
-            finally:
-                agent.restore()
-                gc.collect()
-                parl.disconnect()
-                parl.connect(linger=0)
+            yield far
         finally:
             clusters.xparl(env, "stop", "--port", str(port), check=False)
+
+
+@pytest.fixture
+def far_cluster(far_lab, monkeypatch) -> Iterator[FarCluster]:
+    """The test's actors go to the far host. Afterwards the link is whole and unshaped again:
+    a link the test left cut stays cut until the master has dropped the host (its keepalive
+    ends the connection), then comes back, and the agent registers again with its slot free."""
+    far = far_lab
+    monkeypatch.setenv("PARL_CLUSTER_SECRET", clusters.SECRET)
+    parl.connect(far.address, linger=0)
+    try:
+        yield far
+    finally:
+        far.agent.unlimit()
+        dropped = not far.agent.is_cut or wait_until(lambda: far.hosts() == [], timeout=30)
+        far.agent.restore()
+        gc.collect()
+        parl.disconnect()
+        parl.connect(linger=0)
+        assert dropped, f"the master kept a host it lost: {far.hosts()}"
+        back = wait_until(lambda: [h["used"] for h in far.hosts()] == [0], timeout=30)
+        assert back, f"the far host does not serve again: {far.hosts()}"
 
 
 def _lost_connection(error: BaseException | None, far: FarCluster) -> BaseException:

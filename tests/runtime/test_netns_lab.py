@@ -1,5 +1,7 @@
 """The namespace lab itself: machines reach each other and the test process by address, a cut
-link carries nothing until it is restored, and nothing is left behind."""
+link carries nothing until it is restored, and nothing is left behind. Two networks live at
+once in one process (a module's shared network beside a test's own), with machines of the
+same name."""
 
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ def test_machines_reach_each_other_and_a_cut_link_carries_nothing() -> None:
         )
         assert "timed out" in done.stderr
         a.restore()
-        names = [m.netns for m in net.machines]
+        with Network() as other:  # a second network at once, a machine named alike
+            again = other.machine("a")
+            assert other.prefix != net.prefix and again.netns != a.netns
+            names = [m.netns for m in [*net.machines, *other.machines]]
+        assert _ip("netns", "list").count(a.netns) == 1  # the first one is still there
     listed = _ip("netns", "list")
     assert not any(name in listed for name in names)
