@@ -1,7 +1,7 @@
 """What is Ray's own in the Ray carrier: import isolation, code shipping, resources, output,
 closing, dead actors, and what a script moved onto ``parl.connect("ray")`` relies on (classes
 made in functions, unpickling failures, custom exceptions, ``ray.shutdown``, forks, exit). The shared semantics (calls, futures, attributes, errors, parl.wait and
-parl.get) run on Ray in test_remote_calls.py and test_wait_get.py (the ``carrier`` fixture)."""
+parl.get) run on Ray in test_remote_calls.py (the ``carrier`` fixture)."""
 
 from __future__ import annotations
 
