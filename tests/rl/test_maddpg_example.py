@@ -35,47 +35,130 @@ def run_example(run_python: RunPython, *args: str) -> str:
     return proc.stderr
 
 
-def test_maddpg_resume_equals_straight_run_and_refuses_other_runs_files(
+def resume_as_straight(
+    run_python: RunPython, straight: Path, resumed: Path, args: list[str]
+) -> None:
+    """Resume ``resumed`` (stopped at episode 6) in a fresh process: it ends with the weights of
+    the straight run, having trained on; the straight run wrote TensorBoard events."""
+    stopped = torch.load(resumed / "agent_0.ckpt", weights_only=True)
+    log = run_example(run_python, *args, "--logdir", str(resumed), "--resume")
+    assert "resumed from" in log and "done: 10 episodes, 250 steps" in log
+    for i in range(AGENTS):
+        offpolicy.assert_same_weights(straight / f"agent_{i}.ckpt", resumed / f"agent_{i}.ckpt")
+    final = torch.load(resumed / "agent_0.ckpt", weights_only=True)
+    assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
+    assert glob.glob(str(straight / "events.out.tfevents.*"))
+
+
+def stored_terminals(folder: Path) -> list[list[int]]:
+    """Each agent's stored steps that are terminal, of six episodes of 25 steps."""
+    found = []
+    for i in range(AGENTS):
+        with np.load(folder / f"rpm_agent{i}.npz") as memory:
+            stored = memory["terminal"][: int(memory["size"])]
+        assert stored.shape == (150,)
+        found.append(np.flatnonzero(stored).tolist())
+    return found
+
+
+def test_maddpg_resume_equals_straight_run_and_refuses_memories_of_other_points(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """Discrete actions, and continuous ones with the legacy dynamics and the time limit stored
-    as terminal: a resumed run ends with the straight run's weights. MPE episodes end only at
-    their length: by default no stored step is terminal (the critic bootstraps through the
-    cut), with ``--time_limit_as_terminal`` each episode's last one is, as in PARL's runs. The
-    legacy dynamics' stored transitions replay exactly in ``MAenv(..., legacy_dynamics=True)``
-    and not in mpe2's order. A resume is refused by flag, by ``--env`` (foraging with and
-    without ``-coop`` has the same spaces), and when a run killed while writing left checkpoint
-    files of two points or a memory of an earlier point (or none) beside a checkpoint: every
-    update draws the same rows of every agent's memory. With no memory at all it resumes with
-    empty ones; a part run without ``--save_rpm`` leaves the memory files of an earlier
-    checkpoint, which the next resume leaves for empty memories, saying so. Foraging forbids
-    some actions and MADDPG's policies do not mask: a forbidden argmax does nothing, as in
-    lbforaging itself, instead of stopping the run."""
-    cont = [*SMALL, "--continuous_actions", "--legacy_dynamics", "--time_limit_as_terminal"]
-    foraging = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
-    foraging += ["--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
-    foraging += ["--env", "Foraging-5x5-2p-1f-coop-v3"]
-    d = {name: tmp_path / name for name in ("sd", "rd", "sc", "rc", "f")}
-    half = ["--stop_after_episodes", "6"]
+    """Discrete actions: a resumed run ends with the straight run's weights. MPE episodes end
+    only at their length: by default no stored step is terminal (the critic bootstraps through
+    the cut). A run killed while writing leaves checkpoint files of two points, or a memory of
+    an earlier point (or none) beside a checkpoint: every update draws the same rows of every
+    agent's memory, so ``--resume`` refuses them; with no memory at all it resumes with empty
+    ones. A part run without ``--save_rpm`` leaves the memory files of an earlier checkpoint,
+    which the next resume leaves for empty memories, saying so."""
+    d = {name: tmp_path / name for name in ("sd", "rd")}
     logs = run_ok(
         run_python,
         [
             ("MADDPG", [*SMALL, "--no_progress", "--logdir", str(d["sd"])]),
-            ("MADDPG", [*SMALL, "--no_progress", *half, "--logdir", str(d["rd"])]),
+            (
+                "MADDPG",
+                [*SMALL, "--no_progress", "--stop_after_episodes", "6", "--logdir", str(d["rd"])],
+            ),  # fmt: skip
+        ],
+    )
+    assert "done: 10 episodes, 250 steps" in logs[0] and "done: 6 episodes" in logs[1]
+    assert stored_terminals(d["rd"]) == [[], []]
+    for name in ("older", "none"):  # the run as it stopped
+        shutil.copytree(d["rd"], tmp_path / name)
+    stale = (d["rd"] / "rpm_agent1.npz").read_bytes()  # 150 transitions
+    resume_as_straight(run_python, d["sd"], d["rd"], SMALL)
+
+    older = tmp_path / "older"
+    no_rpm = [arg for arg in SMALL if arg != "--save_rpm"]
+    log = run_example(run_python, *no_rpm, "--stop_after_episodes", "8", "--resume",
+                      "--logdir", str(older))  # fmt: skip
+    assert "no replay memory" not in log and "from an earlier checkpoint" not in log  # loaded
+    log = run_example(run_python, *SMALL, "--resume", "--logdir", str(older))
+    assert "rpm_agent1.npz is from an earlier checkpoint (the last one was written without " in log
+    assert "done: 10 episodes" in log
+    saved = np.load(older / "rpm_agent0.npz")
+    assert int(saved["size"]) == 50  # the last 2 episodes only, not 150 stale transitions more
+
+    # copies of the finished run, as a run killed while writing its files leaves them
+    for name in ("stale", "missing", "points"):
+        shutil.copytree(d["rd"], tmp_path / name)
+    (tmp_path / "stale" / "rpm_agent1.npz").write_bytes(stale)
+    (tmp_path / "missing" / "rpm_agent1.npz").unlink()
+    path = tmp_path / "points" / "checkpoint_agent1.pt"
+    payload = torch.load(path, weights_only=False)
+    payload["counters"]["episodes"] = 0  # as if the run had died before rewriting this one
+    torch.save(payload, path)
+    for i in range(AGENTS):  # no memory at all: resumes with empty ones
+        (tmp_path / "none" / f"rpm_agent{i}.npz").unlink()
+    runs = run_mains(
+        run_python,
+        [
+            ("MADDPG", [*SMALL, "--no_progress", "--resume", "--logdir", str(tmp_path / name)])
+            for name in ("none", "stale", "missing", "points")
+        ],
+    )
+    assert runs[0].code == 0, runs[0].log[-2000:]
+    assert "no replay memory in" in runs[0].log and "done: 10 episodes" in runs[0].log
+    assert all(run.code != 0 for run in runs[1:]), [run.log[-1000:] for run in runs]
+    assert (
+        f"rpm_agent1.npz (size and next row [150, 150]) is not the memory written with "
+        f"{tmp_path}/stale/checkpoint_agent1.pt ([250, 250])" in runs[1].log
+    ), runs[1].log[-2000:]
+    assert "agent 1: none)" in runs[2].log, runs[2].log[-2000:]
+    assert "checkpoint files in" in runs[3].log, runs[3].log[-2000:]
+    assert "are from different points" in runs[3].log
+
+
+def test_maddpg_resume_equals_straight_run_with_continuous_actions_and_refuses_other_flags(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Continuous actions with the legacy dynamics and the time limit stored as terminal: a
+    resumed run ends with the straight run's weights. ``--time_limit_as_terminal`` stores each
+    episode's last step as terminal, as PARL's runs did. The legacy dynamics' stored
+    transitions replay exactly in ``MAenv(..., legacy_dynamics=True)`` and not in mpe2's
+    order. A resume is refused by flag, and by ``--env`` (foraging with and without ``-coop``
+    has the same spaces). Foraging forbids some actions and MADDPG's policies do not mask: a
+    forbidden argmax does nothing, as in lbforaging itself, instead of stopping the run."""
+    cont = [*SMALL, "--continuous_actions", "--legacy_dynamics", "--time_limit_as_terminal"]
+    foraging = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    foraging += ["--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
+    foraging += ["--env", "Foraging-5x5-2p-1f-coop-v3"]
+    d = {name: tmp_path / name for name in ("sc", "rc", "f")}
+    logs = run_ok(
+        run_python,
+        [
             ("MADDPG", [*cont, "--no_progress", "--logdir", str(d["sc"])]),
-            ("MADDPG", [*cont, "--no_progress", *half, "--logdir", str(d["rc"])]),
+            (
+                "MADDPG",
+                [*cont, "--no_progress", "--stop_after_episodes", "6", "--logdir", str(d["rc"])],
+            ),  # fmt: skip
             ("MADDPG", [*foraging, "--no_progress", "--logdir", str(d["f"])]),
         ],
     )
-    assert "done: 10 episodes, 250 steps" in logs[0] and "done: 10 episodes, 250 steps" in logs[2]
-    assert "done: 6 episodes" in logs[1] and "done: 6 episodes" in logs[3]
-    assert "done: 2 episodes, 100 steps" in logs[4]
-    for run, expected in (("rd", []), ("rc", [24, 49, 74, 99, 124, 149])):
-        for i in range(AGENTS):
-            with np.load(d[run] / f"rpm_agent{i}.npz") as memory:
-                stored = memory["terminal"][: int(memory["size"])]
-            assert stored.shape == (150,)  # six episodes of 25 steps
-            assert np.flatnonzero(stored).tolist() == expected
+    assert "done: 10 episodes, 250 steps" in logs[0] and "done: 6 episodes" in logs[1]
+    assert "done: 2 episodes, 100 steps" in logs[2]
+    assert stored_terminals(d["rc"]) == [[24, 49, 74, 99, 124, 149]] * AGENTS
 
     from parl.env.multiagent_env import MAenv
 
@@ -91,52 +174,10 @@ def test_maddpg_resume_equals_straight_run_and_refuses_other_runs_files(
     stored = memories[listener]["next_obs"][:25]
     np.testing.assert_array_equal(np.stack([o[listener] for o in replays[True]]), stored)
     assert not np.array_equal(np.stack([o[listener] for o in replays[False]]), stored)
-
-    for name in ("older", "none"):  # the discrete run as it stopped
-        shutil.copytree(d["rd"], tmp_path / name)
-    stale = (d["rd"] / "rpm_agent1.npz").read_bytes()  # 150 transitions
-    stopped = {run: torch.load(d[run] / "agent_0.ckpt", weights_only=True) for run in ("rd", "rc")}
-    for straight, resumed, args in (("sd", "rd", SMALL), ("sc", "rc", cont)):
-        log = run_example(run_python, *args, "--logdir", str(d[resumed]), "--resume")
-        assert "resumed from" in log and "done: 10 episodes, 250 steps" in log
-        for i in range(AGENTS):
-            offpolicy.assert_same_weights(
-                d[straight] / f"agent_{i}.ckpt", d[resumed] / f"agent_{i}.ckpt"
-            )
-        final = torch.load(d[resumed] / "agent_0.ckpt", weights_only=True)
-        assert any(not torch.equal(stopped[resumed][k], final[k]) for k in final)  # trained on
-        assert glob.glob(str(d[straight] / "events.out.tfevents.*"))
-
-    older = tmp_path / "older"
-    no_rpm = [arg for arg in SMALL if arg != "--save_rpm"]
-    log = run_example(run_python, *no_rpm, "--stop_after_episodes", "8", "--resume",
-                      "--logdir", str(older))  # fmt: skip
-    assert "no replay memory" not in log and "from an earlier checkpoint" not in log  # loaded
-    log = run_example(run_python, *SMALL, "--resume", "--logdir", str(older))
-    assert "rpm_agent1.npz is from an earlier checkpoint (the last one was written without " in log
-    assert "done: 10 episodes" in log
-    saved = np.load(older / "rpm_agent0.npz")
-    assert int(saved["size"]) == 50  # the last 2 episodes only, not 150 stale transitions more
-
-    # copies of the finished discrete run, as a run killed while writing its files leaves them
-    for name in ("stale", "missing", "points"):
-        shutil.copytree(d["rd"], tmp_path / name)
-    (tmp_path / "stale" / "rpm_agent1.npz").write_bytes(stale)
-    (tmp_path / "missing" / "rpm_agent1.npz").unlink()
-    path = tmp_path / "points" / "checkpoint_agent1.pt"
-    payload = torch.load(path, weights_only=False)
-    payload["counters"]["episodes"] = 0  # as if the run had died before rewriting this one
-    torch.save(payload, path)
-    for i in range(AGENTS):  # no memory at all: resumes with empty ones
-        (tmp_path / "none" / f"rpm_agent{i}.npz").unlink()
+    resume_as_straight(run_python, d["sc"], d["rc"], cont)
     refused = run_mains(
         run_python,
         [
-            ("MADDPG", [*SMALL, "--no_progress", "--resume", "--logdir", str(tmp_path / "none")]),
-            *(
-                ("MADDPG", [*SMALL, "--no_progress", "--resume", "--logdir", str(tmp_path / name)])
-                for name in ("stale", "missing", "points")
-            ),
             (
                 "MADDPG",
                 [
@@ -162,24 +203,15 @@ def test_maddpg_resume_equals_straight_run_and_refuses_other_runs_files(
             ),  # fmt: skip
         ],
     )
-    assert refused[0].code == 0, refused[0].log[-2000:]
-    assert "no replay memory in" in refused[0].log and "done: 10 episodes" in refused[0].log
-    assert all(run.code != 0 for run in refused[1:]), [run.log[-1000:] for run in refused]
-    assert (
-        f"rpm_agent1.npz (size and next row [150, 150]) is not the memory written with "
-        f"{tmp_path}/stale/checkpoint_agent1.pt ([250, 250])" in refused[1].log
-    ), refused[1].log[-2000:]
-    assert "agent 1: none)" in refused[2].log, refused[2].log[-2000:]
-    assert "checkpoint files in" in refused[3].log, refused[3].log[-2000:]
-    assert "are from different points" in refused[3].log
+    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
     assert (
         "written with --time_limit_as_terminal and with --legacy_dynamics; this run is without "
-        "--time_limit_as_terminal and without --legacy_dynamics" in refused[4].log
-    ), refused[4].log[-2000:]
+        "--time_limit_as_terminal and without --legacy_dynamics" in refused[0].log
+    ), refused[0].log[-2000:]
     assert (
         "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
-        "Foraging-5x5-2p-1f-v3" in refused[5].log
-    ), refused[5].log[-2000:]
+        "Foraging-5x5-2p-1f-v3" in refused[1].log
+    ), refused[1].log[-2000:]
 
 
 def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
