@@ -1,9 +1,14 @@
 """examples/MADDPG: a stopped-and-resumed run equals a run straight through, with discrete and
-continuous actions, and it writes TensorBoard events and one model file per agent."""
+continuous actions, and it writes TensorBoard events and one model file per agent; the time
+limit and ``--legacy_dynamics`` reach the stored transitions; a resume refuses other settings,
+another env and checkpoint or memory files of different points, and leaves memories older than
+its checkpoint. Its usage errors are checked with the other multi-agent examples' (in
+test_marl_examples.py)."""
 
 from __future__ import annotations
 
 import glob
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +17,7 @@ import torch
 
 from . import test_offpolicy_examples as offpolicy
 from .conftest import REPO_ROOT, RunPython
-from .multiagent_support import assert_flags_refused
+from .example_mains import run_mains, run_ok
 
 pytestmark = pytest.mark.slow  # the example script, run for real
 
@@ -30,16 +35,11 @@ def run_example(run_python: RunPython, *args: str) -> str:
     return proc.stderr
 
 
-@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
-def test_maddpg_resume_equals_straight_run(
-    run_python: RunPython, tmp_path: Path, continuous: bool
+def resume_as_straight(
+    run_python: RunPython, straight: Path, resumed: Path, args: list[str]
 ) -> None:
-    args = SMALL + (["--continuous_actions"] if continuous else [])
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    log = run_example(run_python, *args, "--logdir", str(straight))
-    assert "done: 10 episodes, 250 steps" in log
-    log = run_example(run_python, *args, "--logdir", str(resumed), "--stop_after_episodes", "6")
-    assert "done: 6 episodes" in log and (resumed / "rpm_agent1.npz").is_file()
+    """Resume ``resumed`` (stopped at episode 6) in a fresh process: it ends with the weights of
+    the straight run, having trained on; the straight run wrote TensorBoard events."""
     stopped = torch.load(resumed / "agent_0.ckpt", weights_only=True)
     log = run_example(run_python, *args, "--logdir", str(resumed), "--resume")
     assert "resumed from" in log and "done: 10 episodes, 250 steps" in log
@@ -50,67 +50,168 @@ def test_maddpg_resume_equals_straight_run(
     assert glob.glob(str(straight / "events.out.tfevents.*"))
 
 
-def test_maddpg_resume_refuses_checkpoint_files_from_different_points(
+def stored_terminals(folder: Path) -> list[list[int]]:
+    """Each agent's stored steps that are terminal, of six episodes of 25 steps."""
+    found = []
+    for i in range(AGENTS):
+        with np.load(folder / f"rpm_agent{i}.npz") as memory:
+            stored = memory["terminal"][: int(memory["size"])]
+        assert stored.shape == (150,)
+        found.append(np.flatnonzero(stored).tolist())
+    return found
+
+
+def test_maddpg_resume_equals_straight_run_and_refuses_memories_of_other_points(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """A run killed between two agents' checkpoint files leaves them at different episodes:
-    ``--resume`` says so instead of going on with a team mixed from two points of the run."""
-    small = ["--max_episodes", "4", "--test_every_episodes", "2", "--warmup_size", "1000"]
-    run_example(run_python, *small, "--logdir", str(tmp_path), "--stop_after_episodes", "2")
-    path = tmp_path / "checkpoint_agent1.pt"
+    """Discrete actions: a resumed run ends with the straight run's weights. MPE episodes end
+    only at their length: by default no stored step is terminal (the critic bootstraps through
+    the cut). A run killed while writing leaves checkpoint files of two points, or a memory of
+    an earlier point (or none) beside a checkpoint: every update draws the same rows of every
+    agent's memory, so ``--resume`` refuses them; with no memory at all it resumes with empty
+    ones. A part run without ``--save_rpm`` leaves the memory files of an earlier checkpoint,
+    which the next resume leaves for empty memories, saying so."""
+    d = {name: tmp_path / name for name in ("sd", "rd")}
+    logs = run_ok(
+        run_python,
+        [
+            ("MADDPG", [*SMALL, "--no_progress", "--logdir", str(d["sd"])]),
+            (
+                "MADDPG",
+                [*SMALL, "--no_progress", "--stop_after_episodes", "6", "--logdir", str(d["rd"])],
+            ),  # fmt: skip
+        ],
+    )
+    assert "done: 10 episodes, 250 steps" in logs[0] and "done: 6 episodes" in logs[1]
+    assert stored_terminals(d["rd"]) == [[], []]
+    for name in ("older", "none"):  # the run as it stopped
+        shutil.copytree(d["rd"], tmp_path / name)
+    stale = (d["rd"] / "rpm_agent1.npz").read_bytes()  # 150 transitions
+    resume_as_straight(run_python, d["sd"], d["rd"], SMALL)
+
+    older = tmp_path / "older"
+    no_rpm = [arg for arg in SMALL if arg != "--save_rpm"]
+    log = run_example(run_python, *no_rpm, "--stop_after_episodes", "8", "--resume",
+                      "--logdir", str(older))  # fmt: skip
+    assert "no replay memory" not in log and "from an earlier checkpoint" not in log  # loaded
+    log = run_example(run_python, *SMALL, "--resume", "--logdir", str(older))
+    assert "rpm_agent1.npz is from an earlier checkpoint (the last one was written without " in log
+    assert "done: 10 episodes" in log
+    saved = np.load(older / "rpm_agent0.npz")
+    assert int(saved["size"]) == 50  # the last 2 episodes only, not 150 stale transitions more
+
+    # copies of the finished run, as a run killed while writing its files leaves them
+    for name in ("stale", "missing", "points"):
+        shutil.copytree(d["rd"], tmp_path / name)
+    (tmp_path / "stale" / "rpm_agent1.npz").write_bytes(stale)
+    (tmp_path / "missing" / "rpm_agent1.npz").unlink()
+    path = tmp_path / "points" / "checkpoint_agent1.pt"
     payload = torch.load(path, weights_only=False)
     payload["counters"]["episodes"] = 0  # as if the run had died before rewriting this one
     torch.save(payload, path)
-    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
-    argv = [str(script), "--no_progress", *small, "--logdir", str(tmp_path), "--resume"]
-    proc = run_python(args=argv, timeout=180)
-    assert proc.returncode != 0
-    assert "checkpoint files in" in proc.stderr and "are from different points" in proc.stderr
-
-
-def test_maddpg_resume_refuses_replay_memories_from_different_points(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """A run killed between a checkpoint file and its memory file leaves a memory of an
-    earlier point (or none): every update draws the same rows of every agent's memory, so
-    ``--resume`` refuses it instead of giving that agent empty rows or other transitions."""
-    small = ["--max_episodes", "6", "--test_every_episodes", "2", "--warmup_size", "1000"]
-    small += ["--save_rpm", "--logdir", str(tmp_path)]
-    run_example(run_python, *small, "--stop_after_episodes", "2")
-    stale = (tmp_path / "rpm_agent1.npz").read_bytes()  # 50 transitions
-    run_example(run_python, *small, "--stop_after_episodes", "4", "--resume")
-    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
-    argv = [str(script), "--no_progress", *small, "--resume"]
-    (tmp_path / "rpm_agent1.npz").write_bytes(stale)  # as if the run had died before it
-    proc = run_python(args=argv, timeout=180)
-    assert proc.returncode != 0
+    for i in range(AGENTS):  # no memory at all: resumes with empty ones
+        (tmp_path / "none" / f"rpm_agent{i}.npz").unlink()
+    runs = run_mains(
+        run_python,
+        [
+            ("MADDPG", [*SMALL, "--no_progress", "--resume", "--logdir", str(tmp_path / name)])
+            for name in ("none", "stale", "missing", "points")
+        ],
+    )
+    assert runs[0].code == 0, runs[0].log[-2000:]
+    assert "no replay memory in" in runs[0].log and "done: 10 episodes" in runs[0].log
+    assert all(run.code != 0 for run in runs[1:]), [run.log[-1000:] for run in runs]
     assert (
-        f"rpm_agent1.npz (size and next row [50, 50]) is not the memory written with "
-        f"{tmp_path}/checkpoint_agent1.pt ([100, 100])" in proc.stderr
-    ), proc.stderr[-2000:]
-    (tmp_path / "rpm_agent1.npz").unlink()
-    proc = run_python(args=argv, timeout=180)
-    assert proc.returncode != 0 and "agent 1: none)" in proc.stderr, proc.stderr[-2000:]
-    (tmp_path / "rpm_agent0.npz").unlink()  # no memory at all: resumes with empty ones
-    assert "done: 6 episodes" in run_example(run_python, *small, "--resume")
+        f"rpm_agent1.npz (size and next row [150, 150]) is not the memory written with "
+        f"{tmp_path}/stale/checkpoint_agent1.pt ([250, 250])" in runs[1].log
+    ), runs[1].log[-2000:]
+    assert "agent 1: none)" in runs[2].log, runs[2].log[-2000:]
+    assert "checkpoint files in" in runs[3].log, runs[3].log[-2000:]
+    assert "are from different points" in runs[3].log
 
 
-def test_maddpg_resume_leaves_memories_older_than_the_checkpoint(
+def test_maddpg_resume_equals_straight_run_with_continuous_actions_and_refuses_other_flags(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """A part run without ``--save_rpm`` leaves the memory files of an earlier checkpoint on
-    disk: the next resume starts with empty memories, saying so, instead of taking them for
-    the checkpoint's."""
-    small = ["--max_episodes", "6", "--test_every_episodes", "2", "--warmup_size", "1000"]
-    small += ["--logdir", str(tmp_path)]
-    run_example(run_python, *small, "--save_rpm", "--stop_after_episodes", "2")
-    log = run_example(run_python, *small, "--stop_after_episodes", "4", "--resume")
-    assert "no replay memory" not in log and "from an earlier checkpoint" not in log  # loaded
-    log = run_example(run_python, *small, "--save_rpm", "--resume")
-    assert "rpm_agent1.npz is from an earlier checkpoint (the last one was written without " in log
-    assert "done: 6 episodes" in log
-    saved = np.load(tmp_path / "rpm_agent0.npz")
-    assert int(saved["size"]) == 50  # the last 2 episodes only, not 50 stale transitions more
+    """Continuous actions with the legacy dynamics and the time limit stored as terminal: a
+    resumed run ends with the straight run's weights. ``--time_limit_as_terminal`` stores each
+    episode's last step as terminal, as PARL's runs did. The legacy dynamics' stored
+    transitions replay exactly in ``MAenv(..., legacy_dynamics=True)`` and not in mpe2's
+    order. A resume is refused by flag, and by ``--env`` (foraging with and without ``-coop``
+    has the same spaces). Foraging forbids some actions and MADDPG's policies do not mask: a
+    forbidden argmax does nothing, as in lbforaging itself, instead of stopping the run."""
+    cont = [*SMALL, "--continuous_actions", "--legacy_dynamics", "--time_limit_as_terminal"]
+    foraging = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
+    foraging += ["--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
+    foraging += ["--env", "Foraging-5x5-2p-1f-coop-v3"]
+    d = {name: tmp_path / name for name in ("sc", "rc", "f")}
+    logs = run_ok(
+        run_python,
+        [
+            ("MADDPG", [*cont, "--no_progress", "--logdir", str(d["sc"])]),
+            (
+                "MADDPG",
+                [*cont, "--no_progress", "--stop_after_episodes", "6", "--logdir", str(d["rc"])],
+            ),  # fmt: skip
+            ("MADDPG", [*foraging, "--no_progress", "--logdir", str(d["f"])]),
+        ],
+    )
+    assert "done: 10 episodes, 250 steps" in logs[0] and "done: 6 episodes" in logs[1]
+    assert "done: 2 episodes, 100 steps" in logs[2]
+    assert stored_terminals(d["rc"]) == [[24, 49, 74, 99, 124, 149]] * AGENTS
+
+    from parl.env.multiagent_env import MAenv
+
+    memories = [dict(np.load(d["rc"] / f"rpm_agent{i}.npz")) for i in range(AGENTS)]
+    replays = {}
+    for legacy in (False, True):
+        env = MAenv("simple_speaker_listener", True, legacy_dynamics=legacy)
+        env.reset(seed=0)  # the example seeds episode k with --seed + k
+        replays[legacy] = [
+            env.step([memory["action"][t] for memory in memories])[0] for t in range(25)
+        ]
+    listener = 1
+    stored = memories[listener]["next_obs"][:25]
+    np.testing.assert_array_equal(np.stack([o[listener] for o in replays[True]]), stored)
+    assert not np.array_equal(np.stack([o[listener] for o in replays[False]]), stored)
+    resume_as_straight(run_python, d["sc"], d["rc"], cont)
+    refused = run_mains(
+        run_python,
+        [
+            (
+                "MADDPG",
+                [
+                    *SMALL,
+                    "--no_progress",
+                    "--continuous_actions",
+                    "--resume",
+                    "--logdir",
+                    str(d["rc"]),
+                ],
+            ),  # fmt: skip
+            (
+                "MADDPG",
+                [
+                    *foraging,
+                    "--no_progress",
+                    "--env",
+                    "Foraging-5x5-2p-1f-v3",
+                    "--resume",
+                    "--logdir",
+                    str(d["f"]),
+                ],
+            ),  # fmt: skip
+        ],
+    )
+    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
+    assert (
+        "written with --time_limit_as_terminal and with --legacy_dynamics; this run is without "
+        "--time_limit_as_terminal and without --legacy_dynamics" in refused[0].log
+    ), refused[0].log[-2000:]
+    assert (
+        "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
+        "Foraging-5x5-2p-1f-v3" in refused[1].log
+    ), refused[1].log[-2000:]
 
 
 def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
@@ -137,104 +238,3 @@ def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "interrupted after: ['all files written']" in proc.stdout
-
-
-def test_maddpg_example_runs_on_foraging(run_python: RunPython, tmp_path: Path) -> None:
-    """Foraging forbids some actions and MADDPG's policies do not mask: a forbidden argmax does
-    nothing, as in lbforaging itself, instead of stopping the run."""
-    small = ["--max_episodes", "2", "--test_every_episodes", "1", "--eval_episodes", "1"]
-    args = [*small, "--batch_size", "16", "--warmup_size", "32", "--learn_every", "5"]
-    log = run_example(
-        run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(tmp_path)
-    )
-    assert "done: 2 episodes, 100 steps" in log
-
-
-def test_maddpg_resume_refuses_another_env(run_python: RunPython, tmp_path: Path) -> None:
-    """Foraging with and without ``-coop`` has the same spaces: the checkpoint would load and the
-    run go on in another game; the resume is refused by ``--env``."""
-    small = ["--max_episodes", "1", "--test_every_episodes", "1", "--eval_episodes", "1"]
-    args = [*small, "--warmup_size", "1000", "--logdir", str(tmp_path)]
-    run_example(run_python, *args, "--env", "Foraging-5x5-2p-1f-coop-v3")
-    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
-    argv = [str(script), "--no_progress", *args, "--env", "Foraging-5x5-2p-1f-v3", "--resume"]
-    proc = run_python(args=argv, timeout=180)
-    assert proc.returncode != 0
-    assert (
-        "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
-        "Foraging-5x5-2p-1f-v3" in proc.stderr
-    ), proc.stderr[-2000:]
-
-
-@pytest.mark.parametrize("as_terminal", [False, True], ids=["bootstraps", "terminal"])
-def test_the_time_limit_is_stored_as_terminal_only_when_asked(
-    run_python: RunPython, tmp_path: Path, as_terminal: bool
-) -> None:
-    """MPE episodes end only at their length: by default no stored step is terminal, so the
-    critic bootstraps through the cut; ``--time_limit_as_terminal`` stores each episode's last
-    step as terminal, as PARL's runs did."""
-    args = ["--max_episodes", "2", "--test_every_episodes", "2", "--eval_episodes", "1"]
-    args += ["--warmup_size", "1000", "--save_rpm", "--logdir", str(tmp_path)]
-    run_example(run_python, *args, *(["--time_limit_as_terminal"] if as_terminal else []))
-    for i in range(AGENTS):
-        with np.load(tmp_path / f"rpm_agent{i}.npz") as memory:
-            stored = memory["terminal"][: int(memory["size"])]
-        assert stored.shape == (50,)  # two episodes of 25 steps
-        expected = [24, 49] if as_terminal else []
-        assert np.flatnonzero(stored).tolist() == expected
-
-
-def test_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """``--legacy_dynamics``: the stored transitions replay exactly in ``MAenv(...,
-    legacy_dynamics=True)`` and not in mpe2's own order; resuming without the flag (or with
-    another episode treatment) is refused, naming the flags."""
-    from parl.env.multiagent_env import MAenv
-
-    args = ["--max_episodes", "1", "--test_every_episodes", "1", "--eval_episodes", "1"]
-    args += ["--warmup_size", "1000", "--save_rpm", "--logdir", str(tmp_path)]
-    run_example(run_python, *args, "--legacy_dynamics", "--continuous_actions")
-    memories = [np.load(tmp_path / f"rpm_agent{i}.npz") for i in range(AGENTS)]
-    replays = {}
-    for legacy in (False, True):
-        env = MAenv("simple_speaker_listener", True, legacy_dynamics=legacy)
-        env.reset(seed=0)  # the example seeds episode k with --seed + k
-        replays[legacy] = [
-            env.step([memory["action"][t] for memory in memories])[0] for t in range(25)
-        ]
-    listener = 1
-    stored = memories[listener]["next_obs"][:25]
-    np.testing.assert_array_equal(np.stack([o[listener] for o in replays[True]]), stored)
-    assert not np.array_equal(np.stack([o[listener] for o in replays[False]]), stored)
-    script = REPO_ROOT / "examples" / "MADDPG" / "train.py"
-    refused = {
-        (): "written with --legacy_dynamics; this run is without --legacy_dynamics",
-        ("--legacy_dynamics", "--time_limit_as_terminal"): "written without "
-        "--time_limit_as_terminal; this run is with --time_limit_as_terminal",
-    }
-    for other, message in refused.items():
-        argv = [str(script), "--no_progress", *args, "--continuous_actions", *other, "--resume"]
-        proc = run_python(args=argv, timeout=180)
-        assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
-
-
-def test_maddpg_example_refuses_counts_it_cannot_run_with(run_python: RunPython) -> None:
-    """A count of 0 stopped the run with a ZeroDivisionError or an IndexError, or (a batch of
-    0) trained nothing for the whole run."""
-    counts = ["--max_episodes", "--test_every_episodes", "--batch_size", "--learn_every"]
-    assert_flags_refused(run_python, "MADDPG", [*counts, "--memory_size"])
-
-
-def test_maddpg_example_refuses_a_warmup_the_memory_cannot_pass(run_python: RunPython) -> None:
-    """Learning starts once a memory holds more than the warm-up: a ``--memory_size`` at or
-    below it (PARL's warm-up is ``--batch_size * 25``) ran the whole budget without learning."""
-    script = str(REPO_ROOT / "examples" / "MADDPG" / "train.py")
-    proc = run_python(args=[script, "--memory_size", "1000"], timeout=120)
-    assert proc.returncode == 2
-    assert (
-        "--memory_size 1000 holds no more than the warm-up of 25600 transitions (--batch_size "
-        "* 25)" in proc.stderr
-    ), proc.stderr[-2000:]
-    proc = run_python(args=[script, "--memory_size", "100", "--warmup_size", "100"], timeout=120)
-    assert proc.returncode == 2 and "warm-up of 100 transitions, so" in proc.stderr

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
+from .example_mains import run_mains
 from .test_offline_data import _needed
 
 pytestmark = pytest.mark.slow  # the script and the examples, run for real
@@ -177,11 +178,18 @@ def test_policy_flag_collects_from_an_sac_example_checkpoint(
                             "--batch_size", "16", "--logdir", str(logdir), "--no_progress"],
                       timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for policy in (logdir / "model.ckpt", logdir / "checkpoint.pt"):
+    policies = (logdir / "model.ckpt", logdir / "checkpoint.pt")
+    cases = [
+        [*TINY, "--out", str(tmp_path / policy.stem), "--kinds", "medium", "--policy", str(policy)]
+        for policy in policies
+    ]
+    # both collections in one interpreter
+    code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
+    proc = run_python(code, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("NO ERROR") == 2, proc.stdout + proc.stderr[-3000:]
+    for policy in policies:
         out = tmp_path / policy.stem
-        args = [*TINY, "--out", str(out), "--kinds", "medium", "--policy", str(policy)]
-        proc = run_script(args, tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
         record = generation(out / "hopper-medium-v0")
         assert record["policy"]["source"] == str(policy)
         assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
@@ -366,33 +374,33 @@ def first_evaluation(stderr: str) -> int:
 
 def test_an_interrupted_or_extended_sac_run_ends_as_one_straight_run(tmp_path: Path) -> None:
     """Ctrl-C in the medium stage, then in the expert stage, each rerun continuing from the
-    part kept in ``--workdir``, and an expert extended from 500 to 800 steps: the expert policy
-    and its dataset are those of one run straight to 800 steps."""
+    part kept in ``--workdir``, and an expert extended from 250 to 400 steps: the expert policy
+    and its dataset are those of one run straight to 400 steps."""
     _needed("minari")
-    budget = [*TINY, "--medium_max_steps", "400", "--save_every", "100", "--kinds", "expert"]
+    budget = [*TINY, "--medium_max_steps", "200", "--save_every", "50", "--kinds", "expert"]
     straight = tmp_path / "straight"
-    proc = run_script([*budget, "--expert_steps", "800", "--out", str(straight)], tmp_path)
+    proc = run_script([*budget, "--expert_steps", "400", "--out", str(straight)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     out = tmp_path / "resumed"
     work = out / "sac-hopper-seed0"
-    short, long = [*budget, "--expert_steps", "500", "--out", str(out)], [
-        *budget, "--expert_steps", "800", "--out", str(out), "--overwrite"]  # fmt: skip
+    short, long = [*budget, "--expert_steps", "250", "--out", str(out)], [
+        *budget, "--expert_steps", "400", "--out", str(out), "--overwrite"]  # fmt: skip
     run_until(short, tmp_path, "saved the SAC run's medium-partial stage")
     assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
     proc = run_script(short, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"continuing the SAC run kept in {work / 'medium-partial'}" in proc.stderr
-    assert first_evaluation(proc.stderr) > 100  # it went on from there, not from the start
+    assert first_evaluation(proc.stderr) > 50  # it went on from there, not from the start
     assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
-    assert 500 <= generation(out / "hopper-expert-v0")["policy"]["steps_trained"] < 530
+    assert 250 <= generation(out / "hopper-expert-v0")["policy"]["steps_trained"] < 280
 
     stderr = run_until(long, tmp_path, "saved the SAC run's expert-partial stage")
     assert f"continuing the SAC run kept in {work / 'expert'} " in stderr
     proc = run_script(long, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"continuing the SAC run kept in {work / 'expert-partial'}" in proc.stderr
-    assert first_evaluation(proc.stderr) > 600
+    assert first_evaluation(proc.stderr) > 300
     assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
 
     first = torch.load(straight / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
@@ -406,10 +414,10 @@ def test_an_interrupted_or_extended_sac_run_ends_as_one_straight_run(tmp_path: P
     steps = [generation(o / "hopper-expert-v0")["policy"]["steps_trained"] for o in (out, straight)]
     assert steps[0] == steps[1]
     # fewer steps than the kept expert's cannot be had from it
-    proc = run_script([*budget, "--expert_steps", "700", "--out", str(out), "--overwrite"],
+    proc = run_script([*budget, "--expert_steps", "350", "--out", str(out), "--overwrite"],
                       tmp_path)  # fmt: skip
     assert proc.returncode != 0
-    assert "more than --expert_steps 700" in proc.stderr and "another --workdir" in proc.stderr
+    assert "more than --expert_steps 350" in proc.stderr and "another --workdir" in proc.stderr
 
 
 SMALL = {
@@ -419,16 +427,38 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("example", sorted(SMALL))
 def test_offline_examples_train_on_a_dataset_the_script_made(
-    made: Path, run_python: RunPython, tmp_path: Path, example: str
+    made: Path, run_python: RunPython, tmp_path: Path
 ) -> None:
-    script = str(REPO_ROOT / "examples" / example / "train.py")
-    proc = run_python(args=[script, "--env", "Hopper-v5", "--dataset",
-                            str(made / "hopper-medium-replay-v0"), "--train_total_steps", "20",
-                            "--test_every_steps", "10", "--eval_episodes", "1",
-                            *SMALL[example], "--logdir", str(tmp_path / "log"),
-                            "--no_progress"], timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Evaluation: total_steps 10" in proc.stderr and "normalized score" in proc.stderr
-    assert (tmp_path / "log" / "model.ckpt").is_file()
+    """CQL, DT and IQL each train and evaluate on the medium-replay dataset (in one
+    interpreter), with D4RL's normalized score, and write their model."""
+    dataset = str(made / "hopper-medium-replay-v0")
+    runs = run_mains(
+        run_python,
+        [
+            (
+                example,
+                [
+                    "--env",
+                    "Hopper-v5",
+                    "--dataset",
+                    dataset,
+                    "--train_total_steps",
+                    "20",
+                    "--test_every_steps",
+                    "10",
+                    "--eval_episodes",
+                    "1",
+                    *SMALL[example],
+                    "--logdir",
+                    str(tmp_path / example),
+                    "--no_progress",
+                ],
+            )  # fmt: skip
+            for example in sorted(SMALL)
+        ],
+    )
+    for example, run in zip(sorted(SMALL), runs, strict=True):
+        assert run.code == 0, run.log[-3000:]
+        assert "Evaluation: total_steps 10" in run.log and "normalized score" in run.log
+        assert (tmp_path / example / "model.ckpt").is_file()

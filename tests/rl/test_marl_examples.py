@@ -1,5 +1,8 @@
-"""The QMIX and COMA examples: a stopped-and-resumed run equals a run straight through, on MPE's
-simple_spread, and both run on level-based foraging (changing action masks)."""
+"""The QMIX and COMA examples: a stopped-and-resumed run equals a run straight through (on MPE's
+simple_spread with EPyMARL's settings and the legacy dynamics, and on level-based foraging,
+whose action masks change every step), each setting changes the run and a resume with other
+settings is refused by flag; QMIX's episode memory on a resume; the multi-agent examples'
+usage errors."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
-from .multiagent_support import assert_flags_refused
+from .example_mains import run_mains, run_ok
 from .test_offpolicy_examples import assert_same_weights, run_example
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
@@ -21,115 +24,278 @@ OWN = {
     "QMIX": ["--batch_size", "4", "--save_rpm", "--update_target_interval", "3"],
     "COMA": ["--episodes_per_iteration", "2", "--target_update_cycle", "3"],
 }
+TINY = ["--rnn_hidden_dim", "8", "--mixing_embed_dim", "8"]  # QMIX's smallest widths
+FORAGING = "Foraging-8x8-2p-2f-coop-v3"
 
 
-@pytest.mark.parametrize("name", list(OWN))
-def test_marl_example_resume_equals_straight_run(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    args = [*SHORT, *OWN[name]]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_example(run_python, name, *args, "--logdir", str(straight))
-    run_example(run_python, name, *args, "--logdir", str(resumed), "--stop_after_steps", "150")
-    stopped = torch.load(resumed / "model.ckpt", weights_only=True)
-    log = run_example(run_python, name, *args, "--logdir", str(resumed), "--resume")
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)
+
+
+def differ(first: Path, second: Path) -> bool:
+    a, b = weights(first), weights(second)
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def assert_resumed_as_straight(straight: Path, resumed: Path, stopped: dict, log: str) -> None:
+    """The resume said so, ended with the straight run's weights, and trained on from where
+    it stopped; the straight run wrote TensorBoard events."""
     assert "resumed from" in log
     assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
-    final = torch.load(resumed / "model.ckpt", weights_only=True)
+    final = weights(resumed / "model.ckpt")
     assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
     assert glob.glob(str(straight / "events.out.tfevents.*"))
 
 
-@pytest.mark.parametrize("name", list(OWN))
-def test_marl_example_legacy_dynamics_reach_the_env_and_a_resume_keeps_them(
-    run_python: RunPython, tmp_path: Path, name: str
+def test_qmix_example_resumes_as_a_straight_run_and_refuses_other_settings_and_memories(
+    run_python: RunPython, tmp_path: Path
 ) -> None:
-    """``--legacy_dynamics``: the same seed trains another run (for QMIX, whose first episodes
-    act at random: the same actions, other rewards); resuming without the flag is refused by
-    name, and foraging, which has no such dynamics, refuses the flag."""
-    args = [*SHORT, *OWN[name]]
-    legacy, plain = tmp_path / "legacy", tmp_path / "plain"
-    run_example(run_python, name, *args, "--legacy_dynamics", "--logdir", str(legacy))
-    run_example(run_python, name, *args, "--logdir", str(plain))
-    weights = [torch.load(run / "model.ckpt", weights_only=True) for run in (legacy, plain)]
-    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    if name == "QMIX":
-        memories = [np.load(run / "rpm.npz") for run in (legacy, plain)]
-        np.testing.assert_array_equal(memories[0]["actions"][0], memories[1]["actions"][0])
-        assert not np.array_equal(memories[0]["reward"][0], memories[1]["reward"][0])
-    script = str(REPO_ROOT / "examples" / name / "train.py")
-    proc = run_python(
-        args=[script, "--no_progress", *args, "--logdir", str(legacy), "--resume"], timeout=180
+    """On simple_spread with EPyMARL's settings (Adam, standardised rewards: the running reward
+    statistics travel in the checkpoint) and ``--legacy_dynamics``: a resumed run ends as the
+    straight one. The legacy dynamics reach the env (the first episode's random actions, other
+    rewards); the settings change the run; a resume with other settings is refused by flag,
+    and refuses a memory of another point (a run killed between its checkpoint and its memory);
+    a part run without ``--save_rpm`` leaves the memory of an earlier checkpoint, which the
+    next resume leaves for an empty one, saying so. simple_world_comm's agents see different
+    amounts (zero-padded to the longest) and its leader has more actions: it runs."""
+    epymarl = [*SHORT, *OWN["QMIX"], *TINY, "--optimizer", "adam", "--standardise_rewards",
+               "--legacy_dynamics"]  # fmt: skip
+    plain = [*SHORT, *OWN["QMIX"], *TINY]
+    world = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
+    world += [*OWN["QMIX"], *TINY, "--env", "simple_world_comm"]
+    d = {name: tmp_path / name for name in ("s", "r", "p", "world")}
+    half = ["--stop_after_steps", "150"]
+    logs = run_ok(
+        run_python,
+        [
+            ("QMIX", [*epymarl, "--logdir", str(d["s"])]),
+            ("QMIX", [*epymarl, *half, "--logdir", str(d["r"])]),
+            ("QMIX", [*plain, *half, "--logdir", str(d["p"])]),
+            ("QMIX", [*world, "--logdir", str(d["world"])]),
+        ],
     )
-    assert proc.returncode != 0
-    assert "written with --legacy_dynamics; this run is without --legacy_dynamics" in proc.stderr
-    foraging = [*args, "--env", "Foraging-8x8-2p-2f-coop-v3", "--legacy_dynamics"]
-    proc = run_python(args=[script, "--no_progress", *foraging, "--logdir", str(tmp_path / "f")])
-    assert proc.returncode == 2 and "for MPE's particle scenarios" in proc.stderr
+    assert "done: " in logs[3]
+    stats = torch.load(d["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    assert stats["count"] > 1 and stats["var"] > 0
+    # the same seed, other dynamics and optimizer: the first episode's random actions, other
+    # rewards, other weights
+    memories = [dict(np.load(d[run] / "rpm.npz")) for run in ("r", "p")]
+    np.testing.assert_array_equal(memories[0]["actions"][0], memories[1]["actions"][0])
+    assert not np.array_equal(memories[0]["reward"][0], memories[1]["reward"][0])
+    assert differ(d["r"] / "model.ckpt", d["p"] / "model.ckpt")
+    stale = (d["r"] / "rpm.npz").read_bytes()  # 6 episodes
+    stopped = weights(d["r"] / "model.ckpt")
+    log = run_example(run_python, "QMIX", *epymarl, "--logdir", str(d["r"]), "--resume")
+    assert_resumed_as_straight(d["s"], d["r"], stopped, log)
 
+    # the plain run goes on without --save_rpm: its memory file stays that of 150 steps
+    no_rpm = [arg for arg in plain if arg != "--save_rpm"]
+    log = run_example(run_python, "QMIX", *no_rpm, "--stop_after_steps", "200", "--resume",
+                      "--logdir", str(d["p"]))  # fmt: skip
+    assert "from an earlier checkpoint" not in log
+    log = run_example(run_python, "QMIX", *plain, "--resume", "--logdir", str(d["p"]))
+    assert "rpm.npz is from an earlier checkpoint (the last one was written without" in log
+    assert int(np.load(d["p"] / "rpm.npz")["count"]) == 4  # the last 100 steps only
 
-@pytest.mark.parametrize(
-    ("name", "flags", "message"),
-    [
-        ("QMIX", ["--env", "simple_sprad"], "unknown multi-agent env 'simple_sprad'"),
-        ("COMA", ["--env", "Foraging-8x8-2p"], "unknown foraging id 'Foraging-8x8-2p'"),
-        ("COMA", ["--legacy_dynamics"], "for MPE's particle scenarios"),
-        ("MAPPO", ["--legacy_dynamics"], "for MPE's particle scenarios"),
-        ("MAPPO", ["--continuous_actions"], "discrete actions only"),
-        ("MADDPG", ["--continuous_actions"], "discrete actions only"),
-    ],
-)
-def test_marl_examples_refuse_an_env_they_cannot_open_as_a_usage_error(
-    run_python: RunPython, tmp_path: Path, name: str, flags: list[str], message: str
-) -> None:
-    """An ``--env`` the run cannot open with its other flags ends the run before it starts:
-    the usage line and the reason, exit status 2, no traceback, nothing written."""
-    script = str(REPO_ROOT / "examples" / name / "train.py")
-    env = [] if "--env" in flags else ["--env", "Foraging-8x8-2p-2f-coop-v3"]
-    logdir = tmp_path / "run"
-    proc = run_python(args=[script, *env, *flags, "--logdir", str(logdir)], timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "usage:" in proc.stderr and message in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not logdir.exists()
-
-
-@pytest.mark.parametrize("name", list(OWN))
-def test_marl_example_runs_on_foraging(run_python: RunPython, tmp_path: Path, name: str) -> None:
-    args = [*SHORT, *OWN[name], "--env", "Foraging-8x8-2p-2f-coop-v3"]
-    log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
-    assert "done: " in log
-
-
-@pytest.mark.parametrize("name", list(OWN))
-def test_marl_example_runs_where_agents_see_different_amounts(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    """In simple_world_comm the agents' observations differ in length and its leader has more
-    actions than the rest: shorter observations are zero-padded to the longest."""
-    short = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
-    args = [*short, *OWN[name], "--env", "simple_world_comm"]
-    log = run_example(run_python, name, *args, "--logdir", str(tmp_path))
-    assert "done: " in log
-
-
-@pytest.mark.parametrize("name", list(OWN))
-def test_marl_example_refuses_to_resume_on_another_env(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    """Foraging with and without ``-coop`` has the same spaces: the checkpoint would load and the
-    run go on in another game; the resume is refused by ``--env``."""
-    short = ["--train_total_steps", "50", "--test_every_steps", "50", "--eval_episodes", "1"]
-    args = [*short, *OWN[name], "--logdir", str(tmp_path)]
-    run_example(run_python, name, *args, "--env", "Foraging-5x5-2p-1f-coop-v3")
-    script = str(REPO_ROOT / "examples" / name / "train.py")
-    argv = [script, "--no_progress", *args, "--env", "Foraging-5x5-2p-1f-v3", "--resume"]
-    proc = run_python(args=argv, timeout=180)
-    assert proc.returncode != 0
+    (d["r"] / "rpm.npz").write_bytes(stale)  # as if the run had died before writing it
+    refused = run_mains(
+        run_python,
+        [
+            ("QMIX", [*epymarl, "--logdir", str(d["p"]), "--resume"]),
+            ("QMIX", [*epymarl, "--logdir", str(d["r"]), "--resume"]),
+        ],
+    )
+    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
     assert (
-        "written with --env Foraging-5x5-2p-1f-coop-v3; this run is with --env "
-        "Foraging-5x5-2p-1f-v3" in proc.stderr
-    ), proc.stderr[-2000:]
+        "written with --optimizer rmsprop and without --standardise_rewards and without "
+        "--legacy_dynamics; this run is with --optimizer adam and with --standardise_rewards and "
+        "with --legacy_dynamics" in refused[0].log
+    ), refused[0].log[-2000:]
+    assert "rpm.npz (count and next slot [6, 6]) is not the memory written with" in refused[1].log
+    assert "checkpoint.pt ([12, 12])" in refused[1].log, refused[1].log[-2000:]
+
+
+def test_qmix_example_resumes_on_foraging_with_a_feed_forward_agent_and_refuses_other_ones(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """On foraging (whose action masks change every step) with EPyMARL's feed-forward agent
+    without last actions, at the example's widths: a resumed run ends as the straight one; the
+    network's inputs are the observation and the id only, the GRU's also the last action. A
+    resume is refused by flag (the agent; ``--env``: foraging with and without ``-coop`` has
+    the same spaces, so the checkpoint would load and the run go on in another game)."""
+    fc = [*SHORT, *OWN["QMIX"], "--env", FORAGING, "--agent", "fc", "--no_last_action"]
+    gru = [*SHORT, *OWN["QMIX"], "--env", FORAGING]
+    d = {name: tmp_path / name for name in ("fs", "fr", "gru")}
+    logs = run_ok(
+        run_python,
+        [
+            ("QMIX", [*fc, "--logdir", str(d["fs"])]),
+            ("QMIX", [*fc, "--stop_after_steps", "150", "--logdir", str(d["fr"])]),
+            ("QMIX", [*gru, "--logdir", str(d["gru"])]),
+        ],
+    )
+    assert "done: " in logs[2]
+    stopped = weights(d["fr"] / "model.ckpt")
+    log = run_example(run_python, "QMIX", *fc, "--logdir", str(d["fr"]), "--resume")
+    assert_resumed_as_straight(d["fs"], d["fr"], stopped, log)
+    fc_weights = weights(d["fs"] / "model.ckpt")
+    assert "rnn.weight_ih" not in fc_weights and "fc_hidden.weight" in fc_weights
+    # foraging 8x8, 2 agents, 2 foods: observations of 12 values (x, y, level of each food and
+    # agent), 6 actions, 2 ids; no last action
+    assert fc_weights["fc1.weight"].shape[1] == 12 + 2
+    assert np.load(d["fs"] / "rpm.npz")["obs"].shape[-1] == 12 + 2
+    assert weights(d["gru"] / "model.ckpt")["fc1.weight"].shape[1] == 12 + 6 + 2
+    refused = run_mains(
+        run_python,
+        [
+            ("QMIX", [*fc, "--logdir", str(d["gru"]), "--resume"]),
+            ("QMIX", [*fc, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(d["fs"]), "--resume"]),
+        ],
+    )
+    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
+    assert (
+        "written with --agent gru and without --no_last_action; this run is with --agent fc and "
+        "with --no_last_action" in refused[0].log
+    ), refused[0].log[-2000:]
+    assert (
+        f"written with --env {FORAGING}; this run is with --env Foraging-8x8-2p-2f-v3"
+        in refused[1].log
+    ), refused[1].log[-2000:]
+
+
+def test_coma_example_resumes_as_a_straight_run_and_refuses_other_settings(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """EPyMARL's settings (Adam, an entropy bonus, standardised rewards: the reward statistics
+    travel in the checkpoint) with ``--legacy_dynamics``, and PARL's on foraging: a resumed run
+    ends as the straight one; each setting and the legacy dynamics change the run; a resume
+    without them, or on another ``--env`` with the same spaces, is refused by flag.
+    simple_world_comm's agents see different amounts and its leader has more actions: it
+    runs."""
+    epymarl = ["--optimizer", "adam", "--entropy_coef", "0.01", "--standardise_rewards",
+               "--legacy_dynamics"]  # fmt: skip
+    args = [*SHORT, *OWN["COMA"], *epymarl]
+    foraging = [*SHORT, *OWN["COMA"], "--env", FORAGING]
+    world = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
+    world += [*OWN["COMA"], "--env", "simple_world_comm"]
+    half = ["--stop_after_steps", "150"]
+    d = {name: tmp_path / name for name in ("s", "r", "fs", "fr", "world")}
+    drops = (epymarl[:2], epymarl[2:4], epymarl[4:5], epymarl[5:])
+    others = [tmp_path / "-".join(dropped) for dropped in drops]
+    logs = run_ok(
+        run_python,
+        [
+            ("COMA", [*args, "--logdir", str(d["s"])]),
+            ("COMA", [*args, *half, "--logdir", str(d["r"])]),
+            *(
+                (
+                    "COMA",
+                    [
+                        *SHORT,
+                        *OWN["COMA"],
+                        *[f for f in epymarl if f not in dropped],
+                        *half,
+                        "--logdir",
+                        str(other),
+                    ],
+                )  # fmt: skip
+                for dropped, other in zip(drops, others, strict=True)
+            ),
+            ("COMA", [*foraging, "--logdir", str(d["fs"])]),
+            ("COMA", [*foraging, *half, "--logdir", str(d["fr"])]),
+            ("COMA", [*world, "--logdir", str(d["world"])]),
+        ],
+    )
+    assert "done: " in logs[-1]
+    stats = torch.load(d["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    assert stats["count"] > 1 and stats["var"] > 0
+    for other in others:  # each setting changes the run
+        assert differ(d["r"] / "model.ckpt", other / "model.ckpt"), other.name
+    stopped = {run: weights(d[run] / "model.ckpt") for run in ("r", "fr")}
+    log = run_example(run_python, "COMA", *args, "--logdir", str(d["r"]), "--resume")
+    assert_resumed_as_straight(d["s"], d["r"], stopped["r"], log)
+    log = run_example(run_python, "COMA", *foraging, "--logdir", str(d["fr"]), "--resume")
+    assert_resumed_as_straight(d["fs"], d["fr"], stopped["fr"], log)
+    refused = run_mains(
+        run_python,
+        [
+            ("COMA", [*SHORT, *OWN["COMA"], "--logdir", str(d["s"]), "--resume"]),
+            (
+                "COMA",
+                [*foraging, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(d["fs"]), "--resume"],
+            ),  # fmt: skip
+        ],
+    )
+    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
+    assert (
+        "written with --legacy_dynamics and with --optimizer adam and with --standardise_rewards"
+        in refused[0].log
+    ), refused[0].log[-2000:]
+    assert (
+        f"written with --env {FORAGING}; this run is with --env Foraging-8x8-2p-2f-v3"
+        in refused[1].log
+    ), refused[1].log[-2000:]
+
+
+QMIX_COUNTS = ["--batch_size", "--buffer_size", "--exploration_steps", "--update_target_interval",
+               "--rnn_hidden_dim", "--mixing_embed_dim"]  # fmt: skip
+COUNTS = {
+    "QMIX": QMIX_COUNTS,
+    "COMA": ["--episodes_per_iteration", "--target_update_cycle"],
+    "MAPPO": ["--env_num", "--num_workers", "--ppo_epoch", "--num_mini_batch"],
+    "MADDPG": [
+        "--max_episodes",
+        "--test_every_episodes",
+        "--batch_size",
+        "--learn_every",
+        "--memory_size",
+    ],  # fmt: skip
+}
+ENV_ERRORS = [
+    ("QMIX", ["--env", "simple_sprad"], "unknown multi-agent env 'simple_sprad'"),
+    ("COMA", ["--env", "Foraging-8x8-2p"], "unknown foraging id 'Foraging-8x8-2p'"),
+    ("QMIX", ["--legacy_dynamics"], "for MPE's particle scenarios"),
+    ("COMA", ["--legacy_dynamics"], "for MPE's particle scenarios"),
+    ("MAPPO", ["--legacy_dynamics"], "for MPE's particle scenarios"),
+    ("MAPPO", ["--continuous_actions"], "discrete actions only"),
+    ("MADDPG", ["--continuous_actions"], "discrete actions only"),
+]
+OTHER_ERRORS = [
+    # updates start once the memory holds a batch: a larger batch ran the whole budget without
+    ("QMIX", ["--buffer_size", "4", "--batch_size", "8"],
+     "--batch_size 8 is more episodes than --buffer_size 4 keeps"),
+    # learning starts once a memory holds more than the warm-up (PARL's: --batch_size * 25)
+    ("MADDPG", ["--memory_size", "1000"], "--memory_size 1000 holds no more than the warm-up of "
+     "25600 transitions (--batch_size * 25)"),
+    ("MADDPG", ["--memory_size", "100", "--warmup_size", "100"], "warm-up of 100 transitions, so"),
+]  # fmt: skip
+
+
+def test_multi_agent_examples_refuse_what_they_cannot_run_with_as_usage_errors(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Each refusal ends the run before it starts: the usage line and the reason, exit status
+    2, no traceback, nothing written. An ``--env`` the run cannot open with its other flags
+    (foraging has no legacy dynamics; the discrete-only examples); a count of 0 or -1 (it
+    stopped the run with a ZeroDivisionError or an IndexError, or trained nothing); a batch or
+    warm-up the memory can never pass."""
+    cases = []
+    for k, (name, flags, message) in enumerate(ENV_ERRORS):
+        env = [] if "--env" in flags else ["--env", "Foraging-8x8-2p-2f-coop-v3"]
+        cases.append((name, [*env, *flags, "--logdir", str(tmp_path / str(k))], message))
+    for name, flags in COUNTS.items():
+        for flag in flags:
+            for value in ("0", "-1"):
+                message = f"argument {flag}: must be 1 or more, got {value}"
+                cases.append((name, [flag, value, "--logdir", str(tmp_path / "c")], message))
+    for k, (name, flags, message) in enumerate(OTHER_ERRORS):
+        cases.append((name, [*flags, "--logdir", str(tmp_path / f"o{k}")], message))
+    runs = run_mains(run_python, [(name, argv) for name, argv, _ in cases])
+    for (name, argv, message), run in zip(cases, runs, strict=True):
+        assert run.code == 2, (name, argv, run.log[-2000:])
+        assert "usage:" in run.log and message in run.log, (name, argv, run.log[-2000:])
+        assert "Traceback" not in run.log, run.log[-2000:]
+    assert not any(tmp_path.iterdir())  # no run wrote anything
 
 
 def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
@@ -186,162 +352,6 @@ for size in (4, 3, 8):
         "3 3 0 [3, 4, 5]",
         "8 4 4 [2, 3, 4, 5]",
     ], proc.stdout
-
-
-def test_qmix_example_resume_leaves_a_memory_older_than_the_checkpoint(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """A part run without ``--save_rpm`` leaves the episode memory of an earlier checkpoint on
-    disk: the next resume starts with an empty one, saying so, instead of taking it for the
-    checkpoint's."""
-    args = [*SHORT, "--batch_size", "4", "--logdir", str(tmp_path)]
-    run_example(run_python, "QMIX", *args, "--save_rpm", "--stop_after_steps", "100")
-    log = run_example(run_python, "QMIX", *args, "--stop_after_steps", "200", "--resume")
-    assert "from an earlier checkpoint" not in log
-    log = run_example(run_python, "QMIX", *args, "--save_rpm", "--resume")
-    assert "rpm.npz is from an earlier checkpoint (the last one was written without" in log
-    assert int(np.load(tmp_path / "rpm.npz")["count"]) == 4  # the last 100 steps only
-
-
-def test_qmix_example_resume_refuses_a_memory_from_another_point(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """A run killed between its checkpoint and its memory file leaves a memory of an earlier
-    point: ``--resume`` refuses it instead of training on other episodes than the run had."""
-    args = [*SHORT, "--batch_size", "4", "--save_rpm", "--logdir", str(tmp_path)]
-    run_example(run_python, "QMIX", *args, "--stop_after_steps", "100")
-    stale = (tmp_path / "rpm.npz").read_bytes()  # 4 episodes
-    run_example(run_python, "QMIX", *args, "--stop_after_steps", "200", "--resume")
-    (tmp_path / "rpm.npz").write_bytes(stale)
-    script = REPO_ROOT / "examples" / "QMIX" / "train.py"
-    proc = run_python(args=[str(script), "--no_progress", *args, "--resume"], timeout=180)
-    assert proc.returncode != 0
-    assert "rpm.npz (count and next slot [4, 4]) is not the memory written with" in proc.stderr
-    assert "checkpoint.pt ([8, 8])" in proc.stderr, proc.stderr[-2000:]
-
-
-def test_qmix_example_resumes_with_adam_and_standardised_rewards(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """EPyMARL's settings: the running reward statistics travel in the checkpoint, so a resumed
-    run standardises as the straight one did and ends with the same weights."""
-    args = [*SHORT, *OWN["QMIX"], "--optimizer", "adam", "--standardise_rewards"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_example(run_python, "QMIX", *args, "--logdir", str(straight))
-    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
-    stats = torch.load(resumed / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
-    assert stats["count"] > 1 and stats["var"] > 0
-    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--resume")
-    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
-    plain = tmp_path / "plain"  # RMSprop on raw rewards: another run
-    run_example(run_python, "QMIX", *SHORT, *OWN["QMIX"], "--logdir", str(plain))
-    with pytest.raises(AssertionError):
-        assert_same_weights(straight / "model.ckpt", plain / "model.ckpt")
-    proc = run_python(
-        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *args,
-              "--logdir", str(plain), "--resume"],
-        timeout=180,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert "--standardise_rewards" in proc.stderr
-    proc = run_python(
-        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *SHORT,
-              *OWN["QMIX"], "--optimizer", "adam", "--logdir", str(plain), "--resume"],
-        timeout=180,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert "written with --optimizer rmsprop" in proc.stderr
-
-
-def test_coma_example_resumes_with_epymarls_settings(run_python: RunPython, tmp_path: Path) -> None:
-    """Adam, an entropy bonus and standardised rewards: the reward statistics travel in the
-    checkpoint, so a resumed run ends as the straight one; each setting changes the run; a
-    resume without them is refused by flag."""
-    epymarl = ["--optimizer", "adam", "--entropy_coef", "0.01", "--standardise_rewards"]
-    args = [*SHORT, *OWN["COMA"], *epymarl]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_example(run_python, "COMA", *args, "--logdir", str(straight))
-    run_example(run_python, "COMA", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
-    stats = torch.load(resumed / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
-    assert stats["count"] > 1 and stats["var"] > 0
-    run_example(run_python, "COMA", *args, "--logdir", str(resumed), "--resume")
-    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
-    for dropped in (epymarl[:2], epymarl[2:4], epymarl[4:]):
-        other = tmp_path / "-".join(dropped)
-        kept = [flag for flag in epymarl if flag not in dropped]
-        run_example(run_python, "COMA", *SHORT, *OWN["COMA"], *kept, "--logdir", str(other))
-        with pytest.raises(AssertionError):
-            assert_same_weights(straight / "model.ckpt", other / "model.ckpt")
-    script = str(REPO_ROOT / "examples" / "COMA" / "train.py")
-    proc = run_python(
-        args=[script, "--no_progress", *SHORT, *OWN["COMA"], "--logdir", str(straight),
-              "--resume"],
-        timeout=180,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert "written with --optimizer adam and with --standardise_rewards" in proc.stderr
-
-
-def test_qmix_example_resumes_with_a_feed_forward_agent_without_last_actions(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """EPyMARL's QMIX agent: feed-forward, its inputs the observation and the id only. A resumed
-    run ends as the straight one; a checkpoint of the other network is refused by flag."""
-    args = [*SHORT, *OWN["QMIX"], "--env", "Foraging-8x8-2p-2f-coop-v3", "--agent", "fc",
-            "--no_last_action"]  # fmt: skip
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_example(run_python, "QMIX", *args, "--logdir", str(straight))
-    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--stop_after_steps", "150")
-    run_example(run_python, "QMIX", *args, "--logdir", str(resumed), "--resume")
-    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
-    weights = torch.load(straight / "model.ckpt", weights_only=True)
-    assert "rnn.weight_ih" not in weights and "fc_hidden.weight" in weights
-    # foraging 8x8, 2 agents, 2 foods: observations of 12 values (x, y, level of each food and
-    # agent), 6 actions, 2 ids; no last action
-    assert weights["fc1.weight"].shape[1] == 12 + 2
-    memory = np.load(straight / "rpm.npz")
-    assert memory["obs"].shape[-1] == 12 + 2
-    gru = tmp_path / "gru"
-    run_example(run_python, "QMIX", *SHORT, *OWN["QMIX"], "--env", "Foraging-8x8-2p-2f-coop-v3",
-                "--logdir", str(gru))  # fmt: skip
-    assert torch.load(gru / "model.ckpt", weights_only=True)["fc1.weight"].shape[1] == 12 + 6 + 2
-    proc = run_python(
-        args=[str(REPO_ROOT / "examples" / "QMIX" / "train.py"), "--no_progress", *args,
-              "--logdir", str(gru), "--resume"],
-        timeout=180,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert (
-        "written with --agent gru and without --no_last_action; this run is with --agent fc and "
-        "with --no_last_action" in proc.stderr
-    )
-
-
-@pytest.mark.parametrize(
-    ("name", "flags"),
-    [
-        (
-            "QMIX",
-            ["--batch_size", "--buffer_size", "--exploration_steps", "--update_target_interval"]
-            + ["--rnn_hidden_dim", "--mixing_embed_dim"],
-        ),
-        ("COMA", ["--episodes_per_iteration", "--target_update_cycle"]),
-    ],
-)
-def test_marl_example_refuses_counts_it_cannot_run_with(
-    run_python: RunPython, name: str, flags: list[str]
-) -> None:
-    """A count of 0 stopped the run with a ZeroDivisionError or an IndexError."""
-    assert_flags_refused(run_python, name, flags)
-
-
-def test_qmix_example_refuses_a_batch_larger_than_the_memory(run_python: RunPython) -> None:
-    """Updates start once the memory holds a batch: a ``--batch_size`` above ``--buffer_size``
-    ran the whole budget without one."""
-    script = REPO_ROOT / "examples" / "QMIX" / "train.py"
-    proc = run_python(args=[str(script), "--buffer_size", "4", "--batch_size", "8"], timeout=120)
-    assert proc.returncode == 2
-    assert "--batch_size 8 is more episodes than --buffer_size 4 keeps" in proc.stderr
 
 
 def test_qmix_agent_explores_as_a_team_or_agent_by_agent(monkeypatch: pytest.MonkeyPatch) -> None:

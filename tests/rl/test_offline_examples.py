@@ -1,5 +1,6 @@
 """The offline examples run on small datasets made here (a D4RL HDF5 file and a Minari
-dataset of random Pendulum steps), and a resumed run equals a run straight through."""
+dataset of random Pendulum steps) with tiny networks, a resumed run equals a run straight
+through, and a resume with other flags or data, or a dataset of another env, is refused."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ import torch
 from parl.utils.offline_data import save_d4rl_hdf5
 
 from .conftest import REPO_ROOT, RunPython
+from .example_mains import Run, run_mains, run_ok
 from .test_offline_data import _needed
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
 
 EXAMPLES = REPO_ROOT / "examples"
-SMALL = ["--env", "Pendulum-v1", "--eval_episodes", "1", "--hidden", "16", "--batch_size", "16"]
+SMALL = ["--env", "Pendulum-v1", "--eval_episodes", "1", "--hidden", "8", "--batch_size", "16"]
 
 
 def random_steps(episodes: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
@@ -55,32 +57,45 @@ def run_example(run_python: RunPython, name: str, *args: str, ok: bool = True) -
     return proc.stderr.strip().splitlines()[-1]
 
 
+def value_error(run: Run) -> str:
+    """The last line of a run that must have failed with a ``ValueError``."""
+    assert run.code == 1, run.log[-3000:]
+    return run.log.strip().splitlines()[-1]
+
+
+def in_one(name: str, *args: str) -> tuple[str, list[str]]:
+    """A call of ``run_mains``: the example with the small settings and ``args``."""
+    return (name, ["--no_progress", *SMALL, *args])
+
+
 def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     run_python: RunPython, tmp_path: Path
 ) -> None:
+    """A resumed run ends with the straight run's weights; ``--actor_lr`` reaches the actor's
+    optimizer. A resume with other flags or other data is refused before anything is restored
+    (a checkpoint from before the learning-rate flags ran at PARL's rates, and is read as
+    such); the same data elsewhere is the same dataset. A dataset of another env is refused,
+    naming the env."""
     _needed("h5py")
     dataset = tmp_path / "pendulum-random-v0.hdf5"
     save_d4rl_hdf5(dataset, **random_steps())
     common = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15",
               "--num_random", "3", "--actor_lr", "3e-5"]  # fmt: skip
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    log = run_example(
-        run_python, "CQL", *common, "--train_total_steps", "30", "--logdir", str(straight)
+    log, _ = run_ok(
+        run_python,
+        [
+            in_one("CQL", *common, "--train_total_steps", "30", "--logdir", str(straight)),
+            in_one("CQL", *common, "--train_total_steps", "20", "--logdir", str(resumed)),
+        ],
     )
     assert "config cpu (3 sampled actions per proposal)" in log
     assert "Evaluation: total_steps 20" in log
     assert "Evaluation: total_steps 30" in log  # the trained policy itself, at the end
-    run_example(run_python, "CQL", *common, "--train_total_steps", "20", "--logdir", str(resumed))
     log = run_example(
-        run_python,
-        "CQL",
-        *common,
-        "--train_total_steps",
-        "30",
-        "--logdir",
-        str(resumed),
+        run_python, "CQL", *common, "--train_total_steps", "30", "--logdir", str(resumed),
         "--resume",
-    )
+    )  # fmt: skip
     assert "resumed from" in log
     optimizers = torch.load(straight / "checkpoint.pt", weights_only=False)["optimizers"]
     rates = {
@@ -92,48 +107,57 @@ def test_cql_example_on_a_d4rl_file_resumes_as_a_straight_run(
     assert first.keys() == second.keys()
     for key in first:
         assert torch.equal(first[key], second[key]), key
-    # a resume with other flags or other data is refused, before anything is restored
-    more = [*common, "--train_total_steps", "40", "--logdir", str(resumed), "--resume"]
-    error = run_example(run_python, "CQL", *more, "--with_lagrange", ok=False)
-    assert error == (
-        f"ValueError: the checkpoint in {resumed} was written without --with_lagrange; this run "
-        "is with --with_lagrange: resume with the flags of the run that wrote it"
-    )
-    error = run_example(run_python, "CQL", *more, "--actor_lr", "1e-4", ok=False)
-    assert "written with --actor_lr 3e-05; this run is with --actor_lr 0.0001" in error
     # a checkpoint from before the learning-rate flags ran at PARL's rates: read as such
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     state = torch.load(straight / "checkpoint.pt", weights_only=False)
     del state["extra"]["actor_lr"], state["extra"]["critic_lr"]
     torch.save(state, legacy / "checkpoint.pt")
-    error = run_example(
-        run_python, "CQL", *common, "--train_total_steps", "40", "--logdir", str(legacy),
-        "--resume", ok=False,
-    )  # fmt: skip
-    assert "written with --actor_lr 0.0001; this run is with --actor_lr 3e-05" in error
     other = tmp_path / "other.hdf5"
     save_d4rl_hdf5(other, **random_steps(seed=1))
-    error = run_example(run_python, "CQL", *more, "--dataset", str(other), ok=False)
-    assert f"trained on --dataset {dataset}, and --dataset {other} holds other data" in error
     copy = tmp_path / "copy.hdf5"
     copy.write_bytes(dataset.read_bytes())  # the same data elsewhere is the same dataset
-    log = run_example(run_python, "CQL", *more, "--dataset", str(copy))
-    assert "Evaluation: total_steps 40" in log
+    more = [*common, "--train_total_steps", "40", "--logdir", str(resumed), "--resume"]
+    runs = run_mains(
+        run_python,
+        [
+            in_one("CQL", *more, "--dataset", str(copy)),
+            in_one("CQL", *more, "--with_lagrange"),
+            in_one("CQL", *more, "--actor_lr", "1e-4"),
+            in_one(
+                "CQL", *common, "--train_total_steps", "40", "--logdir", str(legacy), "--resume"
+            ),  # fmt: skip
+            in_one("CQL", *more, "--dataset", str(other)),
+            in_one(
+                "CQL",
+                "--dataset",
+                str(dataset),
+                "--env",
+                "MountainCarContinuous-v0",
+                "--logdir",
+                str(tmp_path / "log"),
+            ),  # fmt: skip
+        ],
+    )
+    assert runs[0].code == 0, runs[0].log[-3000:]
+    assert "Evaluation: total_steps 40" in runs[0].log
+    assert value_error(runs[1]) == (
+        f"ValueError: the checkpoint in {resumed} was written without --with_lagrange; this run "
+        "is with --with_lagrange: resume with the flags of the run that wrote it"
+    )
+    assert "written with --actor_lr 3e-05; this run is with --actor_lr 0.0001" in value_error(
+        runs[2]
+    )
+    assert "written with --actor_lr 0.0001; this run is with --actor_lr 3e-05" in value_error(
+        runs[3]
+    )
+    error = value_error(runs[4])  # the resume on the copy recorded the copy's path
+    assert f"trained on --dataset {copy}, and --dataset {other} holds other data" in error
+    assert value_error(runs[5]) == other_env_error(dataset)
 
 
-@pytest.mark.parametrize("name", ["CQL", "IQL"])
-def test_a_dataset_of_another_env_is_refused_naming_env(
-    run_python: RunPython, tmp_path: Path, name: str
-) -> None:
-    _needed("h5py")
-    dataset = tmp_path / "pendulum-random-v0.hdf5"
-    save_d4rl_hdf5(dataset, **random_steps(episodes=1))
-    error = run_example(
-        run_python, name, "--dataset", str(dataset), "--env", "MountainCarContinuous-v0",
-        "--logdir", str(tmp_path / "log"), ok=False,
-    )  # fmt: skip
-    assert error == (
+def other_env_error(dataset: Path) -> str:
+    return (
         f"ValueError: --dataset {dataset} has observations of 3 values and actions of 1, but "
         "MountainCarContinuous-v0 has 2 and 1: pass the --env the dataset was collected on"
     )
@@ -143,6 +167,9 @@ def test_a_dataset_of_another_env_is_refused_naming_env(
 def test_iql_example_on_a_minari_dataset(
     run_python: RunPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """It trains and evaluates on a Minari dataset; a dataset of another env is refused, naming
+    the env."""
+    _needed("h5py")
     minari = _needed("minari")
     from minari.data_collector import EpisodeBuffer
 
@@ -171,10 +198,36 @@ def test_iql_example_on_a_minari_dataset(
         action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
         algorithm_name="random",
     )
-    log = run_example(
-        run_python, "IQL", "--dataset", "pendulum/random-v0", "--train_total_steps", "20",
-        "--test_every_steps", "10", "--logdir", str(tmp_path / "log"),
-    )  # fmt: skip
+    other_env = tmp_path / "pendulum-random-v0.hdf5"
+    save_d4rl_hdf5(other_env, **random_steps(episodes=1))
+    runs = run_mains(
+        run_python,
+        [
+            in_one(
+                "IQL",
+                "--dataset",
+                "pendulum/random-v0",
+                "--train_total_steps",
+                "20",
+                "--test_every_steps",
+                "10",
+                "--logdir",
+                str(tmp_path / "log"),
+            ),  # fmt: skip
+            in_one(
+                "IQL",
+                "--dataset",
+                str(other_env),
+                "--env",
+                "MountainCarContinuous-v0",
+                "--logdir",
+                str(tmp_path / "other"),
+            ),  # fmt: skip
+        ],
+    )
+    assert runs[0].code == 0, runs[0].log[-3000:]
+    log = runs[0].log
+    assert value_error(runs[1]) == other_env_error(other_env)
     assert "Evaluation: total_steps 10" in log
     assert "Evaluation: total_steps 20" in log  # the trained policy itself, at the end
     assert (tmp_path / "log" / "model.ckpt").is_file()
@@ -219,10 +272,15 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
         return proc.stderr
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    log = run("--train_total_steps", "30", "--logdir", str(straight))
+    log, _ = run_ok(
+        run_python,
+        [
+            ("DT", [*common, "--train_total_steps", "30", "--logdir", str(straight)]),
+            ("DT", [*common, "--train_total_steps", "20", "--logdir", str(resumed)]),
+        ],
+    )
     assert "Evaluation: total_steps 20" in log
     assert "Evaluation: total_steps 30" in log  # the trained policy itself, at the end
-    run("--train_total_steps", "20", "--logdir", str(resumed))
     log = run("--train_total_steps", "30", "--logdir", str(resumed), "--resume")
     assert "resumed from" in log and "Evaluation: total_steps 20" in log
     first = torch.load(straight / "model.ckpt", weights_only=True)
@@ -231,16 +289,20 @@ def test_dt_example_on_a_d4rl_file_resumes_as_a_straight_run(
     for key in first:
         assert torch.equal(first[key], second[key]), key
     more = ["--train_total_steps", "40", "--logdir", str(resumed), "--resume"]
-    proc = run_python(args=[script, *common, *more, "--context", "5"], timeout=300)
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+    other = tmp_path / "other.hdf5"
+    save_d4rl_hdf5(other, **random_steps(seed=1))
+    runs = run_mains(
+        run_python,
+        [
+            ("DT", [*common, *more, "--context", "5"]),
+            ("DT", [*common, *more, "--dataset", str(other)]),
+        ],
+    )
+    assert value_error(runs[0]) == (
         f"ValueError: the checkpoint in {resumed} was written with --context 4; this run is "
         "with --context 5: resume with the flags of the run that wrote it"
     )
-    other = tmp_path / "other.hdf5"
-    save_d4rl_hdf5(other, **random_steps(seed=1))
-    proc = run_python(args=[script, *common, *more, "--dataset", str(other)], timeout=300)
-    assert proc.returncode == 1
-    assert f"--dataset {other} holds other data" in proc.stderr.strip().splitlines()[-1]
+    assert f"--dataset {other} holds other data" in value_error(runs[1])
 
 
 OUT_OF_RANGE_FLAGS = {

@@ -1,0 +1,76 @@
+"""Several runs of the examples' ``train.main`` in one fresh interpreter: the straight runs and
+part runs a test compares, and the runs an example refuses, without paying an interpreter's
+start (torch, gymnasium, parl: about two seconds) for each. A resume that a test compares with
+a straight run still runs in a fresh process of its own (``run_example``), as a user's does."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .conftest import REPO_ROOT, RunPython
+
+_CODE = """
+import importlib, json, os, sys, traceback
+examples = {examples!r}
+current = None
+for k, (example, argv) in enumerate(json.loads({calls!r})):
+    if example != current:
+        # each example's own modules (train, its agent, its model) imported afresh
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(examples + os.sep):
+                del sys.modules[name]
+        if current is not None:
+            sys.path.remove(os.path.join(examples, current))
+        sys.path.insert(0, os.path.join(examples, example))
+        train = importlib.import_module("train")
+        current = example
+    sys.stderr.write("\\n@@run %d\\n" % k)
+    sys.stderr.flush()
+    code = 0
+    try:
+        train.main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    sys.stderr.flush()
+    sys.stderr.write("\\n@@exit %d\\n" % code)
+    sys.stderr.flush()
+"""
+
+
+@dataclass
+class Run:
+    """One ``train.main(argv)``: its exit status (0: it returned; 2: a usage error; 1: it
+    raised) and what it wrote to stderr (its log, a usage message or a traceback)."""
+
+    code: int
+    log: str
+
+
+def run_mains(
+    run_python: RunPython, calls: list[tuple[str, list[str]]], timeout: float = 300
+) -> list[Run]:
+    """``examples/<example>/train.py``'s ``main(argv)`` for each ``(example, argv)`` of
+    ``calls``, in order, in one fresh interpreter; each call's exit status and log."""
+    code = _CODE.format(examples=str(REPO_ROOT / "examples"), calls=json.dumps(calls))
+    proc = run_python(code, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = []
+    for part in proc.stderr.split("\n@@run ")[1:]:
+        body, _, tail = part.partition("\n@@exit ")
+        runs.append(Run(int(tail.split()[0]), body.split("\n", 1)[1] if "\n" in body else ""))
+    assert len(runs) == len(calls), proc.stderr[-3000:]
+    return runs
+
+
+def run_ok(
+    run_python: RunPython, calls: list[tuple[str, list[str]]], timeout: float = 300
+) -> list[str]:
+    """``run_mains`` of runs that must each end normally: their logs."""
+    runs = run_mains(run_python, calls, timeout)
+    for run in runs:
+        assert run.code == 0, run.log[-3000:]
+    return [run.log for run in runs]
