@@ -131,6 +131,7 @@ def test_a_failing_script_shows_its_exception_and_edits_are_applied(
     assert not missing.ok and "no longer has 'y = 2' once" in missing.detail
 
 
+@pytest.mark.slow  # runs an example script
 def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
     harness: ModuleType, tmp_path: Path
 ) -> None:
@@ -162,6 +163,7 @@ def test_a_cluster_script_gets_a_running_cluster_at_its_config_address(
     assert outcome.detail.endswith("Evaluation over: 2 actors")
 
 
+@pytest.mark.slow  # runs an example script
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_harness_stops_the_script_and_its_cluster(
     tmp_path: Path, sig: signal.Signals
@@ -301,6 +303,7 @@ for episode in range(1, args.max_episodes + 1):
 """
 
 
+@pytest.mark.slow  # runs an example script
 @pytest.mark.parametrize("name", ["maddpg", "maddpg (continuous)"])
 def test_the_maddpg_entries_reach_an_evaluation_of_a_script_with_parls_flags(
     harness: ModuleType, tmp_path: Path, name: str

@@ -345,6 +345,7 @@ def test_quality_reads_a_resumed_run_as_its_parts(tmp_path: Path) -> None:
     assert run["wall_seconds"] == 100.0 + 200.0
 
 
+@pytest.mark.slow  # runs an example script
 def test_quality_resume_continues_each_seed_from_its_checkpoint(tmp_path: Path) -> None:
     """``--resume`` with a larger ``--steps``: the real example continues from the checkpoint
     of the first run (its log appended to), and the record holds both parts' evaluations; a
@@ -379,6 +380,7 @@ def test_quality_resume_continues_each_seed_from_its_checkpoint(tmp_path: Path) 
     assert "no checkpoint.pt to continue from" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # runs an example script
 def test_quality_resume_finds_the_checkpoint_of_an_example_that_writes_one_per_agent(
     tmp_path: Path,
 ) -> None:

@@ -21,6 +21,8 @@ from tests.runtime import cluster as clusters
 from tests.runtime.actors import AsyncSampler, Sampler
 from tests.runtime.conftest import wait_until
 
+pytestmark = pytest.mark.slow  # masters and host agents killed and restarted
+
 
 def _pending(fifo) -> tuple[AsyncSampler, parl.Future, int]:
     """An actor whose call is pending: it blocks on opening ``fifo`` (nobody writes)."""

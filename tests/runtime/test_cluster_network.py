@@ -30,6 +30,8 @@ from tests.runtime.actors import Mover
 from tests.runtime.conftest import wait_until
 from tests.runtime.netns import Machine, Network
 
+pytestmark = pytest.mark.slow  # namespace machines with shaped and cut links
+
 BIG = 64 << 20  # about 5 s over the shaped link: long enough to cut it in the middle
 UNDER_WAY = 8 << 20  # bytes across before the cut
 

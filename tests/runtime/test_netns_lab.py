@@ -8,7 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.runtime.netns import Network, _ip
+
+pytestmark = pytest.mark.slow  # namespace machines
 
 ECHO = (
     "import socket,sys\n"
