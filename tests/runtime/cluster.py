@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psutil
@@ -15,6 +17,22 @@ import psutil
 from tests.runtime.conftest import wait_until
 
 SECRET = "test-secret-0123456789abcdef0123456789"
+
+
+@contextmanager
+def secret_in_environment() -> Iterator[None]:
+    """``PARL_CLUSTER_SECRET`` set to the test clusters' secret, as before afterwards."""
+    previous = os.environ.get("PARL_CLUSTER_SECRET")
+    os.environ["PARL_CLUSTER_SECRET"] = SECRET
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PARL_CLUSTER_SECRET", None)
+        else:
+            os.environ["PARL_CLUSTER_SECRET"] = previous
+
+
 AGENT_SLOTS = (2, 3)
 
 

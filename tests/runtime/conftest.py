@@ -200,15 +200,10 @@ def cluster(tmp_path_factory):
     from tests.runtime import cluster as clusters
 
     started = clusters.start(str(tmp_path_factory.mktemp("cluster-home")))
-    previous = os.environ.get("PARL_CLUSTER_SECRET")
-    os.environ["PARL_CLUSTER_SECRET"] = clusters.SECRET
     try:
-        yield started
+        with clusters.secret_in_environment():
+            yield started
     finally:
-        if previous is None:
-            os.environ.pop("PARL_CLUSTER_SECRET", None)
-        else:
-            os.environ["PARL_CLUSTER_SECRET"] = previous
         clusters.stop(started)
 
 

@@ -42,18 +42,13 @@ class Trainer:
 @pytest.fixture(scope="module")
 def monitored_cluster(tmp_path_factory):
     """One cluster with its page for the module's tests (each leaves it as it found it)."""
-    previous = os.environ.get("PARL_CLUSTER_SECRET")
-    os.environ["PARL_CLUSTER_SECRET"] = clusters.SECRET
     port = clusters.free_port()
-    cluster = clusters.start(str(tmp_path_factory.mktemp("monitored")), monitor_port=port)
-    try:
-        yield cluster, f"http://127.0.0.1:{port}/"
-    finally:
-        if previous is None:
-            os.environ.pop("PARL_CLUSTER_SECRET", None)
-        else:
-            os.environ["PARL_CLUSTER_SECRET"] = previous
-        clusters.stop(cluster)
+    with clusters.secret_in_environment():
+        cluster = clusters.start(str(tmp_path_factory.mktemp("monitored")), monitor_port=port)
+        try:
+            yield cluster, f"http://127.0.0.1:{port}/"
+        finally:
+            clusters.stop(cluster)
 
 
 @pytest.fixture
