@@ -58,6 +58,7 @@ def run_mains(
     code = _CODE.format(examples=str(REPO_ROOT / "examples"), calls=json.dumps(calls))
     proc = run_python(code, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
     runs = []
     for part in proc.stderr.split("\n@@run ")[1:]:
         body, _, tail = part.partition("\n@@exit ")
@@ -73,4 +74,5 @@ def run_ok(
     runs = run_mains(run_python, calls, timeout)
     for run in runs:
         assert run.code == 0, run.log[-3000:]
+        assert "Traceback" not in run.log, run.log[-3000:]
     return [run.log for run in runs]

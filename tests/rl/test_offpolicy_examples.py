@@ -21,6 +21,8 @@ EXAMPLES = REPO_ROOT / "examples"
 def run_example(run_python: RunPython, name: str, *args: str, timeout: float = 180) -> str:
     proc = run_python(args=[str(EXAMPLES / name / "train.py"), "--no_tqdm", *args], timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for blemish in ("Traceback", "Exception ignored"):  # what a user would see
+        assert blemish not in proc.stderr, proc.stderr[-3000:]
     return proc.stderr
 
 
