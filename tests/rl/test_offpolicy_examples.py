@@ -6,12 +6,15 @@ script runs unchanged but for its gym import."""
 from __future__ import annotations
 
 import glob
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
+from .example_mains import run_mains, run_ok
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
 
@@ -33,31 +36,6 @@ def assert_same_weights(first: Path, second: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
-# The straight run and the first part of the stopped run need no fresh interpreter: both run in
-# one, which then offers the stopped run's memory file, moved one step back (a kill between the
-# two files), to a resume: refused. Each resume that trains runs in a fresh interpreter.
-FIRST_PARTS = """
-import sys
-import numpy as np
-sys.path.insert(0, {folder!r})
-import train
-args = ["--no_tqdm", *{args!r}]
-train.main([*args, "--logdir", {straight!r}])
-train.main([*args, "--save_rpm", "--logdir", {resumed!r}, "--stop_after_steps", {half!r}])
-rpm = {resumed!r} + "/rpm.npz"
-intact = open(rpm, "rb").read()
-with np.load(rpm) as saved:
-    arrays = dict(saved)
-arrays["pos"] = arrays["pos"] - 1  # the memory one step earlier
-np.savez(rpm, **arrays)
-try:
-    train.main([*args, "--save_rpm", "--logdir", {resumed!r}, "--resume"])
-    print("NOT REFUSED")
-except RuntimeError as exc:
-    print("REFUSED", exc)
-open(rpm, "wb").write(intact)
-"""
-
 PENDULUM = ["--env", "Pendulum-v1", "--warmup_steps", "100", "--hidden", "8",
             "--batch_size", "16"]  # fmt: skip
 # a budget of two episodes (Pendulum's are 200 steps), stopped after the first
@@ -75,40 +53,72 @@ for _name in ("SAC", "DDPG", "TD3", "OAC"):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
 def test_resume_equals_straight_run_and_takes_only_the_memory_of_its_checkpoint(
-    name: str, run_python: RunPython, tmp_path: Path
+    run_python: RunPython, tmp_path: Path
 ) -> None:
-    """A run stopped halfway with ``--save_rpm`` and resumed in a fresh interpreter ends with
-    the weights of a run straight through. A memory file of another point of the run (a kill
-    between the two files) is refused; one beside a checkpoint written without ``--save_rpm``
-    (an earlier part's) is set aside."""
-    args, half = RESUME_RUNS[name]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    code = FIRST_PARTS.format(
-        folder=str(EXAMPLES / name), args=args, straight=str(straight), resumed=str(resumed),
-        half=str(half),
-    )  # fmt: skip
-    proc = run_python(code, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done:" in proc.stderr and (resumed / "rpm.npz").is_file()
-    assert "REFUSED" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "is not the memory written with the checkpoint" in proc.stdout, proc.stdout
-    assert glob.glob(str(straight / "events.out.tfevents.*"))
-    stopped = torch.load(resumed / "model.ckpt", weights_only=True)
+    """For each off-policy example: a run stopped halfway with ``--save_rpm`` and resumed in
+    another interpreter than the one that stopped ends with the weights of a run straight
+    through. A memory file of another point of the run (a kill between the two files) is
+    refused; one beside a checkpoint written without ``--save_rpm`` (an earlier part's) is set
+    aside. The straight runs and the first parts run in one interpreter, the resumes in a
+    second, each example's own modules imported afresh."""
+    names = sorted(RESUME_RUNS)
+    kinds = ("straight", "resumed", "shifted", "older")
+    dirs = {name: {kind: tmp_path / name / kind for kind in kinds} for name in names}
+    first: list[tuple[str, list[str]]] = []
+    for name in names:
+        args, half = RESUME_RUNS[name]
+        first.append((name, ["--no_tqdm", *args, "--logdir", str(dirs[name]["straight"])]))
+        first.append((name, ["--no_tqdm", *args, "--save_rpm", "--logdir",
+                             str(dirs[name]["resumed"]), "--stop_after_steps", str(half)]))  # fmt: skip
+    run_ok(run_python, first)
 
-    log = run_example(run_python, name, *args, "--save_rpm", "--logdir", str(resumed), "--resume")
-    assert "resumed from" in log
-    assert_same_weights(straight / "model.ckpt", resumed / "model.ckpt")
-    final = torch.load(resumed / "model.ckpt", weights_only=True)
-    assert any(not torch.equal(stopped[k], final[k]) for k in final)  # it did train on
+    stopped = {}
+    for name in names:
+        straight, resumed, shifted, older = dirs[name].values()
+        assert (resumed / "rpm.npz").is_file() and glob.glob(
+            str(straight / "events.out.tfevents.*")
+        )
+        stopped[name] = torch.load(resumed / "model.ckpt", weights_only=True)
+        # the stopped run as a kill between the two files leaves it: the memory one step earlier
+        shutil.copytree(resumed, shifted)
+        with np.load(shifted / "rpm.npz") as saved:
+            arrays = dict(saved)
+        arrays["pos"] = arrays["pos"] - 1
+        np.savez(shifted / "rpm.npz", **arrays)
+        # the straight run wrote its checkpoint without --save_rpm: a memory file beside it is older
+        shutil.copytree(straight, older)
+        shutil.copy(resumed / "rpm.npz", older / "rpm.npz")
 
-    # the straight run wrote its checkpoint without --save_rpm: a memory file beside it is older
-    (straight / "rpm.npz").write_bytes((resumed / "rpm.npz").read_bytes())
-    total = int(args[args.index("--train_total_steps") + 1]) + 1
-    log = run_example(run_python, name, *args, "--save_rpm", "--logdir", str(straight),
-                      "--resume", "--train_total_steps", str(total))  # fmt: skip
-    assert "is from an earlier checkpoint" in log and "resumed from" in log, log[-2000:]
+    second: list[tuple[str, list[str]]] = []
+    for name in names:  # the resume that trains first, in an interpreter that ran nothing of it
+        args, _ = RESUME_RUNS[name]
+        straight, resumed, shifted, older = dirs[name].values()
+        total = int(args[args.index("--train_total_steps") + 1]) + 1
+        second.append(
+            (name, ["--no_tqdm", *args, "--save_rpm", "--logdir", str(resumed), "--resume"])
+        )
+        second.append(
+            (name, ["--no_tqdm", *args, "--save_rpm", "--logdir", str(shifted), "--resume"])
+        )
+        second.append((name, ["--no_tqdm", *args, "--save_rpm", "--logdir", str(older),
+                              "--resume", "--train_total_steps", str(total)]))  # fmt: skip
+    runs = run_mains(run_python, second)
+    for k, name in enumerate(names):
+        resume, shifted, older = runs[3 * k : 3 * k + 3]
+        assert resume.code == 0 and "resumed from" in resume.log, resume.log[-3000:]
+        assert "Traceback" not in resume.log, resume.log[-3000:]
+        assert_same_weights(
+            dirs[name]["straight"] / "model.ckpt", dirs[name]["resumed"] / "model.ckpt"
+        )
+        final = torch.load(dirs[name]["resumed"] / "model.ckpt", weights_only=True)
+        assert any(not torch.equal(stopped[name][key], final[key]) for key in final), name
+        assert shifted.code == 1, shifted.log[-3000:]
+        assert "is not the memory written with the checkpoint" in shifted.log, shifted.log[-3000:]
+        assert older.code == 0, older.log[-3000:]
+        assert "is from an earlier checkpoint" in older.log and "resumed from" in older.log, (
+            older.log[-2000:]
+        )
 
 
 def test_ddpg_on_mujoco_v5(run_python: RunPython, tmp_path: Path) -> None:
