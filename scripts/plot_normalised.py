@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_summary as summary
 from plot_curves import nice_ticks
-from render_results import NORMALISED_SVG, ORDER
-from results import ROOT, load_records
+from render_results import NORMALISED_SVG, ordered_records
+from results import ROOT
 
 WIDTH, ROW, LEFT, RIGHT, TOP, BOTTOM = 640, 26, 250, 30, 40, 44
 
@@ -68,10 +68,9 @@ def render(bars: list[tuple[str, float]]) -> str:
 
 def bars() -> list[tuple[str, float]]:
     """``("SAC, HalfCheetah-v5 (1)", 1.2)``: the label numbers the variant as the table does."""
-    records = sorted(load_records(), key=lambda r: ORDER.index(r["page"]))
-    scored = summary.normalised_rows(records, summary.load_random_baselines())
+    scored = summary.normalised_rows(ordered_records(), summary.load_random_baselines())
     return [(f"{r['algorithm']}, {r['env']} ({i})", score)
-            for i, (r, score) in enumerate(scored, 1)]  # fmt: skip
+            for i, (_, r, score) in enumerate(scored, 1)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -225,7 +225,7 @@ def render_file(path: Path, named: dict[str, dict[str, Any]]) -> str:
         elif name == "all":
             body = render_all(records)
         elif name == "normalised":
-            body = summary.render_normalised(records, summary.load_random_baselines(), figure)
+            body = summary.render_normalised(named, summary.load_random_baselines(), figure)
         else:
             mine = [record for record in records if record["page"] == name]
             if not mine:
@@ -248,19 +248,24 @@ def render_bench_file(text: str, where: str, records: dict[str, dict[str, Any]])
     return BENCH_BLOCK.sub(block, text)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="report stale files, change none")
-    args = parser.parse_args(argv)
-    # the algorithms in the order of the algorithm pages' index; within one, the longest runs
-    # (the MuJoCo 1M-step tables) before the shorter ones
-    named = dict(
+def ordered_records() -> dict[str, dict[str, Any]]:
+    """Every record by name, in the tables' order: the algorithms in the order of the algorithm
+    pages' index; within one, the longest runs (the MuJoCo 1M-step tables) before the shorter
+    ones."""
+    return dict(
         sorted(
             load_named_records().items(),
             key=lambda item: (ORDER.index(item[1]["page"]),
                               -(item[1]["budget"]["env_steps"] or 0), item[1]["env"]),
         )
     )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report stale files, change none")
+    args = parser.parse_args(argv)
+    named = ordered_records()
     bench = load_bench_records()
     stale = []
     pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in p.parts]

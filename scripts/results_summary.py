@@ -269,14 +269,16 @@ def grouped(
 
 
 def load_random_baselines(folder: Path = RANDOM) -> dict[str, dict[str, Any]]:
-    """The random-policy baselines (``scripts/random_baselines.py``), by env."""
+    """The random-policy baselines (``scripts/random_baselines.py``), by file name. One with
+    ``records`` (record names) is the zero of those records only; one without, of every
+    record on its env with its measure."""
     found = {}
     for path in sorted(folder.glob("*.json")):
         baseline = json.loads(path.read_text(encoding="utf-8"))
-        for name in ("env", "measure", "mean", "sd", "episodes", "command"):
+        for name in ("env", "measure", "records", "mean", "sd", "episodes", "command"):
             if name not in baseline:
                 raise ValueError(f"{path.relative_to(ROOT)}: missing field {name!r}")
-        found[baseline["env"]] = baseline
+        found[path.stem] = baseline
     return found
 
 
@@ -285,23 +287,30 @@ def is_published(baseline: dict[str, Any] | None) -> bool:
     return bool(baseline) and "published" in baseline["name"]
 
 
-def random_score(record: dict[str, Any], randoms: dict[str, dict[str, Any]]) -> float | None:
+Randoms = dict[str, dict[str, Any]]
+
+
+def random_score(name: str, record: dict[str, Any], randoms: Randoms) -> float | None:
     """A random policy's figure on the record's env and measure: the record's own baseline
     when it is random play, else one measured by ``scripts/random_baselines.py``."""
     baseline = record["figures"]["baseline"]
     if baseline and baseline["name"].startswith("random play"):
         return float(baseline["value"])
-    found = randoms.get(record["env"])
-    if found and found["measure"] == measure(record):
-        return float(found["mean"])
+    for found in randoms.values():
+        if found["records"] is None:
+            fits = found["env"] == record["env"] and found["measure"] == measure(record)
+        else:
+            fits = name in found["records"]
+        if fits:
+            return float(found["mean"])
     return None
 
 
-def normalised(record: dict[str, Any], randoms: dict[str, dict[str, Any]]) -> float | None:
+def normalised(name: str, record: dict[str, Any], randoms: Randoms) -> float | None:
     """``(ours - random) / (reference - random)``: 0 is random play, 1 the published
     reference; ``None`` without a published reference, a random figure or a mean."""
     baseline, mean = record["figures"]["baseline"], record["figures"]["mean"]
-    chance = random_score(record, randoms)
+    chance = random_score(name, record, randoms)
     if not is_published(baseline) or chance is None or mean is None:
         return None
     return (mean - chance) / (float(baseline["value"]) - chance)
@@ -311,29 +320,29 @@ NORMALISED_HEADER = ["algorithm", "env", "variant", "ours", "reference", "random
                      "normalised"]  # fmt: skip
 
 
-def normalised_rows(records: list[dict[str, Any]], randoms: dict[str, dict[str, Any]]) -> list[
-        tuple[dict[str, Any], float]]:  # fmt: skip
-    """The records with a normalised score, and the score, in ``records``' order."""
-    return [(r, score) for r in records if (score := normalised(r, randoms)) is not None]
+def normalised_rows(
+    named: dict[str, dict[str, Any]], randoms: Randoms
+) -> list[tuple[str, dict[str, Any], float]]:
+    """The records with a normalised score: name, record and score, in ``named``'s order."""
+    return [(name, r, score) for name, r in named.items()
+            if (score := normalised(name, r, randoms)) is not None]  # fmt: skip
 
 
-def render_normalised(records: list[dict[str, Any]], randoms: dict[str, dict[str, Any]],
-                      figure_path: str) -> str:  # fmt: skip
+def render_normalised(named: dict[str, dict[str, Any]], randoms: Randoms, figure_path: str) -> str:
     """The normalised scores' table and figure, and the records that cannot have one."""
-    scored = normalised_rows(records, randoms)
-    numbered = {id(r): i for i, (r, _) in enumerate(scored, 1)}
-    rows = [[r["algorithm"], env(r), str(numbered[id(r)]), mean_sd(r),
+    scored = normalised_rows(named, randoms)
+    rows = [[r["algorithm"], env(r), str(i), mean_sd(r),
              reference_value(r["figures"]["baseline"]["value"]),
-             reference_value(random_score(r, randoms) or 0.0), f"{score:.2f}"]
-            for r, score in scored]  # fmt: skip
-    lacking_random = [r for r in records if is_published(r["figures"]["baseline"])
-                      and random_score(r, randoms) is None]  # fmt: skip
+             reference_value(random_score(name, r, randoms) or 0.0), f"{score:.2f}"]
+            for i, (name, r, score) in enumerate(scored, 1)]  # fmt: skip
+    lacking_random = [r for name, r in named.items() if is_published(r["figures"]["baseline"])
+                      and random_score(name, r, randoms) is None]  # fmt: skip
     parts = [
         f"![Normalised scores: 0 is a random policy, 1 the published reference]({figure_path})",
         _table(NORMALISED_HEADER, rows),
         "Variants:\n\n"
         + "\n".join(
-            f"{i}. {r['configuration'] or 'the defaults'}." for i, (r, _) in enumerate(scored, 1)
+            f"{i}. {r['configuration'] or 'the defaults'}." for i, (_, r, _) in enumerate(scored, 1)
         ),  # fmt: skip
     ]
     if lacking_random:

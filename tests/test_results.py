@@ -318,13 +318,20 @@ def test_a_long_cell_is_refused_naming_it(record) -> None:
 
 
 def test_a_normalised_score_needs_a_published_reference_and_a_random_figure(record) -> None:
-    randoms = {"Hopper-v5": {"env": "Hopper-v5", "measure": "return", "mean": 100.0}}
-    assert summary.normalised(record, randoms) is None  # no reference
+    randoms = {"Hopper-v5": {"env": "Hopper-v5", "measure": "return", "records": None,
+                             "mean": 100.0}}  # fmt: skip
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) is None  # no reference
     record["figures"]["baseline"] = {"name": "PARL's published curve", "value": 2100}
-    assert summary.normalised(record, randoms) == pytest.approx((1100 - 100) / (2100 - 100))
-    assert summary.normalised(record, {}) is None  # no random figure
+    expected = (1100 - 100) / (2100 - 100)
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) == pytest.approx(expected)
+    assert summary.normalised("ppo_Hopper-v5", record, {}) is None  # no random figure
+    # a random figure that names its records is the zero of those only
+    named = {"mpe": {"env": "Walker2d-v5", "measure": "return", "records": ["ppo_Hopper-v5"],
+                     "mean": 100.0}}  # fmt: skip
+    assert summary.normalised("ppo_Hopper-v5", record, named) == pytest.approx(expected)
+    assert summary.normalised("ppo_Hopper-v5_other", record, named) is None
     record["metric"] = "mean score of 5 greedy evaluation games"  # another measure
-    assert summary.normalised(record, randoms) is None
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) is None
 
 
 def test_the_normalised_scores_picture_is_current() -> None:
@@ -334,11 +341,23 @@ def test_the_normalised_scores_picture_is_current() -> None:
     assert "<rect" in render_results.NORMALISED_SVG.read_text(encoding="utf-8")
 
 
-def test_every_random_baseline_record_is_complete() -> None:
+def test_every_random_baseline_record_is_complete_and_names_records_that_exist() -> None:
     randoms = summary.load_random_baselines()
+    names = set(render_results.ordered_records())
     assert "HalfCheetah-v5" in randoms
     for baseline in randoms.values():
         assert baseline["episodes"] >= 2 and baseline["command"].startswith("python scripts/")
+        assert set(baseline["records"] or ()) <= names, baseline["records"]
+
+
+def test_a_random_policys_returns_are_measured_and_bad_flags_are_named(capsys) -> None:
+    import random_baselines
+
+    returns = random_baselines.gym_returns("CartPole-v1", 3, seed=0)
+    assert len(returns) == 3 and all(8 <= value <= 500 for value in returns)
+    with pytest.raises(SystemExit):
+        random_baselines.main(["simple", "--mpe"])
+    assert "--mpe needs --records" in capsys.readouterr().err
 
 
 # -- benchmark records ---------------------------------------------------------------------------
