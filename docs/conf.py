@@ -10,6 +10,8 @@ import sys
 
 import parl
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext"))
+
 project = "parl-torch"
 author = "the parl-torch authors"
 copyright = "the parl-torch authors"  # the name Sphinx reads
@@ -22,6 +24,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "myst_parser",
     "sphinxarg.ext",
+    "example_argparse",  # _ext/: the examples' flags (line breaks kept, switches off)
     "sphinx_copybutton",
 ]
 
@@ -111,33 +114,5 @@ def _resolve_by_name(app, env, node, contnode):
     return make_refnode(app.builder, node["refdoc"], docname, node_id, contnode, full)
 
 
-# An example's flags are shown by ``.. argparse::`` with ``:filename: ../examples/X/train.py``.
-# The script imports the modules beside it (``from agent import ...``) and the folders share
-# module names, so each script is read with its own folder first on ``sys.path`` and the
-# same-named modules of another folder put aside, as ``python examples/X/train.py`` runs it.
-def _example_argparse_directive():
-    from sphinxarg.ext import ArgParseDirective
-
-    class ExampleArgParseDirective(ArgParseDirective):
-        def run(self):
-            if "filename" not in self.options:
-                return super().run()
-            folder = os.path.dirname(os.path.join(self.env.srcdir, self.options["filename"]))
-            folder = os.path.realpath(folder)
-            names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py")}
-            aside = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-            sys.path.insert(0, folder)
-            try:
-                return super().run()
-            finally:
-                sys.path.remove(folder)
-                for name in names:
-                    sys.modules.pop(name, None)
-                sys.modules.update(aside)
-
-    return ExampleArgParseDirective
-
-
 def setup(app):
     app.connect("missing-reference", _resolve_by_name)
-    app.add_directive("argparse", _example_argparse_directive(), override=True)

@@ -807,7 +807,8 @@ def report(experiment: Experiment, runs: list[dict[str, Any]], args: argparse.Na
         ]
         plot_curves.write_svg(
             curve, series, f"{experiment.algorithm} on {experiment.env}",
-            f"environment {unit}" if unit == "steps" else unit, experiment.metric,
+            f"environment {unit}" if unit == "steps" else unit, experiment.metric.split(" (")[0],
+            subtitle=experiment.configuration or "",
         )  # fmt: skip
         curve = os.path.relpath(curve, ROOT)
     notes = ([experiment.note] if experiment.note else []) + baseline_notes

@@ -6,7 +6,9 @@
 Each algorithm page holds its table between ``<!-- results:<page> start -->`` and
 ``<!-- results:<page> end -->`` (``<page>`` is the record's ``page``, e.g. ``ppo``), the README
 its summary between ``<!-- results:summary start -->`` and ``<!-- results:summary end -->``
-(a row per record; the records trained on one offline dataset share one).
+(a row per algorithm: ``scripts/results_summary.py``), and the Results page every record between
+``<!-- results:all start -->`` and ``<!-- results:all end -->``, the normalised scores between
+``<!-- results:normalised start -->`` and ``<!-- results:normalised end -->``.
 A benchmark's figures (``scripts/benchrecord.py``, records in ``docs/results/bench/``) go between
 ``<!-- bench:<record> start -->`` and ``<!-- bench:<record> end -->`` in any page of ``docs/``.
 Only the text between the markers is rendered; the rest of a file is left as written.
@@ -15,17 +17,20 @@ Only the text between the markers is rendered; the rest of a file is left as wri
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_summary as summary
 from benchrecord import load_bench_records, render_bench
-from results import ROOT, load_records
+from results import ROOT, load_named_records
+from results_summary import grouped, wall_time
 
 README = ROOT / "README.md"
+NORMALISED_SVG = ROOT / "docs" / "curves" / "normalised_scores.svg"
 ORDER = ["pg", "dqn", "ddpg", "td3", "sac", "ppo", "a2c", "impala", "es", "maddpg", "mappo",
          "qmix", "coma", "cql", "iql", "oac", "dt", "maml", "ga3c", "alphazero"]  # fmt: skip
 BLOCK = re.compile(r"(<!-- results:(\w+) start -->\n)(.*?)(<!-- results:\2 end -->)", re.S)
@@ -82,16 +87,6 @@ def mean_sd(record: dict[str, Any]) -> str:
     if figures["sd"] is None:
         return number(figures["mean"])
     return f"{number(figures['mean'])} ± {number(figures['sd'])}"
-
-
-def wall_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def run_time(record: dict[str, Any]) -> str:
@@ -173,32 +168,6 @@ def evaluation_table(record: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def _rows(rows: list[int]) -> str:
-    """``row 2``, ``rows 1 and 3``, ``rows 1, 2 and 4``."""
-    if len(rows) == 1:
-        return f"row {rows[0]}"
-    return "rows " + ", ".join(map(str, rows[:-1])) + f" and {rows[-1]}"
-
-
-def grouped(
-    label: str, records: list[dict[str, Any]], text_of: Callable[[dict[str, Any]], str | None]
-) -> str:
-    """``label: text.`` when every row of the table has the same text; else a list with each
-    distinct text once, in the table's order, after the rows (counted from 1) it belongs to;
-    ``""`` when no row has one."""
-    rows: dict[str, list[int]] = {}
-    for row, record in enumerate(records, 1):
-        if text := text_of(record):
-            rows.setdefault(text, []).append(row)
-    if not rows:
-        return ""
-    if len(rows) == 1 and len(next(iter(rows.values()))) == len(records):
-        return f"{label}: {next(iter(rows))}."
-    return f"{label}, by row of the table:\n\n" + "\n".join(
-        f"- {_rows(numbers)}: {text}." for text, numbers in rows.items()
-    )
-
-
 def render_page(records: list[dict[str, Any]]) -> str:
     """The Markdown between one page's markers."""
     parts = [PAGE_HEADER + "\n" + "\n".join(page_row(record) for record in records)]
@@ -225,120 +194,38 @@ def render_page(records: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def _result(record: dict[str, Any]) -> str:
-    """``6,002 (sd 579)``, or each seed's final figure; the bests when they differ."""
-    figures = record["figures"]
-    per_seed = figures["per_seed"]
-    if figures["mean"] is not None:
-        result = number(figures["mean"])
-        if figures["sd"] is not None:
-            result += f" (sd {number(figures['sd'])})"
-    else:
-        result = " and ".join(number(entry["final"]) for entry in per_seed)
-    if any(entry["best"] is not None and entry["best"] != entry["final"] for entry in per_seed):
-        result += " (best " + " and ".join(number(entry["best"]) for entry in per_seed) + ")"
-    return result
+def _title(page: str) -> str:
+    """The algorithm page's own title (its first heading)."""
+    first = (ROOT / "docs" / "algorithms" / f"{page}.md").read_text(encoding="utf-8")
+    return first.splitlines()[0].removeprefix("# ")
 
 
-def _link(page: str) -> str:
-    return f"[{page}](docs/algorithms/{page}.md)"
-
-
-def summary_row(record: dict[str, Any]) -> str:
-    """One row of the README's summary: algorithm, task, budget, result, page."""
-    result, baseline = _result(record), record["figures"]["baseline"]
-    if baseline:
-        result += f" ({baseline['name']}: {number(baseline['value'])})"
-    spent = f"{budget(record)}, {_seeds(record)}"
-    return f"| {record['algorithm']} | {_task(record)} | {spent} | {result} | {_link(record['page'])} |"
-
-
-def dataset_row(records: list[dict[str, Any]]) -> str:
-    """One row of the README's summary for the records trained on one offline dataset: each
-    algorithm's result side by side, and the dataset's mean episode return once."""
-    first = records[0]
-    baseline = first["figures"]["baseline"]
-    spent = [f"{budget(r)}, {_seeds(r)}" for r in records]
-    usual = max(spent, key=spent.count)  # the budget most of them had, then the others'
-    budgets = "; ".join(
-        [usual]
-        + [f"{r['algorithm']} {s}" for r, s in zip(records, spent, strict=True) if s != usual]
-    )
-    results = "; ".join(
-        [f"{baseline['name']}: {number(baseline['value'])}"]
-        + [f"{r['algorithm']} {_result(r)}" for r in records]
-    )
-    algorithms = ", ".join(r["algorithm"] for r in records)
-    links = " ".join(_link(page) for page in dict.fromkeys(r["page"] for r in records))
-    task = f"{first['env']}, the {baseline['dataset']} dataset made here"
-    return f"| {algorithms} | {task} | {budgets} | {results} | {links} |"
-
-
-def configurations_row(records: list[dict[str, Any]]) -> str:
-    """One row of the README's summary for one algorithm's configurations on one env: each
-    configuration's result (and reference) side by side, the budget most of them had once."""
-    first = records[0]
-    spent = [f"{budget(r)}, {_seeds(r)}" for r in records]
-    usual = max(spent, key=spent.count)
-    budgets = "; ".join(
-        [usual]
-        + [f"{r['configuration']}: {s}" for r, s in zip(records, spent, strict=True) if s != usual]
-    )
-    results = []
-    for record in records:
-        result, baseline = _result(record), record["figures"]["baseline"]
-        if baseline:
-            result += f" ({baseline['name']}: {number(baseline['value'])})"
-        results.append(f"{record['configuration']}: {result}")
+def render_all(records: list[dict[str, Any]]) -> str:
+    """The Results page: a section per algorithm page, in the pages' order."""
+    pages = list(dict.fromkeys(record["page"] for record in records))
     return (
-        f"| {first['algorithm']} | {first['env']} | {budgets} | {'; '.join(results)} | "
-        f"{_link(first['page'])} |"
+        "\n\n".join(
+            summary.render_algorithm(_title(page), page, [r for r in records if r["page"] == page])
+            for page in pages
+        )
+        + "\n"
     )
 
 
-def _dataset(record: dict[str, Any]) -> tuple[str, str] | None:
-    baseline = record["figures"]["baseline"]
-    if not baseline or "dataset" not in baseline:
-        return None
-    return record["env"], baseline["dataset"]
-
-
-def render_summary(records: list[dict[str, Any]]) -> str:
-    """The README's summary: a row per algorithm and env, its configurations side by side, and
-    a row per offline dataset, the algorithms trained on it side by side (each row where the
-    first of its records stands)."""
-    lines = ["| algorithm | env | budget | result | page |", "|---|---|---|---|---|"]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(_group(record), []).append(record)
-    for record in records:
-        group = groups[_group(record)]
-        if group[0] is not record:
-            continue
-        if _dataset(record) is not None:
-            lines.append(dataset_row(group))
-        elif len(group) > 1:
-            lines.append(configurations_row(group))
-        else:
-            lines.append(summary_row(record))
-    return "\n".join(lines) + "\n"
-
-
-def _group(record: dict[str, Any]) -> tuple[str, ...]:
-    """The summary row a record goes into: its dataset's, else its algorithm's on its env."""
-    dataset = _dataset(record)
-    if dataset is not None:
-        return ("dataset", *dataset)
-    return ("task", record["algorithm"], record["env"])
-
-
-def render_file(path: Path, records: list[dict[str, Any]]) -> str:
-    """``path``'s text with every marked block rendered from ``records``."""
+def render_file(path: Path, named: dict[str, dict[str, Any]]) -> str:
+    """``path``'s text with every marked block rendered from the records (by name)."""
+    records = list(named.values())
+    # the figure's path as this file reaches it
+    figure = os.path.relpath(NORMALISED_SVG, path.parent)
 
     def block(match: re.Match[str]) -> str:
         name = match.group(2)
         if name == "summary":
-            body = render_summary(records)
+            body = summary.render_headline(named, ORDER)
+        elif name == "all":
+            body = render_all(records)
+        elif name == "normalised":
+            body = summary.render_normalised(named, summary.load_random_baselines(), figure)
         else:
             mine = [record for record in records if record["page"] == name]
             if not mine:
@@ -361,22 +248,30 @@ def render_bench_file(text: str, where: str, records: dict[str, dict[str, Any]])
     return BENCH_BLOCK.sub(block, text)
 
 
+def ordered_records() -> dict[str, dict[str, Any]]:
+    """Every record by name, in the tables' order: the algorithms in the order of the algorithm
+    pages' index; within one, the longest runs (the MuJoCo 1M-step tables) before the shorter
+    ones."""
+    return dict(
+        sorted(
+            load_named_records().items(),
+            key=lambda item: (ORDER.index(item[1]["page"]),
+                              -(item[1]["budget"]["env_steps"] or 0), item[1]["env"]),
+        )
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report stale files, change none")
     args = parser.parse_args(argv)
-    # the algorithms in the order of the algorithm pages' index; within one, the longest runs
-    # (the MuJoCo 1M-step tables) before the shorter ones
-    records = sorted(
-        load_records(),
-        key=lambda r: (ORDER.index(r["page"]), -(r["budget"]["env_steps"] or 0), r["env"]),
-    )
+    named = ordered_records()
     bench = load_bench_records()
     stale = []
     pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "_build" not in p.parts]
     for path in [README, *pages]:
         text = path.read_text(encoding="utf-8")
-        rendered = render_bench_file(render_file(path, records), str(path.relative_to(ROOT)), bench)
+        rendered = render_bench_file(render_file(path, named), str(path.relative_to(ROOT)), bench)
         if rendered == text:
             continue
         stale.append(str(path.relative_to(ROOT)))

@@ -88,10 +88,16 @@ def validate_record(record: dict[str, Any], where: str = "record") -> dict[str, 
 
 def load_records(folder: Path = RECORDS) -> list[dict[str, Any]]:
     """Every record of ``folder`` (``*.json``), validated, in file-name order."""
-    records = []
+    return list(load_named_records(folder).values())
+
+
+def load_named_records(folder: Path = RECORDS) -> dict[str, dict[str, Any]]:
+    """Every record of ``folder``, validated, by its file's name without ``.json``
+    (``ppo_HalfCheetah-v5``), in file-name order."""
+    records = {}
     for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        records.append(validate_record(record, str(path.relative_to(ROOT))))
+        records[path.stem] = validate_record(record, str(path.relative_to(ROOT)))
     return records
 
 

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import render_results  # noqa: E402
+import results_summary as summary  # noqa: E402
 from benchrecord import load_bench_records, render_bench, validate_bench_record  # noqa: E402
 from results import load_records, validate_record, write_record  # noqa: E402
 
@@ -88,61 +89,10 @@ def test_a_record_renders_to_a_row_with_mean_sd_seeds_budget_and_wall_time(recor
         "| Hopper-v5, PARL's MuJoCo configuration | 1M steps | 0, 1 | 1,200, 1,000 | "
         "1,100 ± 141 | 1,300, 1,100 | 2 min | measured |"
     )
-    assert render_results.summary_row(record) == (
-        "| PPO | Hopper-v5, PARL's MuJoCo configuration | 1M steps, 2 seeds | "
-        "1,100 (sd 141) (best 1,300 and 1,100) | [ppo](docs/algorithms/ppo.md) |"
-    )
-
-
-def test_the_records_of_one_dataset_share_a_summary_row(record) -> None:
-    """Offline runs on one dataset read side by side, the dataset's mean return once; a run on
-    another dataset or on the same dataset name of another env has a row of its own."""
-    runs = []
-    for algorithm, final, steps in (("IQL", 4590, 50_000), ("CQL", 4100, 50_000),
-                                    ("DT", 3400, 20_000)):  # fmt: skip
-        run = copy.deepcopy(record)
-        run.update(algorithm=algorithm, page=algorithm.lower(), env="HalfCheetah-v5")
-        run["budget"]["env_steps"] = steps
-        run["figures"].update(mean=final, sd=None)
-        for entry in run["figures"]["per_seed"]:
-            entry["best"] = entry["final"] = final
-        run["figures"]["baseline"] = {"name": "the dataset's mean", "value": 3559.5,
-                                      "dataset": "halfcheetah-medium-v0"}  # fmt: skip
-        runs.append(run)
-    elsewhere = copy.deepcopy(runs[0])
-    elsewhere["env"] = "Hopper-v5"
-    lines = render_results.render_summary([runs[0], record, *runs[1:], elsewhere]).splitlines()
-    assert lines[2:] == [
-        "| IQL, CQL, DT | HalfCheetah-v5, the halfcheetah-medium-v0 dataset made here | "
-        "50k steps, 2 seeds; DT 20k steps, 2 seeds | the dataset's mean: 3,559.5; IQL 4,590; "
-        "CQL 4,100; DT 3,400 | [iql](docs/algorithms/iql.md) [cql](docs/algorithms/cql.md) "
-        "[dt](docs/algorithms/dt.md) |",
-        render_results.summary_row(record),
-        "| IQL | Hopper-v5, the halfcheetah-medium-v0 dataset made here | 50k steps, 2 seeds | "
-        "the dataset's mean: 3,559.5; IQL 4,590 | [iql](docs/algorithms/iql.md) |",
-    ]
-
-
-def test_one_algorithms_configurations_on_one_env_share_a_summary_row(record) -> None:
-    """Each configuration's result and reference side by side, the usual budget once and the
-    other budgets by configuration; another env or algorithm has a row of its own."""
-    other = copy.deepcopy(record)
-    other.update(configuration="rl-zoo's configuration", seeds=[0])
-    other["figures"].update(mean=900, sd=None)
-    other["figures"]["per_seed"] = [dict(record["figures"]["per_seed"][0], final=900, best=900)]
-    other["figures"]["baseline"] = {"name": "random play", "value": 18}
-    third = copy.deepcopy(record)
-    third["configuration"] = "PARL's settings, 3 actors"
-    elsewhere = copy.deepcopy(record)
-    elsewhere["env"] = "Walker2d-v5"
-    lines = render_results.render_summary([record, elsewhere, other, third]).splitlines()
-    assert lines[2:] == [
-        "| PPO | Hopper-v5 | 1M steps, 2 seeds; rl-zoo's configuration: 1M steps, 1 seed | "
-        "PARL's MuJoCo configuration: 1,100 (sd 141) (best 1,300 and 1,100); rl-zoo's "
-        "configuration: 900 (random play: 18); PARL's settings, 3 actors: 1,100 (sd 141) (best "
-        "1,300 and 1,100) | [ppo](docs/algorithms/ppo.md) |",
-        render_results.summary_row(elsewhere),
-    ]
+    assert summary.headline_row(record, "docs/algorithms/ppo.md") == [
+        "PPO", "Hopper-v5", "1M env steps", "2", "1,100 ± 140", "return", "-", "61 s",
+        "[ppo](docs/algorithms/ppo.md)",
+    ]  # fmt: skip
 
 
 def test_unknown_figures_render_as_a_dash(record) -> None:
@@ -160,7 +110,7 @@ def test_without_the_whole_runs_wall_time_each_seeds_is_shown(record) -> None:
 def test_a_budget_in_episodes_renders_as_episodes(record) -> None:
     record["budget"] = {"env_steps": None, "episodes": 1000}
     assert render_results.page_row(record).split(" | ")[1] == "1,000 episodes"
-    assert "1,000 episodes, 2 seeds" in render_results.summary_row(record)
+    assert summary.budget(record) == "1k episodes"
 
 
 def test_evaluations_at_different_steps_render_at_five_marks_nearest_first(record) -> None:
@@ -283,6 +233,131 @@ def test_write_record_computes_mean_and_sd_and_reads_the_machine(tmp_path: Path)
 def test_figures_below_one_keep_three_significant_digits(value: Any, shown: str) -> None:
     # a normalised return of 0.43 or a loss of 0.341 must not print as 0.4 and 0.3
     assert render_results.number(value) == shown
+
+
+# -- the README's headline and the Results page ---------------------------------------------
+
+
+def _cells(path: Path, block: str) -> list[list[str]]:
+    """The cells of every table row between a file's ``results:<block>`` markers."""
+    text = path.read_text(encoding="utf-8")
+    body = text[
+        text.index(f"<!-- results:{block} start -->") : text.index(f"<!-- results:{block} end -->")
+    ]
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            for line in body.splitlines() if line.startswith("| ")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "block"), [(ROOT / "README.md", "summary"),
+                                             (ROOT / "docs" / "results.md", "all"),
+                                             (ROOT / "docs" / "results.md", "normalised")])  # fmt: skip
+def test_every_results_cell_is_short(path: Path, block: str) -> None:
+    long = [cell for row in _cells(path, block) for cell in row if len(cell) > 45]
+    assert not long, f"{path.name}: cells over 45 characters: {long}"
+
+
+def test_the_readme_has_a_headline_row_per_algorithm_with_its_units() -> None:
+    rows = _cells(ROOT / "README.md", "summary")
+    header, rows = rows[0], rows[1:]
+    assert header == summary.HEADLINE_HEADER
+    pages = [re.search(r"\[(\w+)\]", row[-1]).group(1) for row in rows]  # type: ignore[union-attr]
+    assert pages == [page for page in render_results.ORDER if page in summary.HEADLINES]
+    assert len(rows) == 20
+    by_page = dict(zip(pages, rows, strict=True))
+    # the budget names its unit and the result its measure
+    assert by_page["maml"][2].endswith(" meta-updates") and "lower is better" in by_page["maml"][5]
+    assert by_page["alphazero"][2].endswith(" iterations") and by_page["alphazero"][5] == "win rate"
+    assert by_page["iql"][2].endswith(" updates") and by_page["ppo"][2].endswith(" env steps")
+    assert by_page["pg"][2].endswith(" episodes") and by_page["ppo"][5] == "return"
+    # a published reference beside the result
+    assert by_page["sac"][6].startswith("PARL: ")
+
+
+def test_the_results_page_has_every_record_under_its_algorithm() -> None:
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    rows = _cells(ROOT / "docs" / "results.md", "all")
+    assert len([row for row in rows if row[0] != "algorithm"]) == len(load_records())
+    assert text.count("\n### ") == len({r["page"] for r in load_records()})
+
+
+@pytest.mark.parametrize(
+    ("mean", "sd", "shown"),
+    [(6002, 579, "6,000 ± 580"), (-7.793, 0.0591, "-7.79 ± 0.06"), (3.315, 17.54, "3.3 ± 17.5"),
+     (500.0, 0.0, "500 ± 0"), (4561.9, None, "4,560"), (0.30943, None, "0.309"),
+     (-17.4, None, "-17.4")],
+)  # fmt: skip
+def test_a_result_keeps_three_significant_digits_in_the_larger_of_mean_and_sd(
+    record, mean: float, sd: float | None, shown: str
+) -> None:
+    record["figures"].update(mean=mean, sd=sd)
+    assert summary.mean_sd(record) == shown
+
+
+def test_budgets_and_measures_name_their_units(record) -> None:
+    assert summary.budget(record) == "1M env steps"
+    record.update(page="maml", metric="test MSE on 10,000 held-out 5-shot tasks (lower is better)")
+    record["budget"]["env_steps"] = 40_000
+    assert (summary.budget(record), summary.measure(record)) == (
+        "40k meta-updates", "loss (MSE, lower is better)")  # fmt: skip
+    record.update(page="alphazero", metric="share of 100 games won against a random player")
+    record["budget"]["env_steps"] = 50
+    assert (summary.budget(record), summary.measure(record)) == ("50 iterations", "win rate")
+    record.update(page="iql", metric="mean return of 10 episodes")
+    record["budget"]["env_steps"] = 40_000
+    record["figures"]["baseline"] = {"name": "the dataset's mean episode return", "value": 807.5,
+                                     "dataset": "hopper-medium-replay-v0"}  # fmt: skip
+    assert summary.budget(record) == "40k updates"
+    assert summary.env(record) == "Hopper-v5, medium-replay"
+    assert summary.reference(record) == "dataset: 808"
+
+
+def test_a_long_cell_is_refused_naming_it(record) -> None:
+    record["env"] = "x" * 41
+    with pytest.raises(ValueError, match="over 40 characters: 'xxx"):
+        summary.render_algorithm("PPO", "ppo", [record])
+
+
+def test_a_normalised_score_needs_a_published_reference_and_a_random_figure(record) -> None:
+    randoms = {"Hopper-v5": {"env": "Hopper-v5", "measure": "return", "records": None,
+                             "mean": 100.0}}  # fmt: skip
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) is None  # no reference
+    record["figures"]["baseline"] = {"name": "PARL's published curve", "value": 2100}
+    expected = (1100 - 100) / (2100 - 100)
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) == pytest.approx(expected)
+    assert summary.normalised("ppo_Hopper-v5", record, {}) is None  # no random figure
+    # a random figure that names its records is the zero of those only
+    named = {"mpe": {"env": "Walker2d-v5", "measure": "return", "records": ["ppo_Hopper-v5"],
+                     "mean": 100.0}}  # fmt: skip
+    assert summary.normalised("ppo_Hopper-v5", record, named) == pytest.approx(expected)
+    assert summary.normalised("ppo_Hopper-v5_other", record, named) is None
+    record["metric"] = "mean score of 5 greedy evaluation games"  # another measure
+    assert summary.normalised("ppo_Hopper-v5", record, randoms) is None
+
+
+def test_the_normalised_scores_picture_is_current() -> None:
+    import plot_normalised
+
+    assert plot_normalised.main(["--check"]) == 0, "run python scripts/plot_normalised.py"
+    assert "<rect" in render_results.NORMALISED_SVG.read_text(encoding="utf-8")
+
+
+def test_every_random_baseline_record_is_complete_and_names_records_that_exist() -> None:
+    randoms = summary.load_random_baselines()
+    names = set(render_results.ordered_records())
+    assert "HalfCheetah-v5" in randoms
+    for baseline in randoms.values():
+        assert baseline["episodes"] >= 2 and baseline["command"].startswith("python scripts/")
+        assert set(baseline["records"] or ()) <= names, baseline["records"]
+
+
+def test_a_random_policys_returns_are_measured_and_bad_flags_are_named(capsys) -> None:
+    import random_baselines
+
+    returns = random_baselines.gym_returns("CartPole-v1", 3, seed=0)
+    assert len(returns) == 3 and all(8 <= value <= 500 for value in returns)
+    with pytest.raises(SystemExit):
+        random_baselines.main(["simple", "--mpe"])
+    assert "--mpe needs --records" in capsys.readouterr().err
 
 
 # -- benchmark records ---------------------------------------------------------------------------

@@ -55,6 +55,44 @@ def test_smoothing_and_ticks() -> None:
     assert ticks[0] == 0 and ticks[-1] >= 1_000_000 and len(ticks) <= 7
 
 
+def test_a_records_picture_says_its_configuration_and_keeps_its_labels_inside(
+    tmp_path: Path,
+) -> None:
+    """Drawn from a record: the configuration under the title (pictures of one env differ), a
+    long measure wrapped beside the plot instead of cut at its edges."""
+    import json
+
+    record = json.loads(
+        (REPO_ROOT / "docs/results/qmix_Foraging-8x8-2p-2f-coop-v3.json").read_text()
+    )
+    record["metric"] = "a " + "very long measure " * 12
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    out = tmp_path / "qmix.svg"
+    plot_curves.main(["--record", str(path), "--out", str(out)])
+    root = ET.parse(out).getroot()
+    texts = [t.text or "" for t in root.iter(f"{SVG}text")]
+    assert "QMIX on Foraging-8x8-2p-2f-coop-v3" in texts
+    assert record["configuration"] in texts  # the subtitle, one line here
+    assert "environment steps" in texts
+    rotated = [t for t in root.iter(f"{SVG}text") if "rotate(-90)" in t.get("transform", "")]
+    height = float(root.get("height", "0"))
+    # at most two lines, each shorter than the plot is high (6.5 px a character at 12 px)
+    assert 1 < len(rotated) <= 2 and all(len(t.text or "") * 6.5 < height for t in rotated)
+
+
+def test_the_committed_qmix_pictures_tell_their_configurations_apart() -> None:
+    import json
+
+    records = [json.loads(p.read_text()) for p in (REPO_ROOT / "docs/results").glob("qmix_*.json")]
+    subtitles = set()
+    for record in records:
+        root = ET.parse(REPO_ROOT / record["curve"]).getroot()
+        texts = [t.text or "" for t in root.iter(f"{SVG}text")]
+        subtitles.add(" ".join(t for t in texts if t and t in record["configuration"]))
+    assert len(subtitles) == len(records)
+
+
 def test_a_missing_tag_is_named(tmp_path: Path) -> None:
     _write_run(tmp_path / "a", [1.0])
     with pytest.raises(SystemExit, match="no scalar 'eval/return'"):
