@@ -8,6 +8,7 @@ interpreter (``example_scripts.run_scripts``)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -216,6 +217,29 @@ def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
         parser.parse_args(["--torch_threads", "0"])
     described = example_parser("Title with ``markup``.\n\n    python x.py --env Y\n\nMore.")
     assert described.description == "Title with markup.\n\n    python x.py --env Y"
+
+
+def test_remote_hello_runs_cleanly_and_reads_the_right_way_round(run_python: RunPython) -> None:
+    """count.py, as a user runs it: exit 0, nothing on stderr that looks like a failure, and a
+    ratio of 1 or more that says "faster" or "slower" (never "0.14x faster")."""
+    proc = run_python(args=[str(SCRIPTS["remote_hello"]), "--actor_num", "2", "--n", "20000"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for blemish in ("Traceback", "Exception ignored"):
+        assert blemish not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"2 x count to 2e\+04: serial [\d.]+ s, remote [\d.]+ s on \d+ cores "
+        r"\((\d+\.\d\d)x (faster|slower)\)",
+        line,
+    )
+    assert found and float(found.group(1)) >= 1.0, line
+    spec = importlib.util.spec_from_file_location("remote_hello_count", SCRIPTS["remote_hello"])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    speedup = module.speedup
+    assert speedup(2.0, 1.0) == "2.00x faster" and speedup(1.0, 7.0) == "7.00x slower"
+    assert speedup(1.0, 1.0) == "1.00x faster"
 
 
 def test_env_flag_refuses_unknown_ids_and_wrong_action_spaces_as_usage_errors(
