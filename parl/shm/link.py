@@ -348,7 +348,7 @@ def written(mapping: Mapping, offset: int, length: int) -> bool:
     entries = np.frombuffer(data, np.uint64)
     anonymous = (entries >> _BIT_PRESENT) & ~(entries >> _BIT_FILE)
     swapped = entries >> _BIT_SWAPPED
-    # a ufunc reduction rather than ``.any()``, which imports numpy's helpers on first use
+    # a ufunc reduction rather than ``.any()``, which imports numpy's ``_methods`` module on first use
     return bool(int(np.bitwise_or.reduce(anonymous | swapped)) & 1)
 
 
