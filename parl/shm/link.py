@@ -348,7 +348,8 @@ def written(mapping: Mapping, offset: int, length: int) -> bool:
     entries = np.frombuffer(data, np.uint64)
     anonymous = (entries >> _BIT_PRESENT) & ~(entries >> _BIT_FILE)
     swapped = entries >> _BIT_SWAPPED
-    # a ufunc reduction rather than ``.any()``, which imports numpy's ``_methods`` module on first use
+    # a ufunc reduction rather than ``.any()``, which imports numpy's ``_methods`` module on
+    # first use (and imports fail while the interpreter shuts down)
     return bool(int(np.bitwise_or.reduce(anonymous | swapped)) & 1)
 
 
