@@ -15,7 +15,8 @@ block is parsed by the script's (or xparl's) own argument parser, without runnin
 
 Text: the exception tree of ``docs/reference/errors.md`` is checked against the classes.
 
-The README's two Python blocks are run by ``tests/test_readme.py``.
+The README's two Python blocks are run by ``tests/test_readme.py``, through the same
+:func:`run_cleanly`: exit status 0, and no traceback or "Exception ignored" on stderr.
 """
 
 from __future__ import annotations
@@ -100,19 +101,29 @@ def test_few_blocks_are_marked_not_to_run() -> None:
 def test_the_python_blocks_of_a_page_run_in_order(page: Path, tmp_path: Path) -> None:
     code = _script(page)
     assert code is not None
-    script = tmp_path / f"{page.stem}_page.py"
+    where = f"{page.relative_to(ROOT)} (traceback lines are the page's lines)"
+    run_cleanly(code, tmp_path / f"{page.stem}_page.py", where, timeout=120)
+
+
+def run_cleanly(code: str, script: Path, where: str, timeout: float) -> str:
+    """Run ``code`` as the file ``script`` in a fresh interpreter, in the script's folder, as
+    a reader would; it must exit 0 and leave stderr free of what a reader would take for a
+    failure (a traceback, or an "Exception ignored" at exit). Returns its stdout."""
     script.write_text(code, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
     done = subprocess.run(
         [sys.executable, str(script)],
-        cwd=tmp_path,
+        cwd=script.parent,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
-    where = f"{page.relative_to(ROOT)} (traceback lines are the page's lines)"
-    assert done.returncode == 0, f"{where}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    report = f"{where}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, report
+    for blemish in ("Traceback", "Exception ignored"):
+        assert blemish not in done.stderr, report
+    return done.stdout
 
 
 # --- shell lines ------------------------------------------------------------------------------

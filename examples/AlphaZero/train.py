@@ -258,6 +258,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="connect4",
+        gym_env=False,
         defaults={
             "train_total_steps": 30,
             "test_every_steps": 1,

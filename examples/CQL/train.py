@@ -192,6 +192,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="HalfCheetah-v5",
+        action_space="continuous",
+        algorithm="CQL",
         defaults={"logdir": os.path.join("train_log", "CQL")},
         preset="--config's",
         skip=["xparl_addr"],

@@ -101,11 +101,6 @@ def build(args: argparse.Namespace, env: Any) -> tuple[DQNAgent, ReplayMemory, d
     for name in ("memory_size", "learning_starts"):
         if getattr(args, name) is not None:
             hp[name] = getattr(args, name)
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        raise ValueError(
-            f"--env {args.env}: DQN needs discrete actions, got {env.action_space}; for "
-            "continuous actions see examples/DDPG, examples/TD3 or examples/SAC"
-        )
     act_dim = int(env.action_space.n)
     if is_atari(args.env):
         model: torch.nn.Module = AtariModel(act_dim, dueling=args.dueling)
@@ -216,6 +211,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="CartPole-v1",
+        action_space="discrete",
+        algorithm="DQN",
         defaults={
             "train_total_steps": 50_000,
             "test_every_steps": 5_000,

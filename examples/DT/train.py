@@ -203,6 +203,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="Hopper-v5",
+        action_space="continuous",
+        algorithm="DT",
         defaults={"logdir": os.path.join("train_log", "DT")},
         preset="--config's",
         skip=["xparl_addr"],

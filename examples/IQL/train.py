@@ -162,6 +162,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="Hopper-v5",
+        action_space="continuous",
+        algorithm="IQL",
         defaults={
             "train_total_steps": 1_000_000,
             "test_every_steps": 5_000,

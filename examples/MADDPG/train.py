@@ -295,6 +295,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="simple_speaker_listener",
+        gym_env=False,
         defaults={"eval_episodes": EVAL_EPISODES, "logdir": os.path.join("train_log", "MADDPG")},
         skip=["train_total_steps", "test_every_steps", "xparl_addr"],
         help={"env": "MPE scenario of parl.env.multiagent_env.MAenv (PARL's names) or foraging id"},

@@ -151,6 +151,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="sine",
+        gym_env=False,
         defaults={
             "train_total_steps": 40_000,
             "test_every_steps": 500,

@@ -392,6 +392,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env=defaults.env,
+        gym_env=False,
         defaults={
             "train_total_steps": defaults.train_total_steps,
             "test_every_steps": defaults.test_every_steps,

@@ -186,6 +186,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="HalfCheetah-v5",
+        action_space="continuous",
+        algorithm="OAC",
         defaults={
             "train_total_steps": 1_000_000,
             "test_every_steps": 5_000,

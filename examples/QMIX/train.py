@@ -335,6 +335,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_common_flags(
         parser,
         env="simple_spread",
+        gym_env=False,
         defaults={
             "train_total_steps": 2_000_000,
             "test_every_steps": 20_000,

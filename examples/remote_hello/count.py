@@ -66,9 +66,16 @@ def main(argv: list[str] | None = None) -> None:
     assert remote == serial
     print(
         f"{actors} x count to {n:.0e}: serial {serial_s:.2f} s, "
-        f"remote {remote_s:.2f} s on {os.cpu_count()} cores "
-        f"({serial_s / remote_s:.2f}x faster)"
+        f"remote {remote_s:.2f} s on {os.cpu_count()} cores ({speedup(serial_s, remote_s)})"
     )
+
+
+def speedup(serial_s: float, remote_s: float) -> str:
+    """``"N.NNx faster"`` when the actors took less time than the serial run, else
+    ``"N.NNx slower"``: the ratio is always 1 or more, so it reads the right way round."""
+    if remote_s <= serial_s:
+        return f"{serial_s / max(remote_s, 1e-9):.2f}x faster"
+    return f"{remote_s / max(serial_s, 1e-9):.2f}x slower"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Environments: gymnasium wrappers with PARL's names and import paths, and vector envs.
 
 ``from parl.env import CompatWrapper, ActionMappingWrapper`` works as in PARL 2.x, and so does
-``from parl.env.multiagent_env import MAenv``. Submodules (``parl.env.atari_wrappers``,
+``from parl.env.multiagent_env import MAenv``. ``parl.env.make(env_id)`` is ``gymnasium.make``
+with errors that name the extra to install, gymnasium's suggestion for an unknown id, or the
+kind of action space an algorithm needs (:mod:`parl.env.making`). Submodules (``parl.env.atari_wrappers``,
 ``parl.env.mujoco_wrappers``, ``parl.env.vector_env``, ...) load on first access, so this package
 imports only gymnasium.
 """
@@ -18,6 +20,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "V_GYM_CHANGED": ("parl.env.compat_wrapper", "V_GYM_CHANGED"),
     "V_NPRANDOM_CHANGED": ("parl.env.compat_wrapper", "V_NPRANDOM_CHANGED"),
     "ActionMappingWrapper": ("parl.env.continuous_wrappers", "ActionMappingWrapper"),
+    "make": ("parl.env.making", "make"),
+    "check_env_id": ("parl.env.making", "check_env_id"),
+    "check_action_space": ("parl.env.making", "check_action_space"),
+    "making": ("parl.env.making", None),
     "VectorEnv": ("parl.env.vector_env", "VectorEnv"),
     "RemoteVectorEnv": ("parl.env.remote_vector_env", "RemoteVectorEnv"),
     "BatchVectorEnv": ("parl.env.batch_vector_env", "BatchVectorEnv"),
@@ -41,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         is_gym_version_ge,
     )
     from parl.env.continuous_wrappers import ActionMappingWrapper
+    from parl.env.making import check_action_space, check_env_id, make
     from parl.env.multiagent_env import MAenv
     from parl.env.multiagent_vector_env import MultiAgentVectorEnv
     from parl.env.remote_vector_env import RemoteVectorEnv
@@ -59,5 +66,8 @@ __all__ = [
     "V_GYM_CHANGED",
     "V_NPRANDOM_CHANGED",
     "VectorEnv",
+    "check_action_space",
+    "check_env_id",
     "is_gym_version_ge",
+    "make",
 ]

@@ -19,7 +19,8 @@ published MADDPG curves were measured) moved it by the velocity after the force.
 ``legacy_dynamics=True`` gives an MPE scenario that order back (:func:`move_after_pushing`);
 nothing else in the scenarios changed.
 
-Both packages come with the ``multiagent`` extra (``pip install parl-torch[multiagent]``); they
+Both packages come with the ``multiagent`` extra (:func:`parl.extras.install_hint` names the
+command); they
 are imported when an env is opened, never at import time.
 """
 
@@ -34,6 +35,8 @@ from typing import Any, NamedTuple, Protocol
 
 import gymnasium
 import numpy as np
+
+from parl.extras import install_hint
 
 __all__ = [
     "MPE_SCENARIOS",
@@ -62,7 +65,10 @@ MPE_SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 MPE_STEPS = 25  # PARL's episode length for MPE (max_cycles)
-_INSTALL = "pip install 'parl-torch[multiagent]' (or: pip install mpe2 pettingzoo lbforaging)"
+
+
+def _install() -> str:
+    return install_hint("multiagent", "mpe2 pettingzoo lbforaging")
 
 
 def _missing(exc: ImportError, package: str) -> str:
@@ -224,7 +230,7 @@ def open_env(
             module = importlib.import_module(f"mpe2.{module_name}")
         except ImportError as exc:
             raise ImportError(
-                f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_INSTALL}"
+                f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_install()}"
             ) from exc
         if kwargs.get("render_mode") not in (None, "human", "rgb_array"):
             # mpe2 takes any mode and then renders nothing
@@ -276,7 +282,7 @@ class ForagingParallelEnv:
             from lbforaging.foraging import ForagingEnv  # importing registers the ids too
         except ImportError as exc:
             raise ImportError(
-                f"{env_id} needs lbforaging{_missing(exc, 'lbforaging')}: {_INSTALL}"
+                f"{env_id} needs lbforaging{_missing(exc, 'lbforaging')}: {_install()}"
             ) from exc
         # built from the id's settings, not with gymnasium.make: make would take
         # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself

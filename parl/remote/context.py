@@ -179,11 +179,11 @@ def _ray_carrier(options: ConnectOptions) -> Carrier:
     try:
         from parl.ray.carrier import RayCarrier
     except ImportError as exc:
-        from parl.ray import INSTALL_HINT
+        from parl.ray import install_hint
 
         raise ImportError(
             f"parl.connect({options.address!r}) needs Ray, which is not importable here "
-            f"({exc}); install it: {INSTALL_HINT}"
+            f"({exc}); {install_hint()}"
         ) from exc
     assert options.address is not None
     carrier = RayCarrier(

@@ -116,3 +116,55 @@ class Future:
     def __repr__(self) -> str:
         state = "pending" if self._value is _UNSET and self._error is None else "done"
         return f"<parl.Future call {self._call_id} on {self._conn.label}: {state}>"
+
+    def __bool__(self) -> bool:
+        """Always true, as for any object (without it, ``bool`` would ask the refusing
+        ``__len__``): ``if future:`` and ``future or default`` keep working."""
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        # only names a Future lacks get here: ``future.shape`` where ``future.get().shape`` was
+        # meant; dunder probes (numpy's ``__array_interface__``, copy's hooks) stay quiet
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"a parl.Future has no attribute {name!r}: {_GET_FIRST}")
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        raise TypeError(f"format spec {spec!r} on a parl.Future: {_GET_FIRST}")
+
+
+_GET_FIRST = (
+    "it is the pending result of a remote call, not the value; call .get() on it (or "
+    "parl.get(futures) on several) first and use what that returns"
+)
+
+
+def _refused(name: str, what: str) -> Any:
+    def refuse(self: Future, *args: Any) -> Any:
+        raise TypeError(f"{what} a parl.Future: {_GET_FIRST}")
+
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+# What would use the value a Future stands for: arithmetic, ordering, len, indexing, iteration,
+# numbers and numpy arrays. Equality and hashing stay those of the object (futures are dict
+# keys and set members), and so does truth: ``if future:`` and ``future or default`` are
+# common idioms for "a call was made", which raising would break.
+_OPERATORS = "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and xor or"
+for _op in _OPERATORS.split():
+    setattr(Future, f"__{_op}__", _refused(f"__{_op}__", f"arithmetic ({_op}) on"))
+    setattr(Future, f"__r{_op}__", _refused(f"__r{_op}__", f"arithmetic ({_op}) on"))
+for _op in "lt le gt ge".split():
+    setattr(Future, f"__{_op}__", _refused(f"__{_op}__", "comparing"))
+for _op, _what in {
+    "neg": "negating", "pos": "unary + on", "abs": "abs() of", "invert": "~ on",
+    "int": "int() of", "float": "float() of", "complex": "complex() of",
+    "index": "using as an index", "round": "round() of", "len": "len() of",
+    "getitem": "indexing", "setitem": "assigning an item of", "delitem": "deleting an item of",
+    "iter": "iterating over", "contains": "'in' on", "array": "a numpy array of",
+}.items():  # fmt: skip
+    setattr(Future, f"__{_op}__", _refused(f"__{_op}__", _what))
+del _op, _what

@@ -8,9 +8,11 @@ and is reused by the next request of its size class (a reused block costs no pag
 from __future__ import annotations
 
 import mmap
+import sys
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,11 +122,16 @@ class Allocator:
         with self._lock:
             return len(self._free_segments)
 
-    def _block_died(self, ref: _BlockRef) -> None:
+    def _block_died(
+        self, ref: _BlockRef, _finalizing: Callable[[], bool] = sys.is_finalizing
+    ) -> None:
         """A block's last reference is gone (a weak reference's callback: it may run in any
         thread, and inside this allocator's own locked code when a collection frees a block
         there). The block is queued and the queue is processed now if the lock is free, else by
-        its holder."""
+        its holder. A block still alive when the interpreter shuts down goes with the process:
+        nothing is filed then, as module teardown may have emptied the globals it would use."""
+        if _finalizing():
+            return
         self._returned.append((ref.segment, ref.offset))
         self._process_returned()
 

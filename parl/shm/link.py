@@ -22,6 +22,7 @@ import mmap
 import os
 import pickle
 import resource
+import sys
 import threading
 import weakref
 from collections import deque
@@ -283,7 +284,13 @@ def _watch(view: Any, action: Callable[..., None], args: tuple) -> None:
     _watched[id(ref)] = ref
 
 
-def _view_dropped(ref: _ViewRef) -> None:
+def _view_dropped(ref: _ViewRef, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+    # A view still held when the interpreter shuts down goes during module teardown, when
+    # imports fail and module globals may already be None; the process's mappings and its
+    # peers' leases end with it, so there is nothing left to give back. (``_finalizing`` is
+    # bound here because this module's own ``sys`` may be gone by then.)
+    if _finalizing():
+        return
     _watched.pop(id(ref), None)
     ref.action(*ref.args)
 
@@ -341,7 +348,9 @@ def written(mapping: Mapping, offset: int, length: int) -> bool:
     entries = np.frombuffer(data, np.uint64)
     anonymous = (entries >> _BIT_PRESENT) & ~(entries >> _BIT_FILE)
     swapped = entries >> _BIT_SWAPPED
-    return bool(((anonymous | swapped) & np.uint64(1)).any())
+    # a ufunc reduction rather than ``.any()``, which imports numpy's ``_methods`` module on
+    # first use (and imports fail while the interpreter shuts down)
+    return bool(int(np.bitwise_or.reduce(anonymous | swapped)) & 1)
 
 
 __all__ = ["DEFAULT_THRESHOLD", "ShmLink", "Segment", "written"]

@@ -15,7 +15,8 @@ downloads: a dataset that is not on disk is an error that says how to make or pl
 - ``d4rl_normalized_score(env, score)``: D4RL's 0-100 score of a return.
 - ``dataset_digest(dataset)``: a short hash of the data, which a checkpoint records.
 
-``h5py`` and ``minari`` come with the ``offline`` extra (``pip install 'parl-torch[offline]'``).
+``h5py`` and ``minari`` come with the ``offline`` extra (the errors name the command that
+installs it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from parl.extras import install_hint
 
 __all__ = [
     "D4RL_REF_SCORES",
@@ -53,7 +56,9 @@ D4RL_REF_SCORES: dict[str, tuple[float, float]] = {
     "walker2d": (1.629008, 4592.3),
 }
 
-_EXTRA_HINT = "install the offline extra: pip install 'parl-torch[offline]'"
+
+def _extra_hint() -> str:
+    return install_hint("offline")
 
 
 def _rows(name: str, array: np.ndarray, source: str) -> int:
@@ -267,7 +272,7 @@ def load_d4rl_steps(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     try:
         import h5py
     except ImportError as exc:  # pragma: no cover - the offline extra is installed in CI
-        raise ImportError(f"reading {file} needs h5py: {_EXTRA_HINT}") from exc
+        raise ImportError(f"reading {file} needs h5py: {_extra_hint()}") from exc
     source = os.fspath(file)
     try:
         handle = h5py.File(file, "r")
@@ -337,7 +342,7 @@ def save_d4rl_hdf5(
     try:
         import h5py
     except ImportError as exc:  # pragma: no cover - the offline extra is installed in CI
-        raise ImportError(f"writing {os.fspath(path)} needs h5py: {_EXTRA_HINT}") from exc
+        raise ImportError(f"writing {os.fspath(path)} needs h5py: {_extra_hint()}") from exc
     file = Path(path).expanduser()
     file.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(file, "w") as handle:
@@ -372,7 +377,7 @@ def _minari_episodes(
         import minari
         from minari.storage import get_dataset_path
     except ImportError as exc:
-        raise ImportError(f"reading Minari datasets needs minari: {_EXTRA_HINT}") from exc
+        raise ImportError(f"reading Minari datasets needs minari: {_extra_hint()}") from exc
     name = os.fspath(dataset)
     candidates = [Path(name).expanduser(), get_dataset_path(name)]
     folder = next((c for c in candidates if (c / "data").is_dir() or c.name == "data"), None)

@@ -11,6 +11,7 @@ do not apply and keeps its older spellings working as hidden aliases.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import re
@@ -108,6 +109,9 @@ def add_common_flags(
     aliases: Mapping[str, Sequence[str]] | None = None,
     help: Mapping[str, str] | None = None,
     zero_eval_episodes: bool = False,
+    gym_env: bool = True,
+    action_space: str | None = None,
+    algorithm: str = "",
 ) -> None:
     """Add the shared flags to ``parser``.
 
@@ -118,6 +122,12 @@ def add_common_flags(
     ``dest`` renames where a value is stored, ``aliases`` maps a flag to its hidden older
     spellings (``{"no_progress": ["--no_tqdm"]}``) and ``help`` replaces a help text;
     ``zero_eval_episodes`` lets ``--eval_episodes 0`` turn evaluation off.
+
+    ``--env`` is a gymnasium id unless ``gym_env`` is False, and is checked as it is parsed: an
+    unknown id, or one whose extra is not installed, is a usage error (exit status 2) naming
+    the id and gymnasium's suggestion or the install command. With ``action_space``
+    (``"continuous"`` or ``"discrete"``) the env is made once to check that ``algorithm`` can
+    act in it.
     """
     unknown = set(skip) | set(dest or {}) | set(aliases or {}) | set(help or {})
     unknown -= set(COMMON_FLAGS)
@@ -138,7 +148,8 @@ def add_common_flags(
             continue
         flag, where = f"--{name}", dest.get(name, name)
         if name == "env":
-            group.add_argument(flag, default=env, help=text(name), dest=where)
+            env_type = gym_env_id(action_space, algorithm) if gym_env else str
+            group.add_argument(flag, type=env_type, default=env, help=text(name), dest=where)
         elif name == "resume":
             group.add_argument(flag, action="store_true", help=text(name), dest=where)
         elif name == "no_progress":
@@ -178,6 +189,37 @@ def _device(value: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
+
+
+def gym_env_id(action_space: str | None = None, algorithm: str = "") -> Callable[[str], str]:
+    """An argparse ``type`` for a gymnasium env id (see :mod:`parl.env.making`): unknown ids,
+    missing extras and, with ``action_space``, envs whose actions ``algorithm`` cannot take are
+    usage errors."""
+
+    def env_id(value: str) -> str:
+        try:
+            _check_env(value, action_space, algorithm)
+        except (ImportError, TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return env_id
+
+
+@functools.lru_cache(maxsize=16)
+def _check_env(env_id: str, action_space: str | None, algorithm: str) -> None:
+    from parl.env.making import check_action_space, check_env_id, make
+
+    if action_space is None:
+        check_env_id(env_id)
+        return
+    if action_space not in ("continuous", "discrete"):
+        raise ValueError(f"action_space must be 'continuous' or 'discrete', got {action_space!r}")
+    env = make(env_id)
+    try:
+        check_action_space(env.action_space, env_id, action_space, algorithm)  # type: ignore[arg-type]
+    finally:
+        env.close()
 
 
 def _whole_number(value: str) -> int:

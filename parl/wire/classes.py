@@ -154,13 +154,14 @@ def _known_id(cls: type) -> str | None:
 def _remember(cls: type, cid: str) -> None:
     """Map ``cls`` and ``cid`` both ways, until ``cls`` is garbage (call with the lock held)."""
     key = id(cls)
+    by_class = _id_by_class  # held here: at interpreter exit module globals may be None
 
     def forget(ref: weakref.ref[type]) -> None:
-        entry = _id_by_class.get(key)
+        entry = by_class.get(key)
         if entry is not None and entry[0] is ref:
-            del _id_by_class[key]
+            del by_class[key]
 
-    _id_by_class[key] = (weakref.ref(cls, forget), cid)
+    by_class[key] = (weakref.ref(cls, forget), cid)
     _class_by_id[cid] = cls
 
 

@@ -265,13 +265,14 @@ def _remember_plain(kind: type) -> None:
         _PLAIN.add(kind)
         return
     key = id(kind)
+    by_value = _PLAIN_BY_VALUE  # held here: at interpreter exit module globals may be None
 
     def forget(ref: weakref.ref[type]) -> None:
-        if _PLAIN_BY_VALUE.get(key) is ref:
-            del _PLAIN_BY_VALUE[key]
+        if by_value.get(key) is ref:
+            del by_value[key]
 
     try:
-        _PLAIN_BY_VALUE[key] = weakref.ref(kind, forget)
+        by_value[key] = weakref.ref(kind, forget)
     except TypeError:  # no weak references to it: ask the reducers every time
         pass
 

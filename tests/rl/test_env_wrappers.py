@@ -1,4 +1,5 @@
-"""``parl.env.CompatWrapper`` and ``ActionMappingWrapper`` against gymnasium's own behaviour."""
+"""``parl.env.CompatWrapper`` and ``ActionMappingWrapper`` against gymnasium's own behaviour;
+``parl.env.make``'s errors (a missing extra, an unknown id, the wrong kind of action space)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from gymnasium.spaces import Box
 from gymnasium.wrappers import RescaleAction
 
-from parl.env import ActionMappingWrapper, CompatWrapper, is_gym_version_ge
+from parl.env import ActionMappingWrapper, CompatWrapper, is_gym_version_ge, making
+from parl.extras import install_command
 
 UNIT = np.ones(1, dtype=np.float32)
 
@@ -251,3 +253,68 @@ def test_seed_takes_numpy_integers_and_refuses_negative_or_non_integer_seeds() -
         by_int.seed(-1)
     with pytest.raises(TypeError, match=r"seed must be an int of at least 0, or None, got 1\.5"):
         by_int.seed(1.5)
+
+
+# -- parl.env.make ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env_id", "extra", "package"),
+    [
+        ("PongNoFrameskip-v4", "atari", "ale_py"),
+        ("ALE/Breakout-v5", "atari", "ale_py"),
+        ("HalfCheetah-v5", "mujoco", "mujoco"),
+        ("Foraging-8x8-2p-3f-v3", "multiagent", "lbforaging"),
+    ],
+)
+def test_an_env_of_a_missing_extra_names_the_extra_and_its_install_command(
+    monkeypatch: pytest.MonkeyPatch, env_id: str, extra: str, package: str
+) -> None:
+    monkeypatch.setattr(making, "_installed", lambda module: module != package)
+    for call in (making.check_env_id, making.make):
+        with pytest.raises(ImportError) as caught:
+            call(env_id)
+        message = str(caught.value)
+        assert message.startswith(f"{env_id} needs the {package} package"), message
+        assert f"install the {extra} extra: {install_command(extra)}" in message
+
+
+@pytest.mark.parametrize(
+    ("env_id", "suggestion"),
+    [
+        ("CartPole-v2", "It provides versioned environments: [ `v0`, `v1` ]."),
+        ("CartPol-v1", "Did you mean: `CartPole`?"),
+        ("Nowhere/Thing-v0", "Namespace Nowhere not found."),
+    ],
+)
+def test_an_unknown_id_names_gymnasiums_suggestion(env_id: str, suggestion: str) -> None:
+    for call in (making.check_env_id, making.make):
+        with pytest.raises(ValueError) as caught:
+            call(env_id)
+        assert str(caught.value).startswith(f"unknown env id {env_id!r}: ")
+        assert suggestion in str(caught.value)
+
+
+def test_an_mpe_scenario_is_sent_to_maenv() -> None:
+    with pytest.raises(ValueError, match=r"'simple_spread' is a multi-agent .* parl.env.MAenv"):
+        making.make("simple_spread")
+
+
+def test_an_algorithm_on_the_wrong_kind_of_action_space_names_both_and_envs_that_fit() -> None:
+    with pytest.raises(TypeError) as caught:
+        making.make("CartPole-v1", action_space="continuous", algorithm="SAC")
+    assert str(caught.value) == (
+        "SAC needs a continuous (Box) action space; CartPole-v1 has Discrete(2); "
+        "try Pendulum-v1 or a MuJoCo env"
+    )
+    with pytest.raises(TypeError) as caught:
+        making.make("Pendulum-v1", action_space="discrete", algorithm="DQN")
+    assert str(caught.value).startswith(
+        "DQN needs a discrete action space; Pendulum-v1 has Box(-2.0, 2.0, (1,), float32); "
+        "try CartPole-v1"
+    )
+    env = making.make("Pendulum-v1", action_space="continuous", algorithm="SAC")
+    assert isinstance(env.action_space, Box)
+    env.close()
+    with pytest.raises(ValueError, match="kind must be 'continuous' or 'discrete', got 'box'"):
+        making.check_action_space(Box(-1, 1), "X-v0", "box", "SAC")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ interpreter (``example_scripts.run_scripts``)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -218,6 +219,54 @@ def test_common_flags_refuse_an_unknown_name_and_hide_aliases() -> None:
     assert described.description == "Title with markup.\n\n    python x.py --env Y"
 
 
+def test_remote_hello_runs_cleanly_and_reads_the_right_way_round(run_python: RunPython) -> None:
+    """count.py, as a user runs it: exit 0, nothing on stderr that looks like a failure, and a
+    ratio of 1 or more that says "faster" or "slower" (never "0.14x faster")."""
+    proc = run_python(args=[str(SCRIPTS["remote_hello"]), "--actor_num", "2", "--n", "20000"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for blemish in ("Traceback", "Exception ignored"):
+        assert blemish not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"2 x count to 2e\+04: serial [\d.]+ s, remote [\d.]+ s on \d+ cores "
+        r"\((\d+\.\d\d)x (faster|slower)\)",
+        line,
+    )
+    assert found and float(found.group(1)) >= 1.0, line
+    spec = importlib.util.spec_from_file_location("remote_hello_count", SCRIPTS["remote_hello"])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    speedup = module.speedup
+    assert speedup(2.0, 1.0) == "2.00x faster" and speedup(1.0, 7.0) == "7.00x slower"
+    assert speedup(1.0, 1.0) == "1.00x faster"
+
+
+def test_env_flag_refuses_unknown_ids_and_wrong_action_spaces_as_usage_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--env`` is checked as it is parsed (the default too): one usage error, exit status 2,
+    naming the id and gymnasium's suggestion, or what the algorithm needs; an example of
+    another kind of env (MPE scenarios) takes its ids unchecked."""
+    parser = example_parser(None)
+    add_common_flags(parser, env="CartPole-v1", action_space="continuous", algorithm="SAC")
+    for argv, words in [
+        ([], "argument --env: SAC needs a continuous (Box) action space; CartPole-v1 has"),
+        (["--env", "CartPole-v2"], "argument --env: unknown env id 'CartPole-v2': Environment"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+        assert words in capsys.readouterr().err
+    assert parser.parse_args(["--env", "Pendulum-v1"]).env == "Pendulum-v1"
+    plain = example_parser(None)
+    add_common_flags(plain, env="CartPole-v1")
+    assert plain.parse_args([]).env == "CartPole-v1"
+    other = example_parser(None)
+    add_common_flags(other, env="simple_spread", gym_env=False)
+    assert other.parse_args(["--env", "simple_tag"]).env == "simple_tag"
+
+
 def test_a_device_this_machine_lacks_is_a_usage_error_naming_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -302,7 +351,16 @@ OUT_OF_RANGE = [
     ("MAPPO", "--lr=0", "argument --lr: must be a finite number above 0, got 0"),
     ("PPO", "--eval_episodes=-1", "--eval_episodes: must be 0"),
 ]  # fmt: skip
-WRONG_ACTION_SPACE = [("DQN", "DQN needs discrete"), ("PPO", "add --continuous_action")]
+# (example, its words, whether --env refuses it as a usage error)
+WRONG_ACTION_SPACE = [
+    ("DQN", "argument --env: DQN needs a discrete action space; Pendulum-v1 has Box(", True),
+    (
+        "SAC",
+        "argument --env: SAC needs a continuous (Box) action space; CartPole-v1 has Discrete(2)",
+        True,
+    ),
+    ("PPO", "add --continuous_action", False),
+]
 
 
 @pytest.mark.slow  # runs the examples' scripts (torch, gymnasium)
@@ -317,9 +375,12 @@ def test_out_of_range_flags_and_wrong_action_spaces_are_refused_before_anything_
               str(tmp_path / f"stop-{name}")]) for name in NEGATIVE_STOP]  # fmt: skip
     cases += [(f"{name} {flag}", SCRIPTS[name], [flag, "--logdir", str(tmp_path / f"range{i}")])
               for i, (name, flag, _) in enumerate(OUT_OF_RANGE)]  # fmt: skip
-    cases += [(f"space {name}", SCRIPTS[name], ["--env", "Pendulum-v1", "--train_total_steps",
-               "10", "--logdir", str(tmp_path / f"space-{name}"), "--no_progress"])
-              for name, _ in WRONG_ACTION_SPACE]  # fmt: skip
+    cases += [(f"space {name}", SCRIPTS[name], ["--env", "CartPole-v1" if name == "SAC" else
+               "Pendulum-v1", "--train_total_steps", "10", "--logdir",
+               str(tmp_path / f"space-{name}"), "--no_progress"])
+              for name, *_ in WRONG_ACTION_SPACE]  # fmt: skip
+    cases += [(f"id {env}", SCRIPTS["SAC"], ["--env", env, "--logdir", str(tmp_path / "id")])
+              for env in ("CartPole-v2", "CartPol-v1")]  # fmt: skip
     results = run_scripts(run_python, cases)
     for name in NEGATIVE_STOP:
         result = results[f"stop {name}"]
@@ -330,9 +391,19 @@ def test_out_of_range_flags_and_wrong_action_spaces_are_refused_before_anything_
     for name, flag, message in OUT_OF_RANGE:
         result = results[f"{name} {flag}"]
         assert result["code"] == 2 and message in result["stderr"], f"{name} {flag}: {result}"
-    for name, pattern in WRONG_ACTION_SPACE:
-        error = results[f"space {name}"]["error"] or ""
+    for name, pattern, usage_error in WRONG_ACTION_SPACE:
+        result = results[f"space {name}"]
+        if usage_error:
+            assert result["code"] == 2 and pattern in result["stderr"], result
+            continue
+        error = result["error"] or ""
         assert error.startswith("ValueError: --env Pendulum-v1") and pattern in error, error
+    # an unknown id: one usage error naming it and gymnasium's suggestion, no traceback
+    for env, suggestion in (("CartPole-v2", "[ `v0`, `v1` ]"), ("CartPol-v1", "`CartPole`")):
+        result = results[f"id {env}"]
+        assert result["code"] == 2, result
+        assert f"argument --env: unknown env id '{env}'" in result["stderr"], result
+        assert suggestion in result["stderr"] and "Traceback" not in result["stderr"], result
     assert list(tmp_path.iterdir()) == [], "a refused command line wrote its logdir"
 
 

@@ -425,7 +425,7 @@ def test_a_missing_dependency_of_mpe2_is_named(monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pygame", None)
     with pytest.raises(ImportError, match=r"needs mpe2 and its dependencies \(missing here: "
-                       r"pygame\): pip install"):  # fmt: skip
+                       r"pygame\): install the multiagent extra: pip install"):  # fmt: skip
         MAenv("simple_spread")
 
 

@@ -31,9 +31,9 @@ def require_ray():
     try:
         import ray
     except ImportError:
-        from parl.ray import INSTALL_HINT
+        from parl.ray import install_hint
 
-        message = f"Ray is not installed: {INSTALL_HINT}"
+        message = f"Ray is not installed: {install_hint()}"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)

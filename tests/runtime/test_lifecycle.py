@@ -326,6 +326,84 @@ def test_interpreter_exit_ends_workers_and_flushes_output(tmp_path):
     assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0)
 
 
+SCRIPT_HOLDING_RESULTS_AT_EXIT = """
+    import os
+    import numpy as np
+    import torch
+    import parl
+    from parl.remote.context import current
+
+    @parl.remote_class(wait=False)
+    class Source:
+        def pid(self):
+            return os.getpid()
+        def array(self, n):
+            return np.ones(n, np.float32)
+        def tensor(self, n):
+            return torch.ones(n)
+        def both(self, n):
+            return {"a": np.zeros(n), "t": torch.zeros(n, dtype=torch.float64)}
+        def keep(self, value):
+            self.kept = value  # the caller's shared memory, held by the actor at exit
+            return value
+
+    source = Source()
+    N = 1 << 19  # 2 MiB of float32: shared memory, not inline
+    first = source.array(N).get()
+    tensor = source.tensor(N).get()
+    in_list = [source.array(N).get() for _ in range(2)]
+    in_dict = {"x": source.both(N).get(), "y": source.tensor(N).get()}
+
+    class Holder:
+        pass
+
+    cycle = Holder()
+    cycle.me = cycle
+    cycle.data = source.array(N).get()
+    echoed = source.keep(np.full(N, 3.0, np.float32)).get()
+    handle = parl.shm.zeros(N)
+    echoed_handle = source.keep(handle).get()
+    pending = source.array(N)  # never collected
+    part = first[10:]
+    pids = [source.pid().get(), current().carrier.server_pid]
+    print(" ".join(map(str, pids)), flush=True)
+"""
+
+
+def memfds_of(pids: set[int]) -> list[str]:
+    """Descriptors, in any process of this user, of shared-memory segments that ``pids``
+    made (named ``parl-<pid>``)."""
+    names = {f"/memfd:parl-{pid}" for pid in pids}
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.split(" ")[0] in names:
+                found.append(f"{proc.pid}: {target}")
+    return found
+
+
+def test_results_held_at_exit_are_released_quietly(tmp_path):
+    """Large results (arrays, tensors, in globals, containers and a cycle, a future never
+    collected, memory the actors keep) alive when the interpreter exits: no 'Exception
+    ignored', and no process or shared-memory segment outlives the program."""
+    proc = run_script(SCRIPT_HOLDING_RESULTS_AT_EXIT, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    pids = {int(p) for p in out.split()}
+    assert len(pids) == 2  # the worker and the fork server
+    assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0)
+    assert memfds_of(pids | {proc.pid}) == []
+
+
 def test_forked_child_gets_its_own_runtime(tmp_path):
     body = """
     import os, parl

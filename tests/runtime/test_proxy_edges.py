@@ -486,6 +486,42 @@ def _race_calls_with_close() -> None:
 # -- futures -----------------------------------------------------------------------------------
 
 
+def test_using_a_future_as_its_value_says_to_call_get_first():
+    """Arithmetic, comparison, len, indexing, iteration, numbers and numpy on a parl.Future
+    are TypeErrors that say what it is and what to call; equality, hashing and truth stay
+    those of an object, so futures still work as dict keys, set members and in ``if``."""
+    actor = AsyncSampler()
+    future = actor.add(1, 2)
+    uses = {
+        "future + 1": lambda: future + 1,
+        "1 + future": lambda: 1 + future,
+        "future * 2": lambda: future * 2,
+        "-future": lambda: -future,
+        "future < 3": lambda: future < 3,
+        "len": lambda: len(future),
+        "future[0]": lambda: future[0],
+        "list": lambda: list(future),
+        "in": lambda: 3 in future,
+        "float": lambda: float(future),
+        "range": lambda: range(future),
+        "np.asarray": lambda: np.asarray(future),
+        "array + future": lambda: np.ones(2) + future,
+        "format": lambda: f"{future:.2f}",
+    }
+    for name, use in uses.items():
+        with pytest.raises(TypeError, match=r"parl\.Future: .* call \.get\(\) on it") as info:
+            use()
+        assert "parl.get(futures)" in str(info.value), name
+    with pytest.raises(AttributeError, match=r"no attribute 'shape': .* call \.get\(\)"):
+        future.shape  # noqa: B018
+    assert not hasattr(future, "__array_interface__")
+    other = actor.add(3, 4)
+    assert bool(future) and (future or None) is future
+    assert {future: "a", other: "b"}[other] == "b" and future in {future} and future != other
+    assert str(future).startswith("<parl.Future call") and f"{future}" == repr(future)
+    assert future.get(timeout=30) + 1 == 4 and parl.get([future, other]) == [3, 7]
+
+
 def test_future_timeout_message_shows_the_timeout_as_given(tmp_path):
     fifo = str(tmp_path / "fifo")
     os.mkfifo(fifo)
