@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from .conftest import REPO_ROOT, RunPython
 
 _CODE = """
-import importlib, json, os, sys, traceback
+import dataclasses, importlib, json, os, sys, traceback
+import torch
+torch.set_num_threads(1)
 examples = {examples!r}
 current = None
 for k, (example, argv) in enumerate(json.loads({calls!r})):
@@ -29,7 +31,10 @@ for k, (example, argv) in enumerate(json.loads({calls!r})):
     sys.stderr.flush()
     code = 0
     try:
-        train.main(argv)
+        result = train.main(argv)
+        if dataclasses.is_dataclass(result):
+            sys.stderr.write("\\n@@result " + json.dumps(dataclasses.asdict(result)) + "\\n")
+        sys.stderr.write("\\n@@threads %d\\n" % torch.get_num_threads())
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except Exception:
@@ -48,6 +53,8 @@ class Run:
 
     code: int
     log: str
+    result: dict | None = None  # what ``main`` returned, where that is a dataclass
+    threads: int | None = None  # torch's intra-op threads when ``main`` returned
 
 
 def run_mains(
@@ -62,7 +69,11 @@ def run_mains(
     runs = []
     for part in proc.stderr.split("\n@@run ")[1:]:
         body, _, tail = part.partition("\n@@exit ")
-        runs.append(Run(int(tail.split()[0]), body.split("\n", 1)[1] if "\n" in body else ""))
+        log = body.split("\n", 1)[1] if "\n" in body else ""
+        log, _, threads = log.partition("\n@@threads ")
+        log, _, result = log.partition("\n@@result ")
+        runs.append(Run(int(tail.split()[0]), log, json.loads(result) if result else None,
+                        int(threads) if threads else None))  # fmt: skip
     assert len(runs) == len(calls), proc.stderr[-3000:]
     return runs
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO_ROOT, RunPython
+from .example_mains import run_mains
 from .example_scripts import run_scripts
 
 pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
@@ -115,7 +116,7 @@ def test_killing_an_actor_stops_training_with_a_clear_error(
 
 def test_a2c_vector_env_mode_samples_on_the_learner(run_python: RunPython, tmp_path: Path) -> None:
     """``--mode vector_env --actor_num 0``: no actors, the learner samples (remote actors run
-    in ``test_distributed_example_resumes_from_its_checkpoint[A2C]``)."""
+    in ``test_distributed_examples_resume_from_their_checkpoints``)."""
     local = _run_main(
         run_python,
         A2C_DIR,
@@ -128,7 +129,7 @@ def test_a2c_vector_env_mode_samples_on_the_learner(run_python: RunPython, tmp_p
 
 def test_es_runs_an_update_on_halfcheetah(run_python: RunPython, tmp_path: Path) -> None:
     """One update of 4 episodes of 1,000 steps (CartPole runs in
-    ``test_distributed_example_resumes_from_its_checkpoint[ES]``)."""
+    ``test_distributed_examples_resume_from_their_checkpoints``)."""
     small = ["--noise_size", "1000000", "--test_every_train_steps", "1", "--eval_episodes", "1"]
     cheetah = _run_main(
         run_python,
@@ -306,32 +307,44 @@ def _assert_ga3c_run(result: dict, logdir: Path) -> None:
     assert (logdir / "model.ckpt").exists() and (logdir / "checkpoint.pt").exists()
 
 
-@pytest.mark.parametrize("name", sorted(RESUME_RUNS))
-def test_distributed_example_resumes_from_its_checkpoint(
-    run_python: RunPython, tmp_path: Path, name: str
+def test_distributed_examples_resume_from_their_checkpoints(
+    run_python: RunPython, tmp_path: Path
 ) -> None:
-    """A first run with 2 local actors runs end to end and stops early; ``--resume`` (with the
-    shared ``--device`` and ``--torch_threads`` flags) picks up its counters from the checkpoint
-    in ``--logdir`` and trains on to the full budget."""
-    folder, args, first_budget = RESUME_RUNS[name]
-    logdir = str(tmp_path / "run")
-    common = [*args, "--eval_episodes", "1", "--no_progress", "--logdir", logdir]
-    # the last of a repeated flag wins: ES stops after 2 of 4 updates, the others at 1000 steps
-    budget = "--train_steps" if name == "ES" else "--train_total_steps"
-    first = _run_main(run_python, folder, [*common, budget, str(first_budget)])
-    assert (tmp_path / "run" / "checkpoint.pt").exists()
-    _assert_first_part_ran_end_to_end(name, first, tmp_path / "run")
-    full = "4" if name == "ES" else "2000"
-    second = _run_main(
-        run_python,
-        folder,
-        [*common, budget, full, "--resume", "--device", "cpu", "--torch_threads", "2"],
-    )
-    assert "resumed from" in second["log"], second["log"][-2000:]
-    assert "THREADS 1" in first["log"] and "THREADS 2" in second["log"]  # --torch_threads
-    assert second["sample_steps"] > first["sample_steps"]
-    assert second["train_steps"] > first["train_steps"]
-    assert min(steps for steps, _ in second["history"]) > first["sample_steps"]
-    if name == "GA3C":  # its speed counts only the steps the resumed run made itself
-        ran = second["sample_steps"] - first["sample_steps"]
-        assert f"{second['sample_steps']} steps ({ran} in this run)" in second["log"]
+    """For each distributed example: a first run with 2 local actors runs end to end and stops
+    early; ``--resume`` (with the shared ``--device`` and ``--torch_threads`` flags), in an
+    interpreter that did not run the first part, picks up its counters from the checkpoint in
+    ``--logdir`` and trains on to the full budget. The first parts share one interpreter, the
+    resumes another, each example's own modules imported afresh."""
+    names = sorted(RESUME_RUNS)
+    first_calls, second_calls = [], []
+    for name in names:
+        folder, args, first_budget = RESUME_RUNS[name]
+        common = [*args, "--eval_episodes", "1", "--no_progress", "--logdir",
+                  str(tmp_path / name)]  # fmt: skip
+        # the last of a repeated flag wins: ES stops after 2 of 4 updates, the others at 1000 steps
+        budget = "--train_steps" if name == "ES" else "--train_total_steps"
+        full = "4" if name == "ES" else "2000"
+        first_calls.append((folder.name, [*common, budget, str(first_budget)]))
+        second_calls.append((folder.name, [*common, budget, full, "--resume", "--device", "cpu",
+                                           "--torch_threads", "2"]))  # fmt: skip
+    firsts = run_mains(run_python, first_calls)
+    for name, run in zip(names, firsts, strict=True):
+        assert run.code == 0 and run.result is not None, f"{name}: {run.log[-3000:]}"
+        assert (tmp_path / name / "checkpoint.pt").exists(), name
+        _assert_first_part_ran_end_to_end(name, run.result | {"log": run.log}, tmp_path / name)
+        assert run.threads == 1, (name, run.threads)
+    seconds = run_mains(run_python, second_calls)
+    for name, run, before in zip(names, seconds, firsts, strict=True):
+        assert run.code == 0 and run.result is not None, f"{name}: {run.log[-3000:]}"
+        first, second = before.result, run.result
+        assert first is not None
+        assert "resumed from" in run.log, f"{name}: {run.log[-2000:]}"
+        assert run.threads == 2, (name, run.threads)  # --torch_threads
+        assert second["sample_steps"] > first["sample_steps"], name
+        assert second["train_steps"] > first["train_steps"], name
+        assert min(steps for steps, _ in second["history"]) > first["sample_steps"], name
+        for blemish in ("Traceback", "Exception ignored"):
+            assert blemish not in before.log + run.log, f"{name}: {run.log[-2000:]}"
+        if name == "GA3C":  # its speed counts only the steps the resumed run made itself
+            ran = second["sample_steps"] - first["sample_steps"]
+            assert f"{second['sample_steps']} steps ({ran} in this run)" in run.log
