@@ -146,7 +146,7 @@ def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
         run_python,
         "DQN",
         "--env",
-        "PongNoFrameskip-v4",
+        "BreakoutNoFrameskip-v4",  # a Pong game lasts 800+ steps, Breakout's lives a few dozen
         "--train_total_steps",
         "200",
         "--test_every_steps",
@@ -168,7 +168,7 @@ def test_dqn_on_atari(run_python: RunPython, tmp_path: Path) -> None:
     state = torch.load(tmp_path / "atari" / "model.ckpt", weights_only=True)
     assert state["conv.0.weight"].shape == (32, 4, 8, 8) and "head.value.weight" in state
     # updates ran from the 100th step on (--learning_starts; the preset waits 100,000 steps,
-    # more than this run's one Pong episode)
+    # more than this whole run)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "atari"), size_guidance={"scalars": 0})
