@@ -88,7 +88,9 @@ class Allocator:
                     self._claim(self._segments[segment_id], slot)
                     return self._segments[segment_id], offset
             else:
-                for segment in self._free_segments:
+                # the most recently freed first: its pages are warm, and the peer that held it
+                # last still has it mapped (the oldest go first when the cache is trimmed)
+                for segment in reversed(self._free_segments):
                     if segment.slot == slot:
                         self._claim(segment, slot)
                         return segment, 0

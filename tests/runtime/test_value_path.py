@@ -129,10 +129,13 @@ def test_dropped_views_unregister_and_their_memory_comes_back():
 @pytest.mark.parametrize("nbytes", [1 << 17, 1 << 20, 5 << 20])
 def test_a_sender_reuses_its_block_once_the_view_is_gone(nbytes):
     """The block's weak-reference callback files it as free: the next value of that size is
-    copied into the same block (no new pages, no new segment)."""
+    copied into the same block (no new pages, no new segment), also when other free blocks of
+    its size are cached (the most recently freed is taken: warm, and mapped by the peer)."""
     actor = Sampler()
     try:
         data = np.ones(nbytes // 4, np.float32)
+        # blocks of the size in flight at once, then free: cached for reuse
+        actor.add(data, np.stack([data, data])[1])
         addresses = {actor.address(data) for _ in range(10)}
         assert len(addresses) == 1  # where the actor maps the block it received
     finally:
