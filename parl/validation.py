@@ -13,15 +13,24 @@ front and a hint behind when the caller gives them::
     # ValueError: ReplayMemory: batch_size must be an int >= 1, got 0; e.g. batch_size=256
 
 Bools are not numbers here (``True`` is no batch size); numpy's integers and floats are.
+
+``keyword_aliases`` lets a method take a second keyword name for a parameter (PARL's spelling
+beside this package's), refusing a call that gives both.
 Standard library only, and nothing of ``parl``: every package may import it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
-__all__ = ["check_bool", "check_float", "check_int"]
+__all__ = ["check_bool", "check_float", "check_int", "keyword_aliases"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _range_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
@@ -139,3 +148,44 @@ def check_bool(name: str, value: object, *, owner: str | None = None) -> bool:
 def _shown(value: object) -> str:
     """A value of the wrong type, with its type: ``'5' (str)``."""
     return f"{value!r} ({type(value).__name__})"
+
+
+def keyword_aliases(**aliases: str) -> Callable[[_F], _F]:
+    """Decorate a function so that it also takes the keyword ``alias`` for its parameter ``name``
+    (``@keyword_aliases(obs_batch="obs")``): the value is passed on as ``name``.
+
+    The mapping is kept as the function's ``keyword_aliases`` attribute, and its signature stays
+    the function's own. A call that gives both names (both as keywords, or ``name`` by position
+    and ``alias`` as a keyword) raises ``TypeError`` naming both.
+    """
+
+    def decorate(func: _F) -> _F:
+        params = inspect.signature(func).parameters
+        positions = {
+            n: i
+            for i, (n, p) in enumerate(params.items())
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+        for alias, name in aliases.items():
+            # a wrong table is a bug of the decorated code, found when its module loads
+            assert name in params, f"{func.__qualname__} has no parameter {name!r}"
+            assert alias not in params, f"{func.__qualname__} already has a parameter {alias!r}"
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for alias, name in aliases.items():
+                if alias not in kwargs:
+                    continue
+                by_position = name in positions and len(args) > positions[name]
+                if name in kwargs or by_position:
+                    raise TypeError(
+                        f"{func.__qualname__}() got {name!r} and its other name {alias!r}: "
+                        f"give one of them"
+                    )
+                kwargs[name] = kwargs.pop(alias)
+            return func(*args, **kwargs)
+
+        wrapper.keyword_aliases = dict(aliases)  # type: ignore[attr-defined]
+        return cast(_F, wrapper)
+
+    return decorate

@@ -20,7 +20,7 @@ from parl.algorithms.offpolicy import (
 )
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.validation import check_float, check_int
+from parl.validation import check_float, check_int, keyword_aliases
 
 __all__ = ["EXP_ADV_MAX", "IQL", "expectile_loss"]
 
@@ -136,6 +136,7 @@ class IQL(Algorithm):
             )
         return dist
 
+    @keyword_aliases(observations="obs")
     @torch.no_grad()
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
         """The mean of the policy's distribution, ``(B, act_dim)``."""

@@ -39,7 +39,7 @@ from parl.algorithms.finite import check_finite_inputs, check_finite_step
 from parl.algorithms.popart import PopArt
 from parl.core.algorithm import Algorithm
 from parl.utils.device import get_device
-from parl.validation import check_bool, check_float
+from parl.validation import check_bool, check_float, keyword_aliases
 
 __all__ = ["MAPPO", "MAPPOLearnResult", "PopArt", "huber_loss"]
 
@@ -286,6 +286,15 @@ class MAPPO(Algorithm):
         return torch.cat(log_probs, dim=-1), sum(entropies[1:], entropies[0]) / len(entropies)
 
     # -- the update ----------------------------------------------------------------------------
+    @keyword_aliases(
+        share_obs_batch="share_obs",
+        obs_batch="obs",
+        actions_batch="actions",
+        value_preds_batch="value_preds",
+        return_batch="returns",
+        old_action_log_probs_batch="old_log_probs",
+        active_masks_batch="active_masks",
+    )
     def learn(
         self,
         share_obs: torch.Tensor,
@@ -398,6 +407,9 @@ class MAPPO(Algorithm):
         if self.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(params, self.max_grad_norm)
 
+    @keyword_aliases(
+        value_preds_batch="value_preds", return_batch="returns", active_masks_batch="active_masks"
+    )
     def cal_value_loss(
         self,
         values: torch.Tensor,

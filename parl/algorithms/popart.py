@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parl.validation import check_float, check_int
+from parl.validation import check_float, check_int, keyword_aliases
 
 __all__ = ["PopArt"]
 
@@ -90,6 +90,7 @@ class PopArt(nn.Module):
         return mean, (mean_sq - mean**2).clamp(min=_MIN_VARIANCE)
 
     @torch.no_grad()
+    @keyword_aliases(input_vector="targets")
     def update(self, targets: np.ndarray | torch.Tensor) -> None:
         """Fold a batch of (unnormalised) targets ``(B, 1)`` into the statistics and rescale the
         critic's output layer so that its unnormalised outputs do not change.
@@ -114,6 +115,7 @@ class PopArt(nn.Module):
     def _broadcast(self, stat: torch.Tensor) -> torch.Tensor:
         return stat[(None,) * self.norm_axes]
 
+    @keyword_aliases(input_vector="values")
     def normalize(self, values: np.ndarray | torch.Tensor) -> torch.Tensor:
         """``(values - mu) / sigma`` as a float32 tensor on the statistics' device."""
         mean, var = self.debiased_mean_var()
@@ -125,6 +127,7 @@ class PopArt(nn.Module):
     @overload
     def denormalize(self, values: np.ndarray) -> np.ndarray: ...
 
+    @keyword_aliases(input_vector="values")
     def denormalize(self, values: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """``values * sigma + mu``: a tensor for a tensor (on the statistics' device), a numpy
         array for a numpy array.

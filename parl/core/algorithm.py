@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from parl.core.model import check_tensors_fit, module_weights, set_module_weights
+from parl.validation import keyword_aliases
 
 __all__ = ["Algorithm", "require_model_methods", "resolve_device"]
 
@@ -128,6 +129,7 @@ class Algorithm:
         """
         return module_weights(self._main_model("get_weights"))
 
+    @keyword_aliases(params="weights")
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Load the output of ``get_weights()`` into ``self.model`` (checked before writing)."""
         model = self._main_model("set_weights")

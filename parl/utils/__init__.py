@@ -1,4 +1,5 @@
-"""Tools around training: logging, TensorBoard, replay memory, schedules, returns, seeding.
+"""Tools around training: logging, TensorBoard, replay memory, schedules, returns, seeding,
+and PARL's small helpers (numpy softmax and cross-entropy, paths, ports, processes).
 
 Names are loaded on first access, so ``from parl.utils import logger`` loads neither torch nor
 tensorboard; only ``get_device`` and the first ``summary`` write need torch.
@@ -14,6 +15,15 @@ from parl._lazy import lazy_attributes
 _LAZY: dict[str, tuple[str, str | None]] = {
     "logger": ("parl.utils.logger", None),
     "summary": ("parl.utils.summary", None),
+    "tensorboard": ("parl.utils.tensorboard", None),
+    "np_utils": ("parl.utils.np_utils", None),
+    "path_utils": ("parl.utils.path_utils", None),
+    "np_softmax": ("parl.utils.np_utils", "np_softmax"),
+    "np_cross_entropy": ("parl.utils.np_utils", "np_cross_entropy"),
+    "format_uniform_path": ("parl.utils.path_utils", "format_uniform_path"),
+    "kill_process": ("parl.utils.utils", "kill_process"),
+    "isnotebook": ("parl.utils.utils", "isnotebook"),
+    "get_port_from_range": ("parl.utils.machine_info", "get_port_from_range"),
     "CSVLogger": ("parl.utils.csv_logger", "CSVLogger"),
     "ReplayMemory": ("parl.utils.replay_memory", "ReplayMemory"),
     "PrioritizedReplayMemory": ("parl.utils.prioritized_replay_memory", "PrioritizedReplayMemory"),
@@ -57,7 +67,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from parl.utils import logger, summary
+    from parl.utils import logger, summary, tensorboard
     from parl.utils.csv_logger import CSVLogger
     from parl.utils.device import get_device
     from parl.utils.globvars import GlobalConfig, global_config
@@ -65,10 +75,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         get_free_tcp_port,
         get_gpu_count,
         get_ip_address,
+        get_port_from_range,
         is_gpu_available,
         is_port_available,
     )
+    from parl.utils.np_utils import np_cross_entropy, np_softmax
     from parl.utils.obs_norm import ObsNormalizer
+    from parl.utils.path_utils import format_uniform_path
     from parl.utils.prioritized_replay_memory import PrioritizedReplayMemory
     from parl.utils.replay_memory import ReplayMemory, Transitions
     from parl.utils.returns import calc_discount_sum_rewards, calc_gae
@@ -77,7 +90,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from parl.utils.stats import TimeStat, WindowStat
     from parl.utils.time_breakdown import TimeBreakdown
     from parl.utils.trajectory_batch import TrajectoryBatch, TrajectorySampler, trajectory_window
-    from parl.utils.utils import MAX_INT32, check_model_method, has_func, to_byte, to_str
+    from parl.utils.utils import (
+        MAX_INT32,
+        check_model_method,
+        has_func,
+        isnotebook,
+        kill_process,
+        to_byte,
+        to_str,
+    )
     from parl.utils.weight_sync import SharedWeights
 
 
@@ -116,3 +137,5 @@ __all__ = [
 __all__ += ["PrioritizedReplayMemory"]
 __all__ += ["ObsNormalizer", "SharedWeights", "TimeBreakdown"]
 __all__ += ["TrajectoryBatch", "TrajectorySampler", "trajectory_window"]
+__all__ += ["tensorboard", "np_softmax", "np_cross_entropy", "format_uniform_path"]
+__all__ += ["kill_process", "isnotebook", "get_port_from_range"]

@@ -6,12 +6,16 @@ Nothing here sends network traffic: the IP address is read from the network inte
 from __future__ import annotations
 
 import os
+import random
 import socket
+
+from parl.validation import check_int
 
 __all__ = [
     "get_free_tcp_port",
     "get_gpu_count",
     "get_ip_address",
+    "get_port_from_range",
     "is_gpu_available",
     "is_port_available",
 ]
@@ -69,3 +73,25 @@ def is_port_available(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def get_port_from_range(start: int, end: int) -> int:
+    """A port in ``[start, end]`` (both included) that can be bound now, picked at random.
+
+    Raises:
+        ValueError: the range is empty or outside 1-65535.
+        OSError: every port of the range is taken (PARL's looped for ever).
+    """
+    start = check_int("start", start, low=1, high=65535, owner="get_port_from_range")
+    end = check_int("end", end, low=1, high=65535, owner="get_port_from_range")
+    if start > end:
+        raise ValueError(f"get_port_from_range: start {start} is above end {end}; swap them")
+    # random order, so that processes asking for the same range at once rarely collide
+    ports = list(range(start, end + 1))
+    random.shuffle(ports)
+    for port in ports:
+        if is_port_available(port):
+            return port
+    raise OSError(
+        f"get_port_from_range: every port in [{start}, {end}] is taken; give a wider range"
+    )

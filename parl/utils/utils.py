@@ -2,11 +2,14 @@
 
 PARL's algorithm modules and its tutorial on writing an algorithm call
 ``check_model_method(model, "policy", self.__class__.__name__)``; the rest are the module's
-other public names that user scripts read (``MAX_INT32``, ``to_str``, the platform flags).
+other public names that user scripts read (``MAX_INT32``, ``to_str``, the platform flags,
+``kill_process``, ``isnotebook``).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from typing import Any
 
@@ -15,6 +18,7 @@ __all__ = [
     "check_model_method",
     "has_func",
     "isnotebook",
+    "kill_process",
     "to_byte",
     "to_str",
 ]
@@ -78,3 +82,43 @@ def isnotebook() -> bool:
         return False
     ipython = get_ipython()
     return ipython is not None and type(ipython).__name__ == "ZMQInteractiveShell"
+
+
+def kill_process(regex_pattern: str) -> list[int]:
+    """Kill (``SIGKILL``) every process whose command line matches ``regex_pattern``.
+
+    The command line is the process's arguments joined by spaces, searched with ``re.search``
+    (PARL matched ``ps aux`` lines with ``grep``). This process is never killed, nor are
+    processes this user may not signal. On Windows a ``/`` in the pattern also matches ``\\``.
+
+    Returns:
+        The ids of the processes killed.
+    """
+    if not isinstance(regex_pattern, str) or not regex_pattern:
+        raise TypeError(
+            f"regex_pattern must be a non-empty str (a regular expression matched against "
+            f"command lines), got {regex_pattern!r}"
+        )
+    if _IS_WINDOWS:
+        regex_pattern = regex_pattern.replace("/", r"[/\\]")
+    try:
+        pattern = re.compile(regex_pattern)
+    except re.error as exc:
+        raise ValueError(
+            f"regex_pattern {regex_pattern!r} is not a regular expression: {exc}"
+        ) from None
+    import psutil
+
+    killed = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = process.info["cmdline"]
+        if process.info["pid"] == os.getpid() or not cmdline:
+            continue
+        if pattern.search(" ".join(cmdline)) is None:
+            continue
+        try:
+            process.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # it ended on its own, or belongs to someone else
+        killed.append(process.info["pid"])
+    return killed

@@ -230,6 +230,49 @@ def test_learn_names_the_bad_argument(change: dict[str, Any], match: str) -> Non
         assert torch.equal(tensor, before[name]), name
 
 
+# PARL 2.2.1's keyword names for MAPPO.learn, and ours they stand for
+PARL_LEARN_NAMES = {
+    "share_obs_batch": "share_obs",
+    "obs_batch": "obs",
+    "actions_batch": "actions",
+    "value_preds_batch": "value_preds",
+    "return_batch": "returns",
+    "old_action_log_probs_batch": "old_log_probs",
+    "adv_targ": "adv_targ",
+    "active_masks_batch": "active_masks",
+}
+
+
+def test_learn_with_parls_keyword_names_steps_as_with_ours() -> None:
+    batch = _batch()
+    ours, theirs = _team("discrete", seed=0)[0], _team("discrete", seed=0)[0]
+    expected = ours.learn(**batch)
+    got = theirs.learn(**{parl: batch[name] for parl, name in PARL_LEARN_NAMES.items()})
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a, b)
+    after = theirs.model.state_dict()
+    for name, tensor in ours.model.state_dict().items():
+        assert torch.equal(tensor, after[name]), name
+    values = theirs.model.value(batch["share_obs"])
+    loss = theirs.cal_value_loss(
+        values,
+        value_preds_batch=batch["value_preds"],
+        return_batch=batch["returns"],
+        active_masks_batch=batch["active_masks"],
+    )
+    assert loss.dim() == 0 and torch.isfinite(loss)
+
+
+def test_a_parameter_given_under_both_names_is_refused() -> None:
+    alg = _team("discrete", seed=0)[0]
+    batch = _batch()
+    with pytest.raises(TypeError, match=r"'obs' and its other name 'obs_batch'"):
+        alg.learn(**batch, obs_batch=batch["obs"])
+    positional = [batch[name] for name in ("share_obs", "obs", "actions")]
+    with pytest.raises(TypeError, match=r"'actions' and its other name 'actions_batch'"):
+        alg.learn(*positional, actions_batch=batch["actions"])
+
+
 def test_a_loss_that_overflows_is_not_stepped_on() -> None:
     """Finite inputs, but a critic whose outputs overflow: the value loss is inf, and the
     critic keeps its weights (PopArt would otherwise spread the inf into every weight)."""

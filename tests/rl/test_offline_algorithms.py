@@ -233,3 +233,11 @@ def test_a_batch_of_the_wrong_kind_or_shape_is_named_before_any_update(name: str
     for got, want in zip(alg.model.parameters(), before, strict=True):
         assert torch.equal(got, want)
     alg.learn(tensors[0], tensors[1], tensors[2][:, None], tensors[3], tensors[4][:, None] > 0)
+
+
+def test_iql_predict_takes_parls_keyword_observations() -> None:
+    alg = IQL(IQLModel(), 10, device="cpu")
+    obs = torch.randn(4, 1)
+    assert torch.equal(alg.predict(observations=obs), alg.predict(obs))
+    with pytest.raises(TypeError, match=r"'obs' and its other name 'observations'"):
+        alg.predict(obs, observations=obs)

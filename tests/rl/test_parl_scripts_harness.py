@@ -317,3 +317,47 @@ def test_the_maddpg_entries_reach_an_evaluation_of_a_script_with_parls_flags(
     outcome = harness.run_one(tmp_path, quick, tmp_path / "work")
     assert outcome.ok, outcome.detail
     assert outcome.detail.startswith("Evaluation over: 1 episodes, Reward: -")
+
+
+def test_stand_ins_files_and_settings_reach_the_script_and_a_tensorboard_tag_counts(
+    harness: ModuleType, tmp_path: Path
+) -> None:
+    """A script that prints no evaluation: the value it writes to TensorBoard is the one shown;
+    the run's stand-in comes first on its path, its prepared file and environment are there,
+    and its settings dict (not named ``config``) gets the budget."""
+    script = (
+        "import os, sys\n"
+        "import smac\n"
+        "from parl.utils import summary\n"
+        "from settings import Settings\n"
+        "assert smac.__file__.startswith(os.environ['STANDINS']), smac.__file__\n"
+        "assert open('made.txt').read() == os.environ['MADE'] == os.getcwd() + '/made.txt'\n"
+        "assert Settings == {'steps': 3, 'test_steps': 1}, Settings\n"
+        "summary.add_scalar('eval_reward', 2.5, Settings['steps'])\n"
+    )
+    _script(tmp_path, "tagged", {"train.py": script, "settings.py": "Settings = {'steps': 100}\n"})
+
+    def made(folder: Path) -> str:
+        (folder / "made.txt").write_text(str(folder / "made.txt"))
+        return "made.txt"
+
+    run = harness.ScriptRun(
+        "tagged",
+        "tagged",
+        evaluation_tag="eval_reward",
+        config_module="settings.py",
+        config_name="Settings",
+        config={"steps": 3, "test_steps": 1},
+        standins=(harness.SMAC,),
+        prepare=(made,),
+        environ=(("MADE", "{folder}/made.txt"), ("STANDINS", str(harness.STANDINS / "smac"))),
+        timeout_s=60.0,
+    )
+    outcome = harness.run_one(tmp_path, run, tmp_path / "work")
+    assert outcome.ok, outcome.detail
+    assert outcome.detail == "eval_reward = 2.5 at step 3 (TensorBoard)"
+    assert "+ stand-in smac (parl.env.MAenv on level-based foraging)" in run.command()
+    assert "(settings.py: steps=3, test_steps=1)" in run.command()
+    plain = harness.ScriptRun("tagged", "tagged", evaluation_tag="eval_reward", timeout_s=60.0)
+    failed = harness.run_one(tmp_path, plain, tmp_path / "again")  # no stand-in: no smac
+    assert not failed.ok and failed.detail == "ModuleNotFoundError: No module named 'smac'"

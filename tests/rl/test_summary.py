@@ -82,3 +82,24 @@ def test_default_folder_is_train_log_script_name(run_python: RunPython, tmp_path
     assert proc.returncode == 0, proc.stderr
     logdir = tmp_path / "train_log" / "cartpole_run"
     assert [(e.step, e.value) for e in read_events(logdir).Scalars("reward")] == [(1, 3.0)]
+
+
+def test_parls_tensorboard_module_writes_each_value_to_disk_at_once(summary_dir: Path) -> None:
+    """``from parl.utils import tensorboard`` (PARL's AlphaZero): the same event file as
+    ``summary``, readable without a flush."""
+    from parl.utils import tensorboard
+
+    tensorboard.add_scalar("perfect_moves_rate", 0.5, 1)
+    summary.add_scalar("perfect_moves_rate", 0.75, 2)  # one writer: the same file
+    tensorboard.add_histogram("moves", np.arange(4, dtype=np.float32), 2)
+    events = read_events(summary_dir)
+    assert [(e.step, e.value) for e in events.Scalars("perfect_moves_rate")] == [
+        (1, 0.5),
+        (2, 0.75),
+    ]
+    assert events.Histograms("moves")[0].histogram_value.num == 4
+    assert len(glob.glob(str(summary_dir / "events.out.tfevents.*"))) == 1
+    tensorboard.flush()
+    tensorboard.close()
+    with pytest.raises(TypeError, match="tag must be a non-empty str"):
+        tensorboard.add_scalar("", 1.0)

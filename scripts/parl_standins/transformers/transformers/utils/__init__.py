@@ -1,0 +1,1 @@
+"""``transformers.utils``: its ``logging`` and ``model_parallel_utils``."""
