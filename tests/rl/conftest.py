@@ -51,7 +51,9 @@ RunPython = Callable[..., subprocess.CompletedProcess]
 @pytest.fixture
 def run_python(tmp_path: Path) -> RunPython:
     """Run Python code (or ``args``) in a fresh interpreter, in ``tmp_path``, with the repository
-    importable; returns the completed process (stdout and stderr captured as text)."""
+    importable; returns the completed process (stdout and stderr captured as text). An
+    interpreter that exits 0 must not have printed "Exception ignored" (a finalizer or thread
+    that failed unseen: what a user would see at the end of a run)."""
 
     def run(
         code: str | None = None,
@@ -64,7 +66,7 @@ def run_python(tmp_path: Path) -> RunPython:
             [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
         command = [sys.executable, *(["-c", code] if code is not None else []), *(args or [])]
-        return subprocess.run(
+        proc = subprocess.run(
             command,
             cwd=cwd or tmp_path,
             env=env,
@@ -73,6 +75,9 @@ def run_python(tmp_path: Path) -> RunPython:
             timeout=timeout,
             check=False,
         )
+        if proc.returncode == 0:
+            assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+        return proc
 
     return run
 
