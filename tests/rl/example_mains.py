@@ -1,12 +1,19 @@
 """Several runs of the examples' ``train.main`` in one fresh interpreter: the straight runs and
 part runs a test compares, and the runs an example refuses, without paying an interpreter's
 start (torch, gymnasium, parl: about two seconds) for each. A resume that a test compares with
-a straight run still runs in a fresh process of its own (``run_example``), as a user's does."""
+a straight run runs in another interpreter than the one that ran its stopped part, as a user's
+does. An example's module that a test calls without training (its memory, its flag checks)
+is imported into the test's own process (``imported_example``)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 
 from .conftest import REPO_ROOT, RunPython
 
@@ -87,3 +94,23 @@ def run_ok(
         assert run.code == 0, run.log[-3000:]
         assert "Traceback" not in run.log, run.log[-3000:]
     return [run.log for run in runs]
+
+
+@contextmanager
+def imported_example(folder: str, module: str = "train") -> Iterator[ModuleType]:
+    """``<folder>/<module>.py`` (``folder`` under ``examples/`` or ``scripts/``) imported into
+    this process with its folder first on ``sys.path``. Modules of the same names as the
+    folder's files (another example's ``train``, ``agent``, ``model``) are set aside while it is
+    imported and put back after; the folder's own modules are forgotten after."""
+    path = REPO_ROOT / folder
+    own = {file.stem for file in path.glob("*.py")}
+    shadowed = {name: sys.modules.pop(name) for name in own if name in sys.modules}
+    sys.path.insert(0, str(path))
+    try:
+        yield importlib.import_module(module)
+    finally:
+        sys.path.remove(str(path))
+        for name, loaded in list(sys.modules.items()):
+            if (getattr(loaded, "__file__", None) or "").startswith(str(path) + "/"):
+                del sys.modules[name]
+        sys.modules.update(shadowed)
