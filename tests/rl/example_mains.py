@@ -21,24 +21,24 @@ _CODE = """
 import dataclasses, importlib, json, os, sys, traceback
 import torch
 torch.set_num_threads(1)
-examples = {examples!r}
 current = None
-for k, (example, argv) in enumerate(json.loads({calls!r})):
-    if example != current:
+for k, (folder, name, argv) in enumerate(json.loads({calls!r})):
+    if folder != current:
         # each example's own modules (train, its agent, its model) imported afresh
-        for name, module in list(sys.modules.items()):
-            if (getattr(module, "__file__", None) or "").startswith(examples + os.sep):
-                del sys.modules[name]
+        for loaded_name, loaded in list(sys.modules.items()):
+            if current and (getattr(loaded, "__file__", None) or "").startswith(current + os.sep):
+                del sys.modules[loaded_name]
         if current is not None:
-            sys.path.remove(os.path.join(examples, current))
-        sys.path.insert(0, os.path.join(examples, example))
-        train = importlib.import_module("train")
-        current = example
+            sys.path.remove(current)
+        sys.path.insert(0, folder)
+        current = folder
+    module = importlib.import_module(name)
+    sys.argv = [module.__file__, *argv]  # as its command line would have it
     sys.stderr.write("\\n@@run %d\\n" % k)
     sys.stderr.flush()
     code = 0
     try:
-        result = train.main(argv)
+        result = module.main(argv)
         if dataclasses.is_dataclass(result):
             sys.stderr.write("\\n@@result " + json.dumps(dataclasses.asdict(result)) + "\\n")
         sys.stderr.write("\\n@@threads %d\\n" % torch.get_num_threads())
@@ -53,9 +53,18 @@ for k, (example, argv) in enumerate(json.loads({calls!r})):
 """
 
 
+def _script(example: str) -> tuple[str, str]:
+    """The folder and module name of ``example``: an example's name (its ``train.py``) or a
+    script's path from the repository root (``scripts/make_offline_dataset.py``)."""
+    if example.endswith(".py"):
+        path = REPO_ROOT / example
+        return str(path.parent), path.stem
+    return str(REPO_ROOT / "examples" / example), "train"
+
+
 @dataclass
 class Run:
-    """One ``train.main(argv)``: its exit status (0: it returned; 2: a usage error; 1: it
+    """One ``main(argv)``: its exit status (0: it returned; 2: a usage error; 1: it
     raised) and what it wrote to stderr (its log, a usage message or a traceback)."""
 
     code: int
@@ -68,8 +77,11 @@ def run_mains(
     run_python: RunPython, calls: list[tuple[str, list[str]]], timeout: float = 300
 ) -> list[Run]:
     """``examples/<example>/train.py``'s ``main(argv)`` for each ``(example, argv)`` of
-    ``calls``, in order, in one fresh interpreter; each call's exit status and log."""
-    code = _CODE.format(examples=str(REPO_ROOT / "examples"), calls=json.dumps(calls))
+    ``calls``, in order, in one fresh interpreter; each call's exit status and log. An
+    ``example`` ending in ``.py`` is a script's path from the repository root instead
+    (``scripts/make_offline_dataset.py``): its module's ``main(argv)``."""
+    scripts = [(*_script(example), argv) for example, argv in calls]
+    code = _CODE.format(calls=json.dumps(scripts))
     proc = run_python(code, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
