@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython, flag_cases_script
+from .conftest import REPO_ROOT, RunPython
+from .example_mains import imported_example
 
 EXAMPLE = REPO_ROOT / "examples" / "AlphaZero"
 MODULES = ("connect4", "mcts", "arena", "model", "agent")
@@ -214,23 +215,25 @@ def test_example_trains_with_two_local_actors_and_resumes_exactly(
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
 
 
-def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> None:
+def test_search_flags_out_of_range_are_usage_errors(
+    az: SimpleNamespace, capsys: pytest.CaptureFixture[str]
+) -> None:
     """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
     numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with
     --noise_fraction 2) or, with --stop_after_steps -1, no iteration at all."""
-    cases = [["--c_puct", "0"], ["--dirichlet_alpha", "-1"], ["--dirichlet_alpha", "0"],
-             ["--noise_fraction", "2"], ["--noise_fraction", "-0.5"],
-             ["--temperature_moves", "-5"], ["--stop_after_steps", "-1"],
-             ["--noise_fraction", "0", "--temperature_moves", "0"]]  # fmt: skip
-    proc = run_python(flag_cases_script(EXAMPLE, cases), timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
-        "REFUSED -c: error: --c_puct must be above 0, got 0.0",
-        "REFUSED -c: error: --dirichlet_alpha must be above 0, got -1.0",
-        "REFUSED -c: error: --dirichlet_alpha must be above 0, got 0.0",
-        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got 2.0",
-        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got -0.5",
-        "REFUSED -c: error: --temperature_moves must be 0 or more, got -5",
-        "REFUSED -c: error: --stop_after_steps must be 0 or more, got -1",
-        "ACCEPTED ['--noise_fraction', '0', '--temperature_moves', '0']",
-    ], proc.stdout + proc.stderr[-3000:]
+    refused = {
+        "--c_puct 0": "--c_puct must be above 0, got 0.0",
+        "--dirichlet_alpha -1": "--dirichlet_alpha must be above 0, got -1.0",
+        "--dirichlet_alpha 0": "--dirichlet_alpha must be above 0, got 0.0",
+        "--noise_fraction 2": "--noise_fraction must be in [0, 1] (0: no noise), got 2.0",
+        "--noise_fraction -0.5": "--noise_fraction must be in [0, 1] (0: no noise), got -0.5",
+        "--temperature_moves -5": "--temperature_moves must be 0 or more, got -5",
+        "--stop_after_steps -1": "--stop_after_steps must be 0 or more, got -1",
+    }
+    with imported_example("examples/AlphaZero") as train:
+        for flags, message in refused.items():
+            with pytest.raises(SystemExit) as exit_:
+                train.parse_args(flags.split())
+            assert exit_.value.code == 2, flags
+            assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {message}")
+        train.parse_args(["--noise_fraction", "0", "--temperature_moves", "0"])  # accepted
