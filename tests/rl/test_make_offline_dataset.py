@@ -180,27 +180,9 @@ def test_policy_flag_collects_from_an_sac_example_checkpoint(
            "--test_every_steps", "30", "--eval_episodes", "1", "--hidden", "16",
            "--batch_size", "16", "--logdir", str(logdir), "--no_progress"]  # fmt: skip
     policies = (logdir / "model.ckpt", logdir / "checkpoint.pt")
-    run_ok(
-        run_python,
-        [
-            ("SAC", sac),
-            *(
-                (
-                    SCRIPT_PATH,
-                    [
-                        *TINY,
-                        "--out",
-                        str(tmp_path / policy.stem),
-                        "--kinds",
-                        "medium",
-                        "--policy",
-                        str(policy),
-                    ],
-                )  # fmt: skip
-                for policy in policies
-            ),
-        ],
-    )
+    collect = [[*TINY, "--out", str(tmp_path / policy.stem), "--kinds", "medium",
+                "--policy", str(policy)] for policy in policies]  # fmt: skip
+    run_ok(run_python, [("SAC", sac), *((SCRIPT_PATH, argv) for argv in collect)])
     for policy in policies:
         out = tmp_path / policy.stem
         record = generation(out / "hopper-medium-v0")
@@ -340,8 +322,7 @@ def test_ctrl_c_or_sigterm_keeps_the_run_and_the_rerun_ends_as_one_straight_run(
     out = tmp_path / "resumed"
     work = out / "sac-hopper-seed0"
     short = [*budget, "--expert_steps", "250", "--out", str(out)]
-    long = [*budget, "--kinds", "expert", "--expert_steps", "400", "--out", str(out),
-            "--overwrite"]  # fmt: skip
+    long = [*budget, "--kinds", "expert", "--expert_steps", "400", "--out", str(out), "--overwrite"]
 
     stderr, code = stop_at([*short, "--kinds", "random", "expert"], tmp_path,
                            "evaluation return", signal.SIGINT)  # fmt: skip
@@ -365,44 +346,30 @@ def test_ctrl_c_or_sigterm_keeps_the_run_and_the_rerun_ends_as_one_straight_run(
     assert f"continuing the SAC run kept in {work / 'medium-partial'} ({kept} steps)" in proc.stderr
     assert first_evaluation(proc.stderr) > kept  # it went on from there, not from the start
     assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
-    expert = generation(out / "hopper-expert-v0")["policy"]["steps_trained"]
-    assert 250 <= expert < 280
+    trained = generation(out / "hopper-expert-v0")["policy"]["steps_trained"]
+    assert 250 <= trained < 280
 
     stderr, code = stop_at(long, tmp_path, "evaluation return", signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, stderr[-3000:]
     assert f"continuing the SAC run kept in {work / 'expert'} " in stderr
     assert "stopped by SIGTERM at" in stderr
     assert sorted(p.name for p in work.iterdir()) == ["expert", "expert-partial", "medium"]
-    assert json.loads((work / "expert-partial" / "info.json").read_text())["steps"] > expert
+    assert json.loads((work / "expert-partial" / "info.json").read_text())["steps"] > trained
     # the datasets of the last finished run: none half-written, no staging folder
     assert sorted(p.name for p in out.iterdir()) == [
         "hopper-expert-v0", "hopper-random-v0", "sac-hopper-seed0"
     ]  # fmt: skip
-    assert generation(out / "hopper-expert-v0")["policy"]["steps_trained"] == expert
+    assert generation(out / "hopper-expert-v0")["policy"]["steps_trained"] == trained
 
     straight = tmp_path / "straight"
+    to_expert = [*budget, "--kinds", "expert", "--expert_steps"]
     _, rerun, fewer = run_mains(
         run_python,
         [
-            (
-                SCRIPT_PATH,
-                [*budget, "--kinds", "expert", "--expert_steps", "400", "--out", str(straight)],
-            ),  # fmt: skip
+            (SCRIPT_PATH, [*to_expert, "400", "--out", str(straight)]),
             (SCRIPT_PATH, long),
             # fewer steps than the kept expert's cannot be had from it
-            (
-                SCRIPT_PATH,
-                [
-                    *budget,
-                    "--kinds",
-                    "expert",
-                    "--expert_steps",
-                    "350",
-                    "--out",
-                    str(out),
-                    "--overwrite",
-                ],
-            ),  # fmt: skip
+            (SCRIPT_PATH, [*to_expert, "350", "--out", str(out), "--overwrite"]),
         ],
     )
     assert rerun.code == 0 and "Traceback" not in rerun.log, rerun.log[-3000:]

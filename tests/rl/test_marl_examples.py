@@ -21,17 +21,11 @@ from .test_offpolicy_examples import assert_same_weights
 pytestmark = pytest.mark.slow  # the example scripts, run for real
 
 SHORT = ["--train_total_steps", "300", "--test_every_steps", "150", "--eval_episodes", "1"]
+# a memory of 16 episodes: the default 5000 writes hundreds of MB at each checkpoint
+QMIX_OWN = ["--batch_size", "4", "--save_rpm", "--update_target_interval", "3",
+            "--buffer_size", "16"]  # fmt: skip
 OWN = {
-    # a memory of 16 episodes (the default 5000 writes hundreds of MB each checkpoint)
-    "QMIX": [
-        "--batch_size",
-        "4",
-        "--save_rpm",
-        "--update_target_interval",
-        "3",
-        "--buffer_size",
-        "16",
-    ],  # fmt: skip
+    "QMIX": QMIX_OWN,
     "COMA": ["--episodes_per_iteration", "2", "--target_update_cycle", "3"],
 }
 TINY = ["--rnn_hidden_dim", "8", "--mixing_embed_dim", "8"]  # QMIX's smallest widths

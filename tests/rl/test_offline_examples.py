@@ -46,6 +46,38 @@ def random_steps(episodes: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
     return steps
 
 
+def write_minari_dataset() -> None:
+    """``pendulum/random-v0``: two episodes of random Pendulum steps, written where
+    ``MINARI_DATASETS_PATH`` says."""
+    minari = _needed("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    steps = random_steps()
+    buffers = []
+    for index, start in enumerate((0, 200)):
+        part = slice(start, start + 200)
+        final_obs = steps["observations"][start + 199] + 0.0  # a stand-in last observation
+        buffers.append(
+            EpisodeBuffer(
+                id=index,
+                observations=np.concatenate([steps["observations"][part], final_obs[None]]),
+                actions=steps["actions"][part],
+                rewards=steps["rewards"][part],
+                terminations=steps["terminals"][part],
+                truncations=steps["timeouts"][part],
+                infos={},
+            )
+        )
+    env = gym.make("Pendulum-v1")
+    minari.create_dataset_from_buffers(
+        "pendulum/random-v0",
+        buffers,
+        observation_space=env.observation_space,
+        action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+        algorithm_name="random",
+    )
+
+
 def value_error(run: Run) -> str:
     """The last line of a run that must have failed with a ``ValueError``."""
     assert run.code == 1, run.log[-3000:]
@@ -64,20 +96,25 @@ def assert_same_weights(first: Path, second: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
-def test_cql_and_dt_examples_on_a_d4rl_file_resume_as_straight_runs_and_refuse_other_data(
-    run_python: RunPython, tmp_path: Path
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Minari's, writing a dataset
+def test_offline_examples_resume_as_straight_runs_and_refuse_other_flags_or_data(
+    run_python: RunPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """CQL and DT: a run stopped at 20 steps and resumed to 30 in another interpreter than the
-    one that stopped ends with the straight run's weights (the straight runs and first parts
-    run in one interpreter, the resumes and the refused resumes in a second). The trained
-    policy itself is evaluated at the end. CQL: ``--actor_lr`` reaches the actor's optimizer.
-    A resume with other flags or other data is refused before anything is restored (a CQL
-    checkpoint from before the learning-rate flags ran at PARL's rates, and is read as such);
-    the same data elsewhere is the same dataset. A dataset of another env is refused, naming
-    the env."""
+    """CQL and DT on a D4RL file: a run stopped at 20 steps and resumed to 30 in another
+    interpreter than the one that stopped ends with the straight run's weights (the straight
+    runs, the first parts and IQL's run in one interpreter, the resumes and the refused runs in
+    a second). The trained policy itself is evaluated at the end. CQL: ``--actor_lr`` reaches
+    the actor's optimizer. A resume with other flags or other data is refused before anything
+    is restored (a CQL checkpoint from before the learning-rate flags ran at PARL's rates, and
+    is read as such); the same data elsewhere is the same dataset. IQL trains and evaluates on
+    a Minari dataset. A dataset of another env is refused, naming the env (CQL, IQL)."""
     _needed("h5py")
     dataset = tmp_path / "pendulum-random-v0.hdf5"
     save_d4rl_hdf5(dataset, **random_steps())
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    write_minari_dataset()
+    iql = ["--dataset", "pendulum/random-v0", "--train_total_steps", "20", "--test_every_steps",
+           "10", "--logdir", str(tmp_path / "iql")]  # fmt: skip
     cql = ["--dataset", str(dataset), "--test_every_steps", "10", "--policy_eval_start", "15",
            "--num_random", "3", "--actor_lr", "3e-5"]  # fmt: skip
     dt = ["--dataset", str(dataset), "--test_every_steps", "10", "--target_return", "-200",
@@ -92,8 +129,12 @@ def test_cql_and_dt_examples_on_a_d4rl_file_resume_as_straight_runs_and_refuse_o
             in_one("CQL", *cql, "--train_total_steps", "20", "--logdir", str(d["cql-part"])),
             ("DT", [*dt, "--train_total_steps", "30", "--logdir", str(d["dt"])]),
             ("DT", [*dt, "--train_total_steps", "20", "--logdir", str(d["dt-part"])]),
+            in_one("IQL", *iql),
         ],
     )
+    assert "Evaluation: total_steps 10" in logs[4]
+    assert "Evaluation: total_steps 20" in logs[4]  # the trained policy itself, at the end
+    assert (tmp_path / "iql" / "model.ckpt").is_file()
     for log in (logs[0], logs[2]):
         assert "Evaluation: total_steps 20" in log
         assert "Evaluation: total_steps 30" in log  # the trained policy itself, at the end
@@ -143,6 +184,15 @@ def test_cql_and_dt_examples_on_a_d4rl_file_resume_as_straight_runs_and_refuse_o
             ),  # fmt: skip
             ("DT", [*dt_more, "--context", "5"]),
             ("DT", [*dt_more, "--dataset", str(other)]),
+            in_one(
+                "IQL",
+                "--dataset",
+                str(dataset),
+                "--env",
+                "MountainCarContinuous-v0",
+                "--logdir",
+                str(tmp_path / "iql-other"),
+            ),  # fmt: skip
         ],
     )
     for run, name in zip(runs[:2], ("cql", "dt"), strict=True):
@@ -151,7 +201,9 @@ def test_cql_and_dt_examples_on_a_d4rl_file_resume_as_straight_runs_and_refuse_o
         assert_same_weights(d[name] / "model.ckpt", d[f"{name}-part"] / "model.ckpt")
     assert "Evaluation: total_steps 20" in runs[1].log
 
-    copied, lagrange, actor_lr, old_rates, other_data, other_env, context, dt_other = runs[2:]
+    copied, lagrange, actor_lr, old_rates, other_data, other_env, context, dt_other, iql_env = runs[
+        2:
+    ]
     assert copied.code == 0, copied.log[-3000:]
     assert "Evaluation: total_steps 40" in copied.log
     assert value_error(lagrange) == (
@@ -172,6 +224,7 @@ def test_cql_and_dt_examples_on_a_d4rl_file_resume_as_straight_runs_and_refuse_o
         "is with --context 5: resume with the flags of the run that wrote it"
     )
     assert f"--dataset {other} holds other data" in value_error(dt_other)
+    assert value_error(iql_env) == other_env_error(dataset)
 
 
 def other_env_error(dataset: Path) -> str:
@@ -179,76 +232,6 @@ def other_env_error(dataset: Path) -> str:
         f"ValueError: --dataset {dataset} has observations of 3 values and actions of 1, but "
         "MountainCarContinuous-v0 has 2 and 1: pass the --env the dataset was collected on"
     )
-
-
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_iql_example_on_a_minari_dataset(
-    run_python: RunPython, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """It trains and evaluates on a Minari dataset; a dataset of another env is refused, naming
-    the env."""
-    _needed("h5py")
-    minari = _needed("minari")
-    from minari.data_collector import EpisodeBuffer
-
-    steps = random_steps()
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    buffers = []
-    for index, start in enumerate((0, 200)):
-        part = slice(start, start + 200)
-        final_obs = steps["observations"][start + 199] + 0.0  # a stand-in last observation
-        buffers.append(
-            EpisodeBuffer(
-                id=index,
-                observations=np.concatenate([steps["observations"][part], final_obs[None]]),
-                actions=steps["actions"][part],
-                rewards=steps["rewards"][part],
-                terminations=steps["terminals"][part],
-                truncations=steps["timeouts"][part],
-                infos={},
-            )
-        )
-    env = gym.make("Pendulum-v1")
-    minari.create_dataset_from_buffers(
-        "pendulum/random-v0",
-        buffers,
-        observation_space=env.observation_space,
-        action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
-        algorithm_name="random",
-    )
-    other_env = tmp_path / "pendulum-random-v0.hdf5"
-    save_d4rl_hdf5(other_env, **random_steps(episodes=1))
-    runs = run_mains(
-        run_python,
-        [
-            in_one(
-                "IQL",
-                "--dataset",
-                "pendulum/random-v0",
-                "--train_total_steps",
-                "20",
-                "--test_every_steps",
-                "10",
-                "--logdir",
-                str(tmp_path / "log"),
-            ),  # fmt: skip
-            in_one(
-                "IQL",
-                "--dataset",
-                str(other_env),
-                "--env",
-                "MountainCarContinuous-v0",
-                "--logdir",
-                str(tmp_path / "other"),
-            ),  # fmt: skip
-        ],
-    )
-    assert runs[0].code == 0, runs[0].log[-3000:]
-    log = runs[0].log
-    assert value_error(runs[1]) == other_env_error(other_env)
-    assert "Evaluation: total_steps 10" in log
-    assert "Evaluation: total_steps 20" in log  # the trained policy itself, at the end
-    assert (tmp_path / "log" / "model.ckpt").is_file()
 
 
 def test_iql_example_scales_rewards_by_the_spread_of_episode_returns() -> None:
