@@ -215,9 +215,7 @@ def test_example_trains_with_two_local_actors_and_resumes_exactly(
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
 
 
-def test_search_flags_out_of_range_are_usage_errors(
-    az: SimpleNamespace, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_search_flags_out_of_range_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
     numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with
     --noise_fraction 2) or, with --stop_after_steps -1, no iteration at all."""

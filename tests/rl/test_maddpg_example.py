@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from parl.utils.interrupts import ctrl_c_deferred
+
 from . import test_offpolicy_examples as offpolicy
-from .conftest import REPO_ROOT, RunPython
-from .example_mains import Run, run_mains, run_ok
+from .conftest import RunPython
+from .example_mains import Run, imported_example, run_mains, run_ok
 
 pytestmark = pytest.mark.slow  # the example script, run for real
 
@@ -182,17 +184,19 @@ def test_ctrl_c_while_checkpoint_files_are_written_comes_after_the_last(
     run_python: RunPython,
 ) -> None:
     """The example holds Ctrl-C back while it writes its checkpoint files, then raises it."""
+    with imported_example("examples/MADDPG") as train:
+        assert train.ctrl_c_deferred is ctrl_c_deferred  # the library's, run below
+    # a fresh interpreter that imports only the library's module: the signal for real
     code = (
-        "import os, signal, sys, time\n"
-        f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'MADDPG')!r})\n"
-        "import threading, train\n"
+        "import os, signal, threading, time\n"
+        "from parl.utils.interrupts import ctrl_c_deferred\n"
         "# Ctrl-C as in a terminal, whatever the test runner left (a background job ignores it)\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
         "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
         "try:\n"
-        "    with train.ctrl_c_deferred():\n"
+        "    with ctrl_c_deferred():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "        done.append('all files written')\n"
         "    time.sleep(10)  # a Ctrl-C whose handler ran after the block (on a busy machine)\n"

@@ -362,7 +362,7 @@ def test_ctrl_c_or_sigterm_keeps_the_run_and_the_rerun_ends_as_one_straight_run(
 
     straight = tmp_path / "straight"
     to_expert = [*budget, "--kinds", "expert", "--expert_steps"]
-    _, rerun, fewer = run_mains(
+    straight_run, rerun, fewer = run_mains(
         run_python,
         [
             (SCRIPT_PATH, [*to_expert, "400", "--out", str(straight)]),
@@ -371,7 +371,8 @@ def test_ctrl_c_or_sigterm_keeps_the_run_and_the_rerun_ends_as_one_straight_run(
             (SCRIPT_PATH, [*to_expert, "350", "--out", str(out), "--overwrite"]),
         ],
     )
-    assert rerun.code == 0 and "Traceback" not in rerun.log, rerun.log[-3000:]
+    for run in (straight_run, rerun):
+        assert run.code == 0 and "Traceback" not in run.log, run.log[-3000:]
     assert f"continuing the SAC run kept in {work / 'expert-partial'}" in rerun.log
     assert first_evaluation(rerun.log) > 300
     assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]

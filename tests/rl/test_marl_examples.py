@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from parl.utils.interrupts import ctrl_c_deferred
+
 from .conftest import REPO_ROOT, RunPython
 from .example_mains import imported_example, run_mains, run_ok
 from .test_offpolicy_examples import assert_same_weights
@@ -277,17 +279,21 @@ def test_multi_agent_examples_refuse_what_they_cannot_run_with_as_usage_errors(
 def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     run_python: RunPython,
 ) -> None:
+    """The example writes its checkpoint and memory in the library's ``ctrl_c_deferred``,
+    which holds Ctrl-C back until the block ends, then raises it."""
+    with imported_example("examples/QMIX") as train:
+        assert train.ctrl_c_deferred is ctrl_c_deferred  # the library's, run below
+    # a fresh interpreter that imports only the library's module: the signal for real
     code = (
-        "import os, signal, sys, time\n"
-        f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'QMIX')!r})\n"
-        "import threading, train\n"
+        "import os, signal, threading, time\n"
+        "from parl.utils.interrupts import ctrl_c_deferred\n"
         "# Ctrl-C as in a terminal, whatever the test runner left (a background job ignores it)\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
         "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
         "try:\n"
-        "    with train.ctrl_c_deferred():\n"
+        "    with ctrl_c_deferred():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "        done.append('both written')\n"
         "    time.sleep(10)  # a Ctrl-C whose handler ran after the block (on a busy machine)\n"

@@ -14,13 +14,12 @@ import torch
 
 from parl.utils.offline_data import save_d4rl_hdf5
 
-from .conftest import REPO_ROOT, RunPython
+from .conftest import RunPython
 from .example_mains import Run, imported_example, run_mains, run_ok
 from .test_offline_data import _needed
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
 
-EXAMPLES = REPO_ROOT / "examples"
 SMALL = ["--env", "Pendulum-v1", "--eval_episodes", "1", "--hidden", "8", "--batch_size", "16"]
 
 
@@ -235,13 +234,6 @@ def other_env_error(dataset: Path) -> str:
 
 
 def test_iql_example_scales_rewards_by_the_spread_of_episode_returns() -> None:
-    import sys
-
-    sys.path.insert(0, str(EXAMPLES / "IQL"))
-    try:
-        import train
-    finally:
-        sys.path.remove(str(EXAMPLES / "IQL"))
     obs = np.arange(6, dtype=np.float32)[:, None]
     dataset = {
         "observations": obs,
@@ -250,8 +242,9 @@ def test_iql_example_scales_rewards_by_the_spread_of_episode_returns() -> None:
         "terminals": np.array([0, 0, 1, 0, 0, 0], dtype=bool),
     }
     dataset["next_observations"][3] = 99.0  # the episode 3..3 is cut: step 4 starts elsewhere
-    np.testing.assert_allclose(train.episode_returns(dataset), [3.0, 2.0, 7.0])
-    train.scale_rewards(dataset)
+    with imported_example("examples/IQL") as train:
+        np.testing.assert_allclose(train.episode_returns(dataset), [3.0, 2.0, 7.0])
+        train.scale_rewards(dataset)
     np.testing.assert_allclose(dataset["rewards"], np.array([1, 1, 1, 2, 2, 5]) * 200.0)
 
 
