@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
-from .example_mains import imported_example, run_mains, run_ok
+from .example_mains import Run, imported_example, run_mains, run_ok
 from .test_offline_data import _needed
 
 pytestmark = pytest.mark.slow  # the script and the examples, run for real
@@ -168,11 +168,20 @@ def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
     assert generation(tmp_path / "again" / "hopper-medium-v0")["policy"]["train_seconds"] == medium
 
 
-def test_policy_flag_collects_from_an_sac_example_checkpoint(
-    run_python: RunPython, tmp_path: Path
+def last_line(run: Run) -> str:
+    """The last line of a run's log: the exception it raised, where it raised one."""
+    return run.log.strip().splitlines()[-1]
+
+
+def test_policy_flag_collects_from_an_sac_example_checkpoint_and_bad_input_is_a_clear_error(
+    made: Path, run_python: RunPython, tmp_path: Path
 ) -> None:
-    """The SAC example's policy file and its training checkpoint each give a medium dataset
-    (the example's run and both collections in one interpreter)."""
+    """The SAC example's policy file and its training checkpoint each give a medium dataset;
+    bad input (an env without reference scores, a dataset that exists, a policy of another env
+    or none, a policy for the SAC run's own replay, a kept run of other settings, an expert of
+    no more steps than the medium policy, an ``--out`` that is a file, a NaN return) is a clear
+    error that writes no dataset. The example's run, both collections and the bad inputs run in
+    one interpreter."""
     _needed("minari")
     logdir = tmp_path / "sac"
     sac = ["--env", "Hopper-v5", "--train_total_steps", "60", "--warmup_steps", "20",
@@ -181,38 +190,11 @@ def test_policy_flag_collects_from_an_sac_example_checkpoint(
     policies = (logdir / "model.ckpt", logdir / "checkpoint.pt")
     collect = [[*TINY, "--out", str(tmp_path / policy.stem), "--kinds", "medium",
                 "--policy", str(policy)] for policy in policies]  # fmt: skip
-    run_ok(run_python, [("SAC", sac), *((SCRIPT_PATH, argv) for argv in collect)])
-    for policy in policies:
-        out = tmp_path / policy.stem
-        record = generation(out / "hopper-medium-v0")
-        assert record["policy"]["source"] == str(policy)
-        assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
-        assert record["samples"] == SAMPLES
-        assert not (out / "sac-hopper-seed0").exists(), "nothing was trained"
-
-
-ERRORS = """
-import sys
-sys.argv[0] = {script!r}
-sys.path.insert(0, {folder!r})
-import make_offline_dataset as script
-for argv in {cases!r}:
-    try:
-        script.main(argv)
-        print("NO ERROR", argv)
-    except SystemExit as exc:
-        print("EXIT", exc.code)
-    except Exception as exc:
-        print("ERROR", type(exc).__name__, exc)
-"""
-
-
-def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path: Path) -> None:
     hopper_policy = str(made / "sac-hopper-seed0" / "medium" / "model.ckpt")
     out = str(made)
     medium_only = tmp_path / "medium-only"
     shutil.copytree(made / "sac-hopper-seed0" / "medium", medium_only / "medium")
-    cases = [
+    bad = [
         ["--env", "Pendulum-v1", "--out", out],
         ["--env", "Hopper-v5", "--out", out, "--kinds", "random"],
         ["--env", "HalfCheetah-v5", "--out", str(tmp_path / "o1"), "--kinds", "medium",
@@ -229,27 +211,48 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
         ["--env", "Hopper-v5", "--out", str(tmp_path / "o6"), "--medium_return", "nan"],
     ]  # fmt: skip
     (tmp_path / "a-file").write_text("not a folder")
-    code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
-    proc = run_python(code, timeout=300)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("EXIT", "ERROR", "NO"))]
-    assert len(lines) == len(cases), proc.stdout + proc.stderr[-3000:]
-    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file, nan = lines
-    assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
-    assert "HalfCheetah" in proc.stderr  # the tasks it can make
-    assert exists == "EXIT 2" and "hopper-random-v0 exists: pass --overwrite" in proc.stderr
-    assert wrong_env.startswith("ERROR ValueError") and "11 observation values" in wrong_env
-    assert "HalfCheetah-v5 has 17 and 6" in wrong_env
-    assert missing.startswith("ERROR FileNotFoundError") and "missing.ckpt" in missing
-    assert replay == "EXIT 2" and "medium-replay is the SAC run's own" in proc.stderr
-    assert other_run.startswith("ERROR ValueError") and "'hidden': (16, 32)" in other_run
+    runs = run_mains(
+        run_python,
+        [("SAC", sac), *((SCRIPT_PATH, argv) for argv in [*collect, *bad])],
+    )
+    for run in runs[:3]:
+        assert run.code == 0 and "Traceback" not in run.log, run.log[-3000:]
+    for policy in policies:
+        record = generation(tmp_path / policy.stem / "hopper-medium-v0")
+        assert record["policy"]["source"] == str(policy)
+        assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
+        assert record["samples"] == SAMPLES
+        assert not (tmp_path / policy.stem / "sac-hopper-seed0").exists(), "nothing was trained"
+
+    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file, nan = runs[
+        3:
+    ]
+    for run in (unknown_env, exists, replay, out_file, nan):  # usage errors
+        assert run.code == 2 and "Traceback" not in run.log, run.log[-3000:]
+    for run in (wrong_env, missing, other_run, short_expert):
+        assert run.code == 1, run.log[-3000:]
+    assert "no D4RL reference scores" in unknown_env.log, unknown_env.log[-2000:]
+    assert "HalfCheetah" in unknown_env.log  # the tasks it can make
+    assert "hopper-random-v0 exists: pass --overwrite" in exists.log, exists.log[-2000:]
+    assert last_line(wrong_env).startswith("ValueError") and "11 observation values" in (
+        last_line(wrong_env)
+    )
+    assert "HalfCheetah-v5 has 17 and 6" in last_line(wrong_env)
+    assert last_line(missing).startswith("FileNotFoundError") and "missing.ckpt" in (
+        last_line(missing)
+    )
+    assert "medium-replay is the SAC run's own" in replay.log, replay.log[-2000:]
+    assert last_line(other_run).startswith("ValueError") and "'hidden': (16, 32)" in (
+        last_line(other_run)
+    )
     medium_steps = generation(made / "hopper-medium-v0")["policy"]["steps_trained"]
-    assert short_expert == (
-        f"ERROR ValueError the medium policy trained for {medium_steps} steps, --expert_steps 100 "
+    assert last_line(short_expert) == (
+        f"ValueError: the medium policy trained for {medium_steps} steps, --expert_steps 100 "
         "or more, so the expert would be the medium policy: ask for more --expert_steps"
     )
     assert not (tmp_path / "o5" / "hopper-expert-v0").exists()
-    assert out_file == "EXIT 2" and f"--out {tmp_path / 'a-file'} is a file" in proc.stderr
-    assert nan == "EXIT 2" and "--medium_return: must be a finite number" in proc.stderr
+    assert f"--out {tmp_path / 'a-file'} is a file" in out_file.log, out_file.log[-2000:]
+    assert "--medium_return: must be a finite number" in nan.log, nan.log[-2000:]
     for name in ("o1", "o2", "o3", "o4", "o6"):
         assert not (tmp_path / name / "hopper-medium-v0").exists()
 
