@@ -1,12 +1,19 @@
 """Several runs of the examples' ``train.main`` in one fresh interpreter: the straight runs and
 part runs a test compares, and the runs an example refuses, without paying an interpreter's
 start (torch, gymnasium, parl: about two seconds) for each. A resume that a test compares with
-a straight run still runs in a fresh process of its own (``run_example``), as a user's does."""
+a straight run runs in another interpreter than the one that ran its stopped part, as a user's
+does. An example's module that a test calls without training (its memory, its flag checks)
+is imported into the test's own process (``imported_example``)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 
 from .conftest import REPO_ROOT, RunPython
 
@@ -14,24 +21,24 @@ _CODE = """
 import dataclasses, importlib, json, os, sys, traceback
 import torch
 torch.set_num_threads(1)
-examples = {examples!r}
 current = None
-for k, (example, argv) in enumerate(json.loads({calls!r})):
-    if example != current:
+for k, (folder, name, argv) in enumerate(json.loads({calls!r})):
+    if folder != current:
         # each example's own modules (train, its agent, its model) imported afresh
-        for name, module in list(sys.modules.items()):
-            if (getattr(module, "__file__", None) or "").startswith(examples + os.sep):
-                del sys.modules[name]
+        for loaded_name, loaded in list(sys.modules.items()):
+            if current and (getattr(loaded, "__file__", None) or "").startswith(current + os.sep):
+                del sys.modules[loaded_name]
         if current is not None:
-            sys.path.remove(os.path.join(examples, current))
-        sys.path.insert(0, os.path.join(examples, example))
-        train = importlib.import_module("train")
-        current = example
+            sys.path.remove(current)
+        sys.path.insert(0, folder)
+        current = folder
+    module = importlib.import_module(name)
+    sys.argv = [module.__file__, *argv]  # as its command line would have it
     sys.stderr.write("\\n@@run %d\\n" % k)
     sys.stderr.flush()
     code = 0
     try:
-        result = train.main(argv)
+        result = module.main(argv)
         if dataclasses.is_dataclass(result):
             sys.stderr.write("\\n@@result " + json.dumps(dataclasses.asdict(result)) + "\\n")
         sys.stderr.write("\\n@@threads %d\\n" % torch.get_num_threads())
@@ -46,9 +53,18 @@ for k, (example, argv) in enumerate(json.loads({calls!r})):
 """
 
 
+def _script(example: str) -> tuple[str, str]:
+    """The folder and module name of ``example``: an example's name (its ``train.py``) or a
+    script's path from the repository root (``scripts/make_offline_dataset.py``)."""
+    if example.endswith(".py"):
+        path = REPO_ROOT / example
+        return str(path.parent), path.stem
+    return str(REPO_ROOT / "examples" / example), "train"
+
+
 @dataclass
 class Run:
-    """One ``train.main(argv)``: its exit status (0: it returned; 2: a usage error; 1: it
+    """One ``main(argv)``: its exit status (0: it returned; 2: a usage error; 1: it
     raised) and what it wrote to stderr (its log, a usage message or a traceback)."""
 
     code: int
@@ -61,8 +77,11 @@ def run_mains(
     run_python: RunPython, calls: list[tuple[str, list[str]]], timeout: float = 300
 ) -> list[Run]:
     """``examples/<example>/train.py``'s ``main(argv)`` for each ``(example, argv)`` of
-    ``calls``, in order, in one fresh interpreter; each call's exit status and log."""
-    code = _CODE.format(examples=str(REPO_ROOT / "examples"), calls=json.dumps(calls))
+    ``calls``, in order, in one fresh interpreter; each call's exit status and log. An
+    ``example`` ending in ``.py`` is a script's path from the repository root instead
+    (``scripts/make_offline_dataset.py``): its module's ``main(argv)``."""
+    scripts = [(*_script(example), argv) for example, argv in calls]
+    code = _CODE.format(calls=json.dumps(scripts))
     proc = run_python(code, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
@@ -87,3 +106,23 @@ def run_ok(
         assert run.code == 0, run.log[-3000:]
         assert "Traceback" not in run.log, run.log[-3000:]
     return [run.log for run in runs]
+
+
+@contextmanager
+def imported_example(folder: str, module: str = "train") -> Iterator[ModuleType]:
+    """``<folder>/<module>.py`` (``folder`` under ``examples/`` or ``scripts/``) imported into
+    this process with its folder first on ``sys.path``. Modules of the same names as the
+    folder's files (another example's ``train``, ``agent``, ``model``) are set aside while it is
+    imported and put back after; the folder's own modules are forgotten after."""
+    path = REPO_ROOT / folder
+    own = {file.stem for file in path.glob("*.py")}
+    shadowed = {name: sys.modules.pop(name) for name in own if name in sys.modules}
+    sys.path.insert(0, str(path))
+    try:
+        yield importlib.import_module(module)
+    finally:
+        sys.path.remove(str(path))
+        for name, loaded in list(sys.modules.items()):
+            if (getattr(loaded, "__file__", None) or "").startswith(str(path) + "/"):
+                del sys.modules[name]
+        sys.modules.update(shadowed)

@@ -1,7 +1,7 @@
 """examples/AlphaZero: Connect Four's rules, the search finding a forced win and blocking a
 forced loss, the fixed players, and the training script run end to end with two local actors:
-the same seed gives the same network, and a stopped-and-resumed run equals a run straight
-through."""
+a stopped-and-resumed run (its parts with actors of their own) equals a run straight through,
+so the seed decides the network."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython, flag_cases_script
+from .conftest import REPO_ROOT, RunPython
+from .example_mains import imported_example, run_ok
 
 EXAMPLE = REPO_ROOT / "examples" / "AlphaZero"
 MODULES = ("connect4", "mcts", "arena", "model", "agent")
@@ -173,16 +174,6 @@ SMALL = ["--games_per_iter", "4", "--mcts_sims", "6", "--arena_games", "2", "--e
          "--actors_num", "2", "--no_progress", "--torch_threads", "1", "--train_total_steps",
          "2", "--test_every_steps", "2"]  # fmt: skip
 
-# The straight run, the same run again and the first part of a stopped run need no fresh
-# interpreter: they run in one; the resume runs in another.
-FIRST_RUNS = """
-import sys
-sys.path.insert(0, {folder!r})
-import train
-for logdir, extra in {runs!r}:
-    train.main([*{small!r}, "--logdir", logdir, *extra])
-"""
-
 
 def weights(logdir: Path) -> dict[str, torch.Tensor]:
     return torch.load(logdir / "model.pt", weights_only=True)
@@ -192,45 +183,47 @@ def weights(logdir: Path) -> dict[str, torch.Tensor]:
 def test_example_trains_with_two_local_actors_and_resumes_exactly(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    straight, again, resumed = tmp_path / "straight", tmp_path / "again", tmp_path / "resumed"
-    runs = [(str(straight), []), (str(again), []), (str(resumed), ["--stop_after_steps", "1"])]
-    code = FIRST_RUNS.format(folder=str(EXAMPLE), runs=runs, small=SMALL)
-    proc = run_python(code, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    log = proc.stderr
-    assert "iteration 2: against the lookahead player" in log
-    assert "games/s" in log and "done: 2 iterations" in log
-    assert "done: 1 iterations" in log  # the stopped run
+    """A run stopped after its first iteration and resumed in another interpreter ends with
+    the straight run's network. Each part starts its own two actors, which answer in whatever
+    order they finish: the same network shows that the seed decides everything. The straight
+    run and the first part run in one interpreter, the resume in a second."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight_log, stopped_log = run_ok(
+        run_python,
+        [
+            ("AlphaZero", [*SMALL, "--logdir", str(straight)]),
+            ("AlphaZero", [*SMALL, "--logdir", str(resumed), "--stop_after_steps", "1"]),
+        ],
+    )
+    assert "iteration 2: against the lookahead player" in straight_log, straight_log[-2000:]
+    assert "games/s" in straight_log and "done: 2 iterations" in straight_log
+    assert "done: 1 iterations" in stopped_log, stopped_log[-2000:]
     assert glob.glob(str(straight / "events.out.tfevents.*"))
     assert (straight / "checkpoint.pt").is_file()
+    (log,) = run_ok(run_python, [("AlphaZero", [*SMALL, "--logdir", str(resumed), "--resume"])])
+    assert "resumed from" in log and "done: 2 iterations" in log, log[-2000:]
     # the seed decides everything: which actor answers first does not matter
-    for key, value in weights(straight).items():
-        torch.testing.assert_close(weights(again)[key], value, rtol=0, atol=0)
-    script = EXAMPLE / "train.py"
-    proc = run_python(args=[str(script), *SMALL, "--logdir", str(resumed), "--resume"], timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resumed from" in proc.stderr and "done: 2 iterations" in proc.stderr
     for key, value in weights(straight).items():
         torch.testing.assert_close(weights(resumed)[key], value, rtol=0, atol=0)
 
 
-def test_search_flags_out_of_range_are_usage_errors(run_python: RunPython) -> None:
+def test_search_flags_out_of_range_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """These used to start the actors anyway: a negative --dirichlet_alpha failed there with
     numpy's "alpha < 0", the others ran a meaningless search (priors below 0 with
     --noise_fraction 2) or, with --stop_after_steps -1, no iteration at all."""
-    cases = [["--c_puct", "0"], ["--dirichlet_alpha", "-1"], ["--dirichlet_alpha", "0"],
-             ["--noise_fraction", "2"], ["--noise_fraction", "-0.5"],
-             ["--temperature_moves", "-5"], ["--stop_after_steps", "-1"],
-             ["--noise_fraction", "0", "--temperature_moves", "0"]]  # fmt: skip
-    proc = run_python(flag_cases_script(EXAMPLE, cases), timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
-        "REFUSED -c: error: --c_puct must be above 0, got 0.0",
-        "REFUSED -c: error: --dirichlet_alpha must be above 0, got -1.0",
-        "REFUSED -c: error: --dirichlet_alpha must be above 0, got 0.0",
-        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got 2.0",
-        "REFUSED -c: error: --noise_fraction must be in [0, 1] (0: no noise), got -0.5",
-        "REFUSED -c: error: --temperature_moves must be 0 or more, got -5",
-        "REFUSED -c: error: --stop_after_steps must be 0 or more, got -1",
-        "ACCEPTED ['--noise_fraction', '0', '--temperature_moves', '0']",
-    ], proc.stdout + proc.stderr[-3000:]
+    refused = {
+        "--c_puct 0": "--c_puct must be above 0, got 0.0",
+        "--dirichlet_alpha -1": "--dirichlet_alpha must be above 0, got -1.0",
+        "--dirichlet_alpha 0": "--dirichlet_alpha must be above 0, got 0.0",
+        "--noise_fraction 2": "--noise_fraction must be in [0, 1] (0: no noise), got 2.0",
+        "--noise_fraction -0.5": "--noise_fraction must be in [0, 1] (0: no noise), got -0.5",
+        "--temperature_moves -5": "--temperature_moves must be 0 or more, got -5",
+        "--stop_after_steps -1": "--stop_after_steps must be 0 or more, got -1",
+    }
+    with imported_example("examples/AlphaZero") as train:
+        for flags, message in refused.items():
+            with pytest.raises(SystemExit) as exit_:
+                train.parse_args(flags.split())
+            assert exit_.value.code == 2, flags
+            assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {message}")
+        train.parse_args(["--noise_fraction", "0", "--temperature_moves", "0"])  # accepted

@@ -19,12 +19,13 @@ import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
-from .example_mains import run_mains
+from .example_mains import Run, imported_example, run_mains, run_ok
 from .test_offline_data import _needed
 
 pytestmark = pytest.mark.slow  # the script and the examples, run for real
 
-SCRIPT = str(REPO_ROOT / "scripts" / "make_offline_dataset.py")
+SCRIPT_PATH = "scripts/make_offline_dataset.py"  # for run_mains
+SCRIPT = str(REPO_ROOT / SCRIPT_PATH)
 SAMPLES = 200
 EPISODE = 30  # --max_episode_steps: short episodes, so that some are truncated
 TINY = ["--env", "Hopper-v5", "--samples", str(SAMPLES), "--max_episode_steps", str(EPISODE),
@@ -139,15 +140,18 @@ def test_datasets_load_back_through_parls_reader(made: Path) -> None:
 
 
 def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
-    made: Path, tmp_path: Path
+    made: Path, run_python: RunPython, tmp_path: Path
 ) -> None:
-    """``--kinds medium medium-replay`` then ``--kinds expert`` gives the expert of one run of
-    both; ``--out`` relative to the working folder (Minari once failed to size the files of a
-    dataset written under a relative path)."""
-    for kinds in (["medium", "medium-replay"], ["expert"]):
-        proc = run_script([*TINY, "--out", ".", "--kinds", *kinds], tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "continuing the SAC run kept in" in proc.stderr
+    """``--kinds expert`` in a later run, beside the medium stage that a run of every kind
+    kept on disk, gives that run's expert; ``--out`` relative to the working folder (Minari
+    once failed to size the files of a dataset written under a relative path)."""
+    shutil.copytree(made / "sac-hopper-seed0" / "medium", tmp_path / "sac-hopper-seed0" / "medium")
+    again = [*TINY, "--out", "again", "--kinds", "medium", "--workdir", "sac-hopper-seed0"]
+    expert, _ = run_ok(
+        run_python,
+        [(SCRIPT_PATH, [*TINY, "--out", ".", "--kinds", "expert"]), (SCRIPT_PATH, again)],
+    )
+    assert "continuing the SAC run kept in" in expert, expert[-3000:]
     first = torch.load(made / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
     second = torch.load(tmp_path / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
     for key in first:
@@ -158,67 +162,39 @@ def test_expert_run_later_continues_from_the_medium_stage_kept_on_disk(
         np.testing.assert_array_equal(a, b)
     # the training time of a kept stage travels with it: a dataset made from it later records
     # the time SAC trained, apart from the seconds this command took
-    medium = generation(tmp_path / "hopper-medium-v0")["policy"]["train_seconds"]
-    expert = generation(tmp_path / "hopper-expert-v0")["policy"]["train_seconds"]
-    assert 0 < medium < expert
-    args = [*TINY, "--out", "again", "--kinds", "medium", "--workdir", "sac-hopper-seed0"]
-    proc = run_script(args, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    medium = generation(made / "hopper-medium-v0")["policy"]["train_seconds"]
+    expert_seconds = generation(tmp_path / "hopper-expert-v0")["policy"]["train_seconds"]
+    assert 0 < medium < expert_seconds
     assert generation(tmp_path / "again" / "hopper-medium-v0")["policy"]["train_seconds"] == medium
 
 
-def test_policy_flag_collects_from_an_sac_example_checkpoint(
-    run_python: RunPython, tmp_path: Path
+def last_line(run: Run) -> str:
+    """The last line of a run's log: the exception it raised, where it raised one."""
+    return run.log.strip().splitlines()[-1]
+
+
+def test_policy_flag_collects_from_an_sac_example_checkpoint_and_bad_input_is_a_clear_error(
+    made: Path, run_python: RunPython, tmp_path: Path
 ) -> None:
+    """The SAC example's policy file and its training checkpoint each give a medium dataset;
+    bad input (an env without reference scores, a dataset that exists, a policy of another env
+    or none, a policy for the SAC run's own replay, a kept run of other settings, an expert of
+    no more steps than the medium policy, an ``--out`` that is a file, a NaN return) is a clear
+    error that writes no dataset. The example's run, both collections and the bad inputs run in
+    one interpreter."""
     _needed("minari")
     logdir = tmp_path / "sac"
-    proc = run_python(args=[str(REPO_ROOT / "examples" / "SAC" / "train.py"), "--env", "Hopper-v5",
-                            "--train_total_steps", "60", "--warmup_steps", "20",
-                            "--test_every_steps", "30", "--eval_episodes", "1", "--hidden", "16",
-                            "--batch_size", "16", "--logdir", str(logdir), "--no_progress"],
-                      timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    sac = ["--env", "Hopper-v5", "--train_total_steps", "60", "--warmup_steps", "20",
+           "--test_every_steps", "30", "--eval_episodes", "1", "--hidden", "16",
+           "--batch_size", "16", "--logdir", str(logdir), "--no_progress"]  # fmt: skip
     policies = (logdir / "model.ckpt", logdir / "checkpoint.pt")
-    cases = [
-        [*TINY, "--out", str(tmp_path / policy.stem), "--kinds", "medium", "--policy", str(policy)]
-        for policy in policies
-    ]
-    # both collections in one interpreter
-    code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
-    proc = run_python(code, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("NO ERROR") == 2, proc.stdout + proc.stderr[-3000:]
-    for policy in policies:
-        out = tmp_path / policy.stem
-        record = generation(out / "hopper-medium-v0")
-        assert record["policy"]["source"] == str(policy)
-        assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
-        assert record["samples"] == SAMPLES
-        assert not (out / "sac-hopper-seed0").exists(), "nothing was trained"
-
-
-ERRORS = """
-import sys
-sys.argv[0] = {script!r}
-sys.path.insert(0, {folder!r})
-import make_offline_dataset as script
-for argv in {cases!r}:
-    try:
-        script.main(argv)
-        print("NO ERROR", argv)
-    except SystemExit as exc:
-        print("EXIT", exc.code)
-    except Exception as exc:
-        print("ERROR", type(exc).__name__, exc)
-"""
-
-
-def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path: Path) -> None:
+    collect = [[*TINY, "--out", str(tmp_path / policy.stem), "--kinds", "medium",
+                "--policy", str(policy)] for policy in policies]  # fmt: skip
     hopper_policy = str(made / "sac-hopper-seed0" / "medium" / "model.ckpt")
     out = str(made)
     medium_only = tmp_path / "medium-only"
     shutil.copytree(made / "sac-hopper-seed0" / "medium", medium_only / "medium")
-    cases = [
+    bad = [
         ["--env", "Pendulum-v1", "--out", out],
         ["--env", "Hopper-v5", "--out", out, "--kinds", "random"],
         ["--env", "HalfCheetah-v5", "--out", str(tmp_path / "o1"), "--kinds", "medium",
@@ -235,106 +211,75 @@ def test_bad_input_is_a_clear_error(made: Path, run_python: RunPython, tmp_path:
         ["--env", "Hopper-v5", "--out", str(tmp_path / "o6"), "--medium_return", "nan"],
     ]  # fmt: skip
     (tmp_path / "a-file").write_text("not a folder")
-    code = ERRORS.format(script=SCRIPT, folder=str(Path(SCRIPT).parent), cases=cases)
-    proc = run_python(code, timeout=300)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("EXIT", "ERROR", "NO"))]
-    assert len(lines) == len(cases), proc.stdout + proc.stderr[-3000:]
-    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file, nan = lines
-    assert unknown_env == "EXIT 2" and "no D4RL reference scores" in proc.stderr
-    assert "HalfCheetah" in proc.stderr  # the tasks it can make
-    assert exists == "EXIT 2" and "hopper-random-v0 exists: pass --overwrite" in proc.stderr
-    assert wrong_env.startswith("ERROR ValueError") and "11 observation values" in wrong_env
-    assert "HalfCheetah-v5 has 17 and 6" in wrong_env
-    assert missing.startswith("ERROR FileNotFoundError") and "missing.ckpt" in missing
-    assert replay == "EXIT 2" and "medium-replay is the SAC run's own" in proc.stderr
-    assert other_run.startswith("ERROR ValueError") and "'hidden': (16, 32)" in other_run
+    runs = run_mains(
+        run_python,
+        [("SAC", sac), *((SCRIPT_PATH, argv) for argv in [*collect, *bad])],
+    )
+    for run in runs[:3]:
+        assert run.code == 0 and "Traceback" not in run.log, run.log[-3000:]
+    for policy in policies:
+        record = generation(tmp_path / policy.stem / "hopper-medium-v0")
+        assert record["policy"]["source"] == str(policy)
+        assert record["policy"]["steps_trained"] >= 60  # the SAC run's counters
+        assert record["samples"] == SAMPLES
+        assert not (tmp_path / policy.stem / "sac-hopper-seed0").exists(), "nothing was trained"
+
+    unknown_env, exists, wrong_env, missing, replay, other_run, short_expert, out_file, nan = runs[
+        3:
+    ]
+    for run in (unknown_env, exists, replay, out_file, nan):  # usage errors
+        assert run.code == 2 and "Traceback" not in run.log, run.log[-3000:]
+    for run in (wrong_env, missing, other_run, short_expert):
+        assert run.code == 1, run.log[-3000:]
+    assert "no D4RL reference scores" in unknown_env.log, unknown_env.log[-2000:]
+    assert "HalfCheetah" in unknown_env.log  # the tasks it can make
+    assert "hopper-random-v0 exists: pass --overwrite" in exists.log, exists.log[-2000:]
+    assert last_line(wrong_env).startswith("ValueError") and "11 observation values" in (
+        last_line(wrong_env)
+    )
+    assert "HalfCheetah-v5 has 17 and 6" in last_line(wrong_env)
+    assert last_line(missing).startswith("FileNotFoundError") and "missing.ckpt" in (
+        last_line(missing)
+    )
+    assert "medium-replay is the SAC run's own" in replay.log, replay.log[-2000:]
+    assert last_line(other_run).startswith("ValueError") and "'hidden': (16, 32)" in (
+        last_line(other_run)
+    )
     medium_steps = generation(made / "hopper-medium-v0")["policy"]["steps_trained"]
-    assert short_expert == (
-        f"ERROR ValueError the medium policy trained for {medium_steps} steps, --expert_steps 100 "
+    assert last_line(short_expert) == (
+        f"ValueError: the medium policy trained for {medium_steps} steps, --expert_steps 100 "
         "or more, so the expert would be the medium policy: ask for more --expert_steps"
     )
     assert not (tmp_path / "o5" / "hopper-expert-v0").exists()
-    assert out_file == "EXIT 2" and f"--out {tmp_path / 'a-file'} is a file" in proc.stderr
-    assert nan == "EXIT 2" and "--medium_return: must be a finite number" in proc.stderr
+    assert f"--out {tmp_path / 'a-file'} is a file" in out_file.log, out_file.log[-2000:]
+    assert "--medium_return: must be a finite number" in nan.log, nan.log[-2000:]
     for name in ("o1", "o2", "o3", "o4", "o6"):
         assert not (tmp_path / name / "hopper-medium-v0").exists()
 
 
-STAGED = """
-import sys
-from pathlib import Path
-sys.path.insert(0, {folder!r})
-from make_offline_dataset import staged_folder
-root = Path({root!r})
-final = root / "hopper-medium-v0"
-for before in (None, "old"):
-    if before:
-        final.mkdir()
-        (final / "file").write_text(before)
-    try:
-        with staged_folder(final) as staging:
-            (staging / "file").write_text("new, half written")
-            raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        pass
-    print("AFTER", before, sorted(p.name for p in root.iterdir()),
-          (final / "file").read_text() if final.exists() else None)
-with staged_folder(final) as staging:
-    (staging / "file").write_text("new")
-print("DONE", sorted(p.name for p in root.iterdir()), (final / "file").read_text())
-"""
-
-
-def test_an_interrupted_write_leaves_the_old_dataset_or_none(
-    run_python: RunPython, tmp_path: Path
-) -> None:
+def test_an_interrupted_write_leaves_the_old_dataset_or_none(tmp_path: Path) -> None:
     root = tmp_path / "out"
     root.mkdir()
-    proc = run_python(STAGED.format(folder=str(Path(SCRIPT).parent), root=str(root)))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-3:] == [
-        "AFTER None [] None",
-        "AFTER old ['hopper-medium-v0'] old",
-        "DONE ['hopper-medium-v0'] new",
+    final = root / "hopper-medium-v0"
+    found = []
+    with imported_example("scripts", "make_offline_dataset") as script:
+        for before in (None, "old"):
+            if before:
+                final.mkdir()
+                (final / "file").write_text(before)
+            with pytest.raises(KeyboardInterrupt), script.staged_folder(final) as staging:
+                (staging / "file").write_text("new, half written")
+                raise KeyboardInterrupt
+            found.append((before, sorted(p.name for p in root.iterdir()),
+                          (final / "file").read_text() if final.exists() else None))  # fmt: skip
+        with script.staged_folder(final) as staging:
+            (staging / "file").write_text("new")
+    found.append(("done", sorted(p.name for p in root.iterdir()), (final / "file").read_text()))
+    assert found == [
+        (None, [], None),
+        ("old", ["hopper-medium-v0"], "old"),
+        ("done", ["hopper-medium-v0"], "new"),
     ]
-
-
-def test_ctrl_c_or_sigterm_while_training_keeps_the_run_and_only_finished_datasets(
-    tmp_path: Path,
-) -> None:
-    """Ctrl-C while SAC trains: the episode under way ends, the run so far is kept as a partial
-    stage, no dataset is half-written, and the rerun (random left out, as the message says)
-    continues it; SIGTERM, as a machine's shutdown sends, does the same."""
-    _needed("minari")
-    args = [*TINY, "--out", str(tmp_path), "--medium_max_steps", "1000000",
-            "--expert_steps", "1000000", "--save_every", "1000000"]  # fmt: skip
-    stderr, code = stop_at([*args, "--kinds", "random", "medium"], tmp_path,
-                           "evaluation return", signal.SIGINT)  # fmt: skip
-    assert code == 128 + signal.SIGINT, stderr[-3000:]
-    assert any("wrote" in line and "hopper-random-v0" in line for line in stderr.split("\n"))
-    work = tmp_path / "sac-hopper-seed0"
-    # the random dataset, the SAC run kept: no medium dataset, no staging folder
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0", "sac-hopper-seed0"]
-    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
-    assert len(episodes(tmp_path / "hopper-random-v0")) > 0
-    kept = json.loads((work / "medium-partial" / "info.json").read_text())["steps"]
-    evaluated = first_evaluation(stderr)
-    assert evaluated <= kept < evaluated + EPISODE  # the episode under way, not more
-    assert (
-        f"stopped by SIGINT at {kept:,} steps, the run so far kept in {work / 'medium-partial'}"
-        in stderr
-    )
-    assert "(with random left out of --kinds" in stderr, stderr[-2000:]
-
-    stderr, code = stop_at([*args, "--kinds", "medium"], tmp_path,
-                           "evaluation return", signal.SIGTERM)  # fmt: skip
-    assert code == 128 + signal.SIGTERM, stderr[-3000:]
-    assert f"continuing the SAC run kept in {work / 'medium-partial'} ({kept} steps)" in stderr
-    assert first_evaluation(stderr) > kept
-    assert "stopped by SIGTERM at" in stderr
-    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
-    assert json.loads((work / "medium-partial" / "info.json").read_text())["steps"] > kept
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hopper-random-v0", "sac-hopper-seed0"]
 
 
 def default_ctrl_c() -> None:
@@ -358,13 +303,6 @@ def stop_at(args: list[str], cwd: Path, line: str, signum: int) -> tuple[str, in
     return "".join(seen), proc.wait(timeout=120)
 
 
-def run_until(args: list[str], cwd: Path, line: str) -> str:
-    """Run the script and press Ctrl-C as soon as it logs ``line``; returns its stderr."""
-    stderr, code = stop_at(args, cwd, line, signal.SIGINT)
-    assert code != 0, stderr  # stopped before it finished
-    return stderr
-
-
 def first_evaluation(stderr: str) -> int:
     """The step of the first SAC evaluation a run logged."""
     found = re.search(r"SAC: (\d+) steps, evaluation return", stderr)
@@ -372,35 +310,74 @@ def first_evaluation(stderr: str) -> int:
     return int(found.group(1))
 
 
-def test_an_interrupted_or_extended_sac_run_ends_as_one_straight_run(tmp_path: Path) -> None:
-    """Ctrl-C in the medium stage, then in the expert stage, each rerun continuing from the
-    part kept in ``--workdir``, and an expert extended from 250 to 400 steps: the expert policy
-    and its dataset are those of one run straight to 400 steps."""
+def test_ctrl_c_or_sigterm_keeps_the_run_and_the_rerun_ends_as_one_straight_run(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """Ctrl-C while SAC trains to the medium stage: the episode under way ends, the run so far
+    is kept as a partial stage, no dataset is half-written, and the rerun (random left out, as
+    the message says) continues it; SIGTERM (as a machine's shutdown sends) while the expert is
+    extended from 250 to 400 steps does the same. The expert policy and its dataset are those
+    of one run straight to 400 steps, which runs, with the last rerun and the refusal of fewer
+    steps than the kept expert's, in an interpreter of its own."""
     _needed("minari")
-    budget = [*TINY, "--medium_max_steps", "200", "--save_every", "50", "--kinds", "expert"]
-    straight = tmp_path / "straight"
-    proc = run_script([*budget, "--expert_steps", "400", "--out", str(straight)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
+    budget = [*TINY, "--medium_max_steps", "200", "--save_every", "50"]
     out = tmp_path / "resumed"
     work = out / "sac-hopper-seed0"
-    short, long = [*budget, "--expert_steps", "250", "--out", str(out)], [
-        *budget, "--expert_steps", "400", "--out", str(out), "--overwrite"]  # fmt: skip
-    run_until(short, tmp_path, "saved the SAC run's medium-partial stage")
-    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
-    proc = run_script(short, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"continuing the SAC run kept in {work / 'medium-partial'}" in proc.stderr
-    assert first_evaluation(proc.stderr) > 50  # it went on from there, not from the start
-    assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
-    assert 250 <= generation(out / "hopper-expert-v0")["policy"]["steps_trained"] < 280
+    short = [*budget, "--expert_steps", "250", "--out", str(out)]
+    long = [*budget, "--kinds", "expert", "--expert_steps", "400", "--out", str(out), "--overwrite"]
 
-    stderr = run_until(long, tmp_path, "saved the SAC run's expert-partial stage")
-    assert f"continuing the SAC run kept in {work / 'expert'} " in stderr
-    proc = run_script(long, tmp_path)
+    stderr, code = stop_at([*short, "--kinds", "random", "expert"], tmp_path,
+                           "evaluation return", signal.SIGINT)  # fmt: skip
+    assert code == 128 + signal.SIGINT, stderr[-3000:]
+    assert any("wrote" in line and "hopper-random-v0" in line for line in stderr.split("\n"))
+    # the random dataset, the SAC run kept: no medium or expert dataset, no staging folder
+    assert sorted(p.name for p in out.iterdir()) == ["hopper-random-v0", "sac-hopper-seed0"]
+    assert sorted(p.name for p in work.iterdir()) == ["medium-partial"]
+    assert len(episodes(out / "hopper-random-v0")) > 0
+    kept = json.loads((work / "medium-partial" / "info.json").read_text())["steps"]
+    evaluated = first_evaluation(stderr)
+    assert evaluated <= kept < evaluated + EPISODE  # the episode under way, not more
+    assert (
+        f"stopped by SIGINT at {kept:,} steps, the run so far kept in {work / 'medium-partial'}"
+        in stderr
+    )
+    assert "(with random left out of --kinds" in stderr, stderr[-2000:]
+
+    proc = run_script([*short, "--kinds", "expert"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"continuing the SAC run kept in {work / 'expert-partial'}" in proc.stderr
-    assert first_evaluation(proc.stderr) > 300
+    assert f"continuing the SAC run kept in {work / 'medium-partial'} ({kept} steps)" in proc.stderr
+    assert first_evaluation(proc.stderr) > kept  # it went on from there, not from the start
+    assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
+    trained = generation(out / "hopper-expert-v0")["policy"]["steps_trained"]
+    assert 250 <= trained < 280
+
+    stderr, code = stop_at(long, tmp_path, "evaluation return", signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]
+    assert f"continuing the SAC run kept in {work / 'expert'} " in stderr
+    assert "stopped by SIGTERM at" in stderr
+    assert sorted(p.name for p in work.iterdir()) == ["expert", "expert-partial", "medium"]
+    assert json.loads((work / "expert-partial" / "info.json").read_text())["steps"] > trained
+    # the datasets of the last finished run: none half-written, no staging folder
+    assert sorted(p.name for p in out.iterdir()) == [
+        "hopper-expert-v0", "hopper-random-v0", "sac-hopper-seed0"
+    ]  # fmt: skip
+    assert generation(out / "hopper-expert-v0")["policy"]["steps_trained"] == trained
+
+    straight = tmp_path / "straight"
+    to_expert = [*budget, "--kinds", "expert", "--expert_steps"]
+    straight_run, rerun, fewer = run_mains(
+        run_python,
+        [
+            (SCRIPT_PATH, [*to_expert, "400", "--out", str(straight)]),
+            (SCRIPT_PATH, long),
+            # fewer steps than the kept expert's cannot be had from it
+            (SCRIPT_PATH, [*to_expert, "350", "--out", str(out), "--overwrite"]),
+        ],
+    )
+    for run in (straight_run, rerun):
+        assert run.code == 0 and "Traceback" not in run.log, run.log[-3000:]
+    assert f"continuing the SAC run kept in {work / 'expert-partial'}" in rerun.log
+    assert first_evaluation(rerun.log) > 300
     assert sorted(p.name for p in work.iterdir()) == ["expert", "medium"]
 
     first = torch.load(straight / "sac-hopper-seed0" / "expert" / "model.ckpt", weights_only=True)
@@ -413,11 +390,8 @@ def test_an_interrupted_or_extended_sac_run_ends_as_one_straight_run(tmp_path: P
         np.testing.assert_array_equal(a, b)
     steps = [generation(o / "hopper-expert-v0")["policy"]["steps_trained"] for o in (out, straight)]
     assert steps[0] == steps[1]
-    # fewer steps than the kept expert's cannot be had from it
-    proc = run_script([*budget, "--expert_steps", "350", "--out", str(out), "--overwrite"],
-                      tmp_path)  # fmt: skip
-    assert proc.returncode != 0
-    assert "more than --expert_steps 350" in proc.stderr and "another --workdir" in proc.stderr
+    assert fewer.code != 0, fewer.log[-3000:]
+    assert "more than --expert_steps 350" in fewer.log and "another --workdir" in fewer.log
 
 
 SMALL = {

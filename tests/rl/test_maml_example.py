@@ -6,14 +6,16 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython, flag_cases_script
+import parl
+
+from .conftest import RunPython
+from .example_mains import imported_example, run_ok
 
 pytestmark = pytest.mark.slow  # the example script, run for real
-
-EXAMPLE = REPO_ROOT / "examples" / "MAML"
 
 SMALL = [
     "--train_total_steps", "12", "--test_every_steps", "4", "--total_iter_per_epoch", "4",
@@ -23,91 +25,85 @@ SMALL = [
 ]  # fmt: skip
 
 
-# The straight run and the first part of the stopped run need no fresh interpreter: they run
-# in one; the resume runs in another.
-FIRST_RUNS = """
-import sys
-sys.path.insert(0, {folder!r})
-import train
-train.main([*{args!r}, "--logdir", {straight!r}])
-train.main([*{args!r}, "--logdir", {resumed!r}, "--stop_after_steps", "8"])
-"""
-
-
-@pytest.mark.parametrize("algo", ["maml++", "maml"])
-def test_maml_resume_equals_straight_run(run_python: RunPython, tmp_path: Path, algo: str) -> None:
-    args = [*SMALL, "--algo", algo, "--no_progress", "--torch_threads", "1"]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    code = FIRST_RUNS.format(
-        folder=str(EXAMPLE), args=args, straight=str(straight), resumed=str(resumed)
+def test_maml_and_maml_plus_plus_resume_equals_straight_run(
+    run_python: RunPython, tmp_path: Path
+) -> None:
+    """For MAML and MAML++: a run stopped at step 8 and resumed in another interpreter than the
+    one that stopped ends with the straight run's weights, having trained on; the straight run
+    writes TensorBoard events, a checkpoint and the model. The straight runs and first parts
+    run in one interpreter, the resumes in a second."""
+    algos = ("maml++", "maml")
+    args = {
+        algo: [*SMALL, "--algo", algo, "--no_progress", "--torch_threads", "1"] for algo in algos
+    }
+    straight = {algo: tmp_path / algo / "straight" for algo in algos}
+    resumed = {algo: tmp_path / algo / "resumed" for algo in algos}
+    logs = run_ok(
+        run_python,
+        [
+            call
+            for algo in algos
+            for call in (
+                ("MAML", [*args[algo], "--logdir", str(straight[algo])]),
+                ("MAML", [*args[algo], "--logdir", str(resumed[algo]), "--stop_after_steps", "8"]),
+            )
+        ],
     )
-    proc = run_python(code, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done: 12 steps; test MSE on 20 held-out tasks" in proc.stderr
-    assert "done: 8 steps" in proc.stderr
-    stopped = torch.load(resumed / "model.pt", weights_only=True)
-    proc = run_python(
-        args=[str(EXAMPLE / "train.py"), *args, "--logdir", str(resumed), "--resume"], timeout=180
+    for k, algo in enumerate(algos):
+        assert "done: 12 steps; test MSE on 20 held-out tasks" in logs[2 * k], (algo, logs[2 * k])
+        assert "done: 8 steps" in logs[2 * k + 1], (algo, logs[2 * k + 1][-2000:])
+    stopped = {algo: torch.load(resumed[algo] / "model.pt", weights_only=True) for algo in algos}
+    logs = run_ok(
+        run_python,
+        [("MAML", [*args[algo], "--logdir", str(resumed[algo]), "--resume"]) for algo in algos],
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "resumed from" in proc.stderr and "done: 12 steps" in proc.stderr
-    ours = torch.load(straight / "model.pt", weights_only=True)
-    again = torch.load(resumed / "model.pt", weights_only=True)
-    assert ours.keys() == again.keys()
-    for key in ours:
-        torch.testing.assert_close(ours[key], again[key], rtol=0, atol=0)
-    assert any(not torch.equal(stopped[k], again[k]) for k in again)  # it did train on
-    assert glob.glob(str(straight / "events.out.tfevents.*"))
-    assert (straight / "checkpoint.pt").is_file()
+    for algo, log in zip(algos, logs, strict=True):
+        assert "resumed from" in log and "done: 12 steps" in log, (algo, log[-2000:])
+        ours = torch.load(straight[algo] / "model.pt", weights_only=True)
+        again = torch.load(resumed[algo] / "model.pt", weights_only=True)
+        assert ours.keys() == again.keys(), algo
+        for key in ours:
+            torch.testing.assert_close(ours[key], again[key], rtol=0, atol=0, msg=f"{algo} {key}")
+        assert any(not torch.equal(stopped[algo][k], again[k]) for k in again), algo  # trained on
+        assert glob.glob(str(straight[algo] / "events.out.tfevents.*")), algo
+        assert (straight[algo] / "checkpoint.pt").is_file(), algo
 
 
-def test_counts_below_one_are_usage_errors(run_python: RunPython) -> None:
+def test_counts_below_one_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     """These used to fail mid-run with a ZeroDivisionError or "range() arg 3 must not be zero",
     or (a negative --stop_after_steps) to write an untrained model over the run's."""
-    cases = [["--total_iter_per_epoch", "0"], ["--training_batch_size", "0"],
-             ["--test_batch_size", "0"], ["--stop_after_steps", "-2"],
-             ["--stop_after_steps", "0", "--test_batch_size", "1"]]  # fmt: skip
-    folder = str(REPO_ROOT / "examples" / "MAML")
-    proc = run_python(flag_cases_script(folder, cases), timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
-        "REFUSED -c: error: --total_iter_per_epoch must be 1 or more, got 0",
-        "REFUSED -c: error: --training_batch_size must be 1 or more, got 0",
-        "REFUSED -c: error: --test_batch_size must be 1 or more, got 0",
-        "REFUSED -c: error: --stop_after_steps must be 0 (never) or more, got -2",
-        "ACCEPTED ['--stop_after_steps', '0', '--test_batch_size', '1']",
-    ], proc.stdout + proc.stderr[-3000:]
+    refused = {
+        "--total_iter_per_epoch 0": "--total_iter_per_epoch must be 1 or more, got 0",
+        "--training_batch_size 0": "--training_batch_size must be 1 or more, got 0",
+        "--test_batch_size 0": "--test_batch_size must be 1 or more, got 0",
+        "--stop_after_steps -2": "--stop_after_steps must be 0 (never) or more, got -2",
+    }
+    with imported_example("examples/MAML") as train:
+        for flags, message in refused.items():
+            with pytest.raises(SystemExit) as exit_:
+                train.parse_args(flags.split())
+            assert exit_.value.code == 2, flags
+            assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {message}")
+        train.parse_args(["--stop_after_steps", "0", "--test_batch_size", "1"])  # accepted
 
-
-EVALUATE_SCRIPT = """
-import sys
-import numpy as np
-import torch
-sys.path.insert(0, {folder!r})
-import parl
-from agent import MAMLAgent
 
 class MeanOfTargets(parl.Algorithm):
-    # a stand-in for MAML: a batch's "loss" is the mean of its query targets
-    def __init__(self):
+    """A stand-in for MAML: a batch's "loss" is the mean of its query targets."""
+
+    def __init__(self) -> None:
         super().__init__(torch.nn.Linear(1, 1))
-    def evaluate_one_iter(self, batch):
+
+    def evaluate_one_iter(self, batch: tuple) -> float:
         return float(batch[3].mean())
 
-agent = MAMLAgent(MeanOfTargets())
-tasks = np.arange(15, dtype=np.float32).reshape(15, 1, 1)
-batch = lambda part: (part, part, part, part)
-mean, half_width = agent.evaluate([batch(tasks[:10]), batch(tasks[10:])])
-print("MEAN", mean, half_width > 0)
-"""
 
-
-def test_the_test_mse_counts_every_task_once_when_the_last_batch_is_smaller(
-    run_python: RunPython,
-) -> None:
+def test_the_test_mse_counts_every_task_once_when_the_last_batch_is_smaller() -> None:
     """15 held-out tasks in batches of 10 and 5: the mean is over the 15 tasks (7.0 here),
     not the mean of the two batch means (8.25), which would count each of the last 5 twice."""
-    folder = str(REPO_ROOT / "examples" / "MAML")
-    proc = run_python(EVALUATE_SCRIPT.format(folder=folder), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "MEAN 7.0 True" in proc.stdout, proc.stdout
+    with imported_example("examples/MAML", "agent") as agent_module:
+        agent = agent_module.MAMLAgent(MeanOfTargets())
+        tasks = np.arange(15, dtype=np.float32).reshape(15, 1, 1)
+        mean, half_width = agent.evaluate(
+            [(part, part, part, part) for part in (tasks[:10], tasks[10:])]
+        )
+    assert mean == 7.0 and half_width > 0, (mean, half_width)

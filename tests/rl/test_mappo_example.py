@@ -9,38 +9,22 @@ test_marl_examples.py)."""
 
 from __future__ import annotations
 
-import json
 import shutil
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from .conftest import REPO_ROOT, RunPython
-from .example_mains import run_mains
+from .conftest import RunPython
+from .example_mains import imported_example, run_mains
 from .multiagent_support import require_multiagent
 
 require_multiagent()  # a failure under CI=true, where the extra is installed
 pytestmark = pytest.mark.slow  # the example script, run for real
 
-MAPPO_DIR = REPO_ROOT / "examples" / "MAPPO"
 SMALL = ["--env_num", "4", "--num_workers", "1", "--ppo_epoch", "3", "--no_progress"]
-
-
-def _run_mains(run_python: RunPython, runs: list[list[str]], timeout: float = 240) -> list[dict]:
-    """``train.main(args)`` of the example for each ``args`` in one interpreter; their results."""
-    code = f"""
-import dataclasses, json, sys, torch
-sys.path.insert(0, {str(MAPPO_DIR)!r})
-torch.set_num_threads(1)
-import train
-for args in {runs!r}:
-    print("RESULT" + json.dumps(dataclasses.asdict(train.main(args))))
-"""
-    proc = run_python(code, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
-    return [json.loads(line[len("RESULT") :]) for line in lines]
 
 
 def _tensors(path: Path) -> list[torch.Tensor]:
@@ -65,8 +49,8 @@ def _tensors(path: Path) -> list[torch.Tensor]:
 def test_mappo_example_same_seed_same_run_resumed_equals_straight_and_refused_resumes(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """The same seed gives the same run; a run resumed in a fresh interpreter ends with the
-    straight run's evaluations, rollouts and weights. ``--legacy_dynamics`` travels to the envs
+    """The same seed gives the same run; a run resumed in another interpreter than the one
+    that stopped (the one of the refused resumes) ends with the straight run's evaluations, rollouts and weights. ``--legacy_dynamics`` travels to the envs
     the actors build: the first rollout, which the same untrained policies act in, scores
     otherwise. Continuous actions, the paper's switches off and foraging (which forbids some
     actions that MAPPO's policies do not mask: a forbidden draw does nothing, as in lbforaging)
@@ -91,36 +75,30 @@ def test_mappo_example_same_seed_same_run_resumed_equals_straight_and_refused_re
     short += ["--eval_episodes", "1"]
     n4 = [*SMALL, "--train_total_steps", "200", "--test_every_steps", "200", "--eval_episodes"]
     n4 += ["0", "--logdir", str(d["n4"])]  # SMALL has 4 envs: 2 updates of 100 steps
-    straight, again, first_half, legacy, continuous, plain, forage, _ = _run_mains(
+    first = run_mains(
         run_python,
         [
-            args(400, str(d["straight"])),
-            args(400, str(d["again"])),
-            args(200, str(d["resumed"])),
-            args(100, str(d["legacy"]), "--legacy_dynamics"),
-            [*short, "--continuous_actions", "--logdir", str(d["cont"])],
-            [*short, "--use_popart", "False", "--use_centralized_V", "False"]
-            + ["--use_value_active_masks", "False", "--logdir", str(d["plain"])],
-            [*short, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(d["forage"])]
-            + ["--train_total_steps", "200", "--test_every_steps", "200"],  # a rollout: 4 x 50
-            n4,
+            ("MAPPO", args(400, str(d["straight"]))),
+            ("MAPPO", args(400, str(d["again"]))),
+            ("MAPPO", args(200, str(d["resumed"]))),
+            ("MAPPO", args(100, str(d["legacy"]), "--legacy_dynamics")),
+            ("MAPPO", [*short, "--continuous_actions", "--logdir", str(d["cont"])]),
+            ("MAPPO", [*short, "--use_popart", "False", "--use_centralized_V", "False",
+                       "--use_value_active_masks", "False", "--logdir", str(d["plain"])]),
+            ("MAPPO", [*short, "--env", "Foraging-5x5-2p-1f-coop-v3", "--logdir", str(d["forage"]),
+                       "--train_total_steps", "200", "--test_every_steps", "200"]),  # 4 x 50
+            ("MAPPO", n4),
         ],
+    )  # fmt: skip
+    for run in first:
+        assert run.code == 0 and "Traceback" not in run.log and run.result, run.log[-3000:]
+    straight, again, first_half, legacy, continuous, plain, forage, _ = (
+        run.result for run in first
     )
-    (resumed,) = _run_mains(run_python, [args(400, str(d["resumed"]), "--resume")])
     assert straight["total_steps"] == 400 and len(straight["train_returns"]) == 4
     assert straight["eval_history"] == again["eval_history"]
     assert [steps for steps, _ in straight["eval_history"]] == [200, 400]
     assert first_half["eval_history"] == straight["eval_history"][:1]
-    assert resumed["eval_history"] == straight["eval_history"]
-    assert resumed["train_returns"] == straight["train_returns"][2:]  # the updates it ran
-    for agent in (0, 1):
-        runs = [
-            _tensors(d[n] / f"checkpoint_agent{agent}.pt") for n in ("straight", "again", "resumed")
-        ]
-        assert runs[0] and all(len(r) == len(runs[0]) for r in runs)
-        for other in runs[1:]:
-            assert all(torch.equal(x, y) for x, y in zip(runs[0], other, strict=True))
-    assert any(p.name.startswith("events.out.tfevents") for p in d["straight"].iterdir())
     assert legacy["train_returns"][0] != straight["train_returns"][0]
     for result, steps in ((continuous, 100), (plain, 100), (forage, 200)):
         assert result["total_steps"] == steps and len(result["eval_history"]) == 1
@@ -141,6 +119,8 @@ def test_mappo_example_same_seed_same_run_resumed_equals_straight_and_refused_re
     runs = run_mains(
         run_python,
         [
+            # the resume first, in an interpreter that ran nothing of it
+            ("MAPPO", args(400, str(d["resumed"]), "--resume")),
             (
                 "MAPPO",
                 [*n4, "--eval_episodes", "1", "--resume", "--logdir", str(tmp_path / "finished")],
@@ -206,7 +186,19 @@ def test_mappo_example_same_seed_same_run_resumed_equals_straight_and_refused_re
             ),  # fmt: skip
         ],
     )
-    finished, *refused = runs
+    resume, finished, *refused = runs
+    assert resume.code == 0 and "Traceback" not in resume.log and resume.result, resume.log[-3000:]
+    resumed = resume.result
+    assert resumed["eval_history"] == straight["eval_history"]
+    assert resumed["train_returns"] == straight["train_returns"][2:]  # the updates it ran
+    for agent in (0, 1):
+        tensors = [
+            _tensors(d[n] / f"checkpoint_agent{agent}.pt") for n in ("straight", "again", "resumed")
+        ]
+        assert tensors[0] and all(len(t) == len(tensors[0]) for t in tensors)
+        for other in tensors[1:]:
+            assert all(torch.equal(x, y) for x, y in zip(tensors[0], other, strict=True))
+    assert any(p.name.startswith("events.out.tfevents") for p in d["straight"].iterdir())
     assert finished.code == 0, finished.log[-3000:]
     assert "no evaluation (the run it resumed had finished without any" in finished.log
     assert "--eval_episodes 0" not in finished.log
@@ -233,26 +225,15 @@ def test_mappo_example_same_seed_same_run_resumed_equals_straight_and_refused_re
     assert "_rollout" not in refused[5].log  # refused before any rollout
 
 
-def test_mappo_example_refuses_observations_and_actions_of_another_agent_count(
-    run_python: RunPython,
-) -> None:
-    code = f"""
-import sys, types
-import numpy as np
-sys.path.insert(0, {str(MAPPO_DIR)!r})
-import train
-envs = types.SimpleNamespace(
-    obs_shape_n=[3, 11], act_shape_n=[3, 5], n_agents=2, state_shape=14, num_envs=4
-)
-team = train.Team(train.Config(), envs, episode_length=25)
-for call, args in ((team.split, (np.zeros((4, 3, 11)), np.zeros((4, 14)))),
-                   (team.env_actions, ([np.zeros((4, 1))],))):
-    try:
-        call(*args)
-    except ValueError as exc:
-        print("ERROR", exc)
-"""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "ERROR the envs report 3 agents per env, but the team has 2" in proc.stdout
-    assert "ERROR got actions of 1 agents, the team has 2" in proc.stdout
+def test_mappo_example_refuses_observations_and_actions_of_another_agent_count() -> None:
+    envs = types.SimpleNamespace(
+        obs_shape_n=[3, 11], act_shape_n=[3, 5], n_agents=2, state_shape=14, num_envs=4
+    )
+    with imported_example("examples/MAPPO") as train:
+        team = train.Team(train.Config(), envs, episode_length=25)
+        with pytest.raises(
+            ValueError, match="the envs report 3 agents per env, but the team has 2"
+        ):
+            team.split(np.zeros((4, 3, 11)), np.zeros((4, 14)))
+        with pytest.raises(ValueError, match="got actions of 1 agents, the team has 2"):
+            team.env_actions([np.zeros((4, 1))])

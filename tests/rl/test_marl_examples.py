@@ -7,21 +7,27 @@ usage errors."""
 from __future__ import annotations
 
 import glob
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from parl.utils.interrupts import ctrl_c_deferred
+
 from .conftest import REPO_ROOT, RunPython
-from .example_mains import run_mains, run_ok
-from .test_offpolicy_examples import assert_same_weights, run_example
+from .example_mains import imported_example, run_mains, run_ok
+from .test_offpolicy_examples import assert_same_weights
 
 pytestmark = pytest.mark.slow  # the example scripts, run for real
 
 SHORT = ["--train_total_steps", "300", "--test_every_steps", "150", "--eval_episodes", "1"]
+# a memory of 16 episodes: the default 5000 writes hundreds of MB at each checkpoint
+QMIX_OWN = ["--batch_size", "4", "--save_rpm", "--update_target_interval", "3",
+            "--buffer_size", "16"]  # fmt: skip
 OWN = {
-    "QMIX": ["--batch_size", "4", "--save_rpm", "--update_target_interval", "3"],
+    "QMIX": QMIX_OWN,
     "COMA": ["--episodes_per_iteration", "2", "--target_update_cycle", "3"],
 }
 TINY = ["--rnn_hidden_dim", "8", "--mixing_embed_dim", "8"]  # QMIX's smallest widths
@@ -47,64 +53,132 @@ def assert_resumed_as_straight(straight: Path, resumed: Path, stopped: dict, log
     assert glob.glob(str(straight / "events.out.tfevents.*"))
 
 
-def test_qmix_example_resumes_as_a_straight_run_and_refuses_other_settings_and_memories(
+def test_qmix_and_coma_examples_resume_as_straight_runs_and_refuse_other_settings(
     run_python: RunPython, tmp_path: Path
 ) -> None:
-    """On simple_spread with EPyMARL's settings (Adam, standardised rewards: the running reward
-    statistics travel in the checkpoint) and ``--legacy_dynamics``: a resumed run ends as the
-    straight one. The legacy dynamics reach the env (the first episode's random actions, other
-    rewards); the settings change the run; a resume with other settings is refused by flag,
-    and refuses a memory of another point (a run killed between its checkpoint and its memory);
-    a part run without ``--save_rpm`` leaves the memory of an earlier checkpoint, which the
-    next resume leaves for an empty one, saying so. simple_world_comm's agents see different
-    amounts (zero-padded to the longest) and its leader has more actions: it runs."""
+    """QMIX on simple_spread with EPyMARL's settings (Adam, standardised rewards: the running
+    reward statistics travel in the checkpoint) and ``--legacy_dynamics``, QMIX on foraging
+    (whose action masks change every step) with EPyMARL's feed-forward agent without last
+    actions at the example's widths, COMA with EPyMARL's settings (an entropy bonus too) and
+    COMA with PARL's on foraging: each run stopped halfway and resumed in another interpreter
+    than the one that stopped ends as the straight one. The straight runs and first parts run
+    in one interpreter, the resumes and the refused resumes in a second.
+
+    QMIX: the legacy dynamics reach the env (the first episode's random actions, other
+    rewards); the settings change the run; the feed-forward network's inputs are the
+    observation and the id only, the GRU's also the last action. A resume is refused by flag
+    (the settings, the agent, ``--env``: foraging with and without ``-coop`` has the same
+    spaces, so the checkpoint would load and the run go on in another game), and refuses a
+    memory of another point (a run killed between its checkpoint and its memory); a part run
+    without ``--save_rpm`` leaves the memory of an earlier checkpoint, which the next resume
+    leaves for an empty one, saying so. COMA: each setting and the legacy dynamics change the
+    run; a resume without them, or on another ``--env`` with the same spaces, is refused by
+    flag. simple_world_comm's agents see different amounts (zero-padded to the longest) and
+    its leader has more actions: both examples run on it."""
+    half = ["--stop_after_steps", "150"]
+    world = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1",
+             "--env", "simple_world_comm"]  # fmt: skip
+    # QMIX
     epymarl = [*SHORT, *OWN["QMIX"], *TINY, "--optimizer", "adam", "--standardise_rewards",
                "--legacy_dynamics"]  # fmt: skip
     plain = [*SHORT, *OWN["QMIX"], *TINY]
-    world = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
-    world += [*OWN["QMIX"], *TINY, "--env", "simple_world_comm"]
-    d = {name: tmp_path / name for name in ("s", "r", "p", "world")}
-    half = ["--stop_after_steps", "150"]
-    logs = run_ok(
-        run_python,
-        [
-            ("QMIX", [*epymarl, "--logdir", str(d["s"])]),
-            ("QMIX", [*epymarl, *half, "--logdir", str(d["r"])]),
-            ("QMIX", [*plain, *half, "--logdir", str(d["p"])]),
-            ("QMIX", [*world, "--logdir", str(d["world"])]),
-        ],
-    )
-    assert "done: " in logs[3]
-    stats = torch.load(d["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    fc = [*SHORT, *OWN["QMIX"], "--env", FORAGING, "--agent", "fc", "--no_last_action"]
+    gru = [*SHORT, *OWN["QMIX"], "--env", FORAGING]
+    q = {name: tmp_path / "QMIX" / name for name in ("s", "r", "p", "world", "fs", "fr", "gru")}
+    # COMA
+    coma_epymarl = ["--optimizer", "adam", "--entropy_coef", "0.01", "--standardise_rewards",
+                    "--legacy_dynamics"]  # fmt: skip
+    args = [*SHORT, *OWN["COMA"], *coma_epymarl]
+    foraging = [*SHORT, *OWN["COMA"], "--env", FORAGING]
+    c = {name: tmp_path / "COMA" / name for name in ("s", "r", "fs", "fr", "world")}
+    drops = (coma_epymarl[:2], coma_epymarl[2:4], coma_epymarl[4:5], coma_epymarl[5:])
+    others = [tmp_path / "COMA" / "-".join(dropped) for dropped in drops]
+    without = [[f for f in coma_epymarl if f not in dropped] for dropped in drops]
+
+    first = [
+        ("QMIX", [*epymarl, "--logdir", str(q["s"])]),
+        ("QMIX", [*epymarl, *half, "--logdir", str(q["r"])]),
+        ("QMIX", [*plain, *half, "--logdir", str(q["p"])]),
+        ("QMIX", [*world, *OWN["QMIX"], *TINY, "--logdir", str(q["world"])]),
+        ("QMIX", [*fc, "--logdir", str(q["fs"])]),
+        ("QMIX", [*fc, *half, "--logdir", str(q["fr"])]),
+        ("QMIX", [*gru, "--logdir", str(q["gru"])]),
+        ("COMA", [*args, "--logdir", str(c["s"])]),
+        ("COMA", [*args, *half, "--logdir", str(c["r"])]),
+        *(
+            ("COMA", [*SHORT, *OWN["COMA"], *flags, *half, "--logdir", str(other)])
+            for flags, other in zip(without, others, strict=True)
+        ),
+        ("COMA", [*foraging, "--logdir", str(c["fs"])]),
+        ("COMA", [*foraging, *half, "--logdir", str(c["fr"])]),
+        ("COMA", [*world, *OWN["COMA"], "--logdir", str(c["world"])]),
+    ]
+    logs = dict(zip([str(Path(argv[-1]).relative_to(tmp_path)) for _, argv in first],
+                    run_ok(run_python, first), strict=True))  # fmt: skip
+    assert "done: " in logs["QMIX/world"] and "done: " in logs["COMA/world"]
+    assert "done: " in logs["QMIX/gru"]
+
+    # QMIX on simple_spread
+    stats = torch.load(q["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
     assert stats["count"] > 1 and stats["var"] > 0
     # the same seed, other dynamics and optimizer: the first episode's random actions, other
     # rewards, other weights
-    memories = [dict(np.load(d[run] / "rpm.npz")) for run in ("r", "p")]
+    memories = [dict(np.load(q[run] / "rpm.npz")) for run in ("r", "p")]
     np.testing.assert_array_equal(memories[0]["actions"][0], memories[1]["actions"][0])
     assert not np.array_equal(memories[0]["reward"][0], memories[1]["reward"][0])
-    assert differ(d["r"] / "model.ckpt", d["p"] / "model.ckpt")
-    stale = (d["r"] / "rpm.npz").read_bytes()  # 6 episodes
-    stopped = weights(d["r"] / "model.ckpt")
-    log = run_example(run_python, "QMIX", *epymarl, "--logdir", str(d["r"]), "--resume")
-    assert_resumed_as_straight(d["s"], d["r"], stopped, log)
+    assert differ(q["r"] / "model.ckpt", q["p"] / "model.ckpt")
+    # the straight run's last checkpoint (12 episodes) beside the memory of the stopped run's
+    # (6 episodes): as if the run had died before writing its memory
+    stale = tmp_path / "QMIX" / "stale"
+    shutil.copytree(q["s"], stale)
+    shutil.copy(q["r"] / "rpm.npz", stale / "rpm.npz")
+    # QMIX on foraging: the networks' inputs
+    fc_weights = weights(q["fs"] / "model.ckpt")
+    assert "rnn.weight_ih" not in fc_weights and "fc_hidden.weight" in fc_weights
+    # foraging 8x8, 2 agents, 2 foods: observations of 12 values (x, y, level of each food and
+    # agent), 6 actions, 2 ids; no last action
+    assert fc_weights["fc1.weight"].shape[1] == 12 + 2
+    assert np.load(q["fs"] / "rpm.npz")["obs"].shape[-1] == 12 + 2
+    assert weights(q["gru"] / "model.ckpt")["fc1.weight"].shape[1] == 12 + 6 + 2
+    # COMA
+    stats = torch.load(c["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
+    assert stats["count"] > 1 and stats["var"] > 0
+    for other in others:  # each setting changes the run
+        assert differ(c["r"] / "model.ckpt", other / "model.ckpt"), other.name
+    stopped = {str(d[run]): weights(d[run] / "model.ckpt") for d in (q, c) for run in ("r", "fr")}
 
-    # the plain run goes on without --save_rpm: its memory file stays that of 150 steps
     no_rpm = [arg for arg in plain if arg != "--save_rpm"]
-    log = run_example(run_python, "QMIX", *no_rpm, "--stop_after_steps", "200", "--resume",
-                      "--logdir", str(d["p"]))  # fmt: skip
-    assert "from an earlier checkpoint" not in log
-    log = run_example(run_python, "QMIX", *plain, "--resume", "--logdir", str(d["p"]))
-    assert "rpm.npz is from an earlier checkpoint (the last one was written without" in log
-    assert int(np.load(d["p"] / "rpm.npz")["count"]) == 4  # the last 100 steps only
+    second = [
+        ("QMIX", [*epymarl, "--logdir", str(q["r"]), "--resume"]),
+        ("QMIX", [*fc, "--logdir", str(q["fr"]), "--resume"]),
+        # the plain run goes on without --save_rpm: its memory file stays that of 150 steps
+        ("QMIX", [*no_rpm, "--stop_after_steps", "200", "--resume", "--logdir", str(q["p"])]),
+        ("QMIX", [*plain, "--resume", "--logdir", str(q["p"])]),
+        ("QMIX", [*epymarl, "--logdir", str(q["p"]), "--resume"]),
+        ("QMIX", [*epymarl, "--logdir", str(stale), "--resume"]),
+        ("QMIX", [*fc, "--logdir", str(q["gru"]), "--resume"]),
+        ("QMIX", [*fc, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(q["fs"]), "--resume"]),
+        ("COMA", [*args, "--logdir", str(c["r"]), "--resume"]),
+        ("COMA", [*foraging, "--logdir", str(c["fr"]), "--resume"]),
+        ("COMA", [*SHORT, *OWN["COMA"], "--logdir", str(c["s"]), "--resume"]),
+        (
+            "COMA",
+            [*foraging, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(c["fs"]), "--resume"],
+        ),  # fmt: skip
+    ]
+    runs = run_mains(run_python, second)
+    resumes = {0: (q["s"], q["r"]), 1: (q["fs"], q["fr"]), 8: (c["s"], c["r"]),
+               9: (c["fs"], c["fr"])}  # fmt: skip
+    for k, (straight, resumed) in resumes.items():
+        assert runs[k].code == 0 and "Traceback" not in runs[k].log, runs[k].log[-3000:]
+        assert_resumed_as_straight(straight, resumed, stopped[str(resumed)], runs[k].log)
+    for k in (2, 3):
+        assert runs[k].code == 0 and "Traceback" not in runs[k].log, runs[k].log[-3000:]
+    assert "from an earlier checkpoint" not in runs[2].log
+    assert "rpm.npz is from an earlier checkpoint (the last one was written without" in runs[3].log
+    assert int(np.load(q["p"] / "rpm.npz")["count"]) == 4  # the last 100 steps only
 
-    (d["r"] / "rpm.npz").write_bytes(stale)  # as if the run had died before writing it
-    refused = run_mains(
-        run_python,
-        [
-            ("QMIX", [*epymarl, "--logdir", str(d["p"]), "--resume"]),
-            ("QMIX", [*epymarl, "--logdir", str(d["r"]), "--resume"]),
-        ],
-    )
+    refused = [runs[k] for k in (4, 5, 6, 7, 10, 11)]
     assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
     assert (
         "written with --optimizer rmsprop and without --standardise_rewards and without "
@@ -113,128 +187,19 @@ def test_qmix_example_resumes_as_a_straight_run_and_refuses_other_settings_and_m
     ), refused[0].log[-2000:]
     assert "rpm.npz (count and next slot [6, 6]) is not the memory written with" in refused[1].log
     assert "checkpoint.pt ([12, 12])" in refused[1].log, refused[1].log[-2000:]
-
-
-def test_qmix_example_resumes_on_foraging_with_a_feed_forward_agent_and_refuses_other_ones(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """On foraging (whose action masks change every step) with EPyMARL's feed-forward agent
-    without last actions, at the example's widths: a resumed run ends as the straight one; the
-    network's inputs are the observation and the id only, the GRU's also the last action. A
-    resume is refused by flag (the agent; ``--env``: foraging with and without ``-coop`` has
-    the same spaces, so the checkpoint would load and the run go on in another game)."""
-    fc = [*SHORT, *OWN["QMIX"], "--env", FORAGING, "--agent", "fc", "--no_last_action"]
-    gru = [*SHORT, *OWN["QMIX"], "--env", FORAGING]
-    d = {name: tmp_path / name for name in ("fs", "fr", "gru")}
-    logs = run_ok(
-        run_python,
-        [
-            ("QMIX", [*fc, "--logdir", str(d["fs"])]),
-            ("QMIX", [*fc, "--stop_after_steps", "150", "--logdir", str(d["fr"])]),
-            ("QMIX", [*gru, "--logdir", str(d["gru"])]),
-        ],
-    )
-    assert "done: " in logs[2]
-    stopped = weights(d["fr"] / "model.ckpt")
-    log = run_example(run_python, "QMIX", *fc, "--logdir", str(d["fr"]), "--resume")
-    assert_resumed_as_straight(d["fs"], d["fr"], stopped, log)
-    fc_weights = weights(d["fs"] / "model.ckpt")
-    assert "rnn.weight_ih" not in fc_weights and "fc_hidden.weight" in fc_weights
-    # foraging 8x8, 2 agents, 2 foods: observations of 12 values (x, y, level of each food and
-    # agent), 6 actions, 2 ids; no last action
-    assert fc_weights["fc1.weight"].shape[1] == 12 + 2
-    assert np.load(d["fs"] / "rpm.npz")["obs"].shape[-1] == 12 + 2
-    assert weights(d["gru"] / "model.ckpt")["fc1.weight"].shape[1] == 12 + 6 + 2
-    refused = run_mains(
-        run_python,
-        [
-            ("QMIX", [*fc, "--logdir", str(d["gru"]), "--resume"]),
-            ("QMIX", [*fc, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(d["fs"]), "--resume"]),
-        ],
-    )
-    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
     assert (
         "written with --agent gru and without --no_last_action; this run is with --agent fc and "
-        "with --no_last_action" in refused[0].log
-    ), refused[0].log[-2000:]
-    assert (
-        f"written with --env {FORAGING}; this run is with --env Foraging-8x8-2p-2f-v3"
-        in refused[1].log
-    ), refused[1].log[-2000:]
-
-
-def test_coma_example_resumes_as_a_straight_run_and_refuses_other_settings(
-    run_python: RunPython, tmp_path: Path
-) -> None:
-    """EPyMARL's settings (Adam, an entropy bonus, standardised rewards: the reward statistics
-    travel in the checkpoint) with ``--legacy_dynamics``, and PARL's on foraging: a resumed run
-    ends as the straight one; each setting and the legacy dynamics change the run; a resume
-    without them, or on another ``--env`` with the same spaces, is refused by flag.
-    simple_world_comm's agents see different amounts and its leader has more actions: it
-    runs."""
-    epymarl = ["--optimizer", "adam", "--entropy_coef", "0.01", "--standardise_rewards",
-               "--legacy_dynamics"]  # fmt: skip
-    args = [*SHORT, *OWN["COMA"], *epymarl]
-    foraging = [*SHORT, *OWN["COMA"], "--env", FORAGING]
-    world = ["--train_total_steps", "150", "--test_every_steps", "150", "--eval_episodes", "1"]
-    world += [*OWN["COMA"], "--env", "simple_world_comm"]
-    half = ["--stop_after_steps", "150"]
-    d = {name: tmp_path / name for name in ("s", "r", "fs", "fr", "world")}
-    drops = (epymarl[:2], epymarl[2:4], epymarl[4:5], epymarl[5:])
-    others = [tmp_path / "-".join(dropped) for dropped in drops]
-    logs = run_ok(
-        run_python,
-        [
-            ("COMA", [*args, "--logdir", str(d["s"])]),
-            ("COMA", [*args, *half, "--logdir", str(d["r"])]),
-            *(
-                (
-                    "COMA",
-                    [
-                        *SHORT,
-                        *OWN["COMA"],
-                        *[f for f in epymarl if f not in dropped],
-                        *half,
-                        "--logdir",
-                        str(other),
-                    ],
-                )  # fmt: skip
-                for dropped, other in zip(drops, others, strict=True)
-            ),
-            ("COMA", [*foraging, "--logdir", str(d["fs"])]),
-            ("COMA", [*foraging, *half, "--logdir", str(d["fr"])]),
-            ("COMA", [*world, "--logdir", str(d["world"])]),
-        ],
-    )
-    assert "done: " in logs[-1]
-    stats = torch.load(d["r"] / "checkpoint.pt", weights_only=False)["extra"]["reward_stats"]
-    assert stats["count"] > 1 and stats["var"] > 0
-    for other in others:  # each setting changes the run
-        assert differ(d["r"] / "model.ckpt", other / "model.ckpt"), other.name
-    stopped = {run: weights(d[run] / "model.ckpt") for run in ("r", "fr")}
-    log = run_example(run_python, "COMA", *args, "--logdir", str(d["r"]), "--resume")
-    assert_resumed_as_straight(d["s"], d["r"], stopped["r"], log)
-    log = run_example(run_python, "COMA", *foraging, "--logdir", str(d["fr"]), "--resume")
-    assert_resumed_as_straight(d["fs"], d["fr"], stopped["fr"], log)
-    refused = run_mains(
-        run_python,
-        [
-            ("COMA", [*SHORT, *OWN["COMA"], "--logdir", str(d["s"]), "--resume"]),
-            (
-                "COMA",
-                [*foraging, "--env", "Foraging-8x8-2p-2f-v3", "--logdir", str(d["fs"]), "--resume"],
-            ),  # fmt: skip
-        ],
-    )
-    assert all(run.code != 0 for run in refused), [run.log[-1000:] for run in refused]
+        "with --no_last_action" in refused[2].log
+    ), refused[2].log[-2000:]
+    for k in (3, 5):
+        assert (
+            f"written with --env {FORAGING}; this run is with --env Foraging-8x8-2p-2f-v3"
+            in refused[k].log
+        ), refused[k].log[-2000:]
     assert (
         "written with --legacy_dynamics and with --optimizer adam and with --standardise_rewards"
-        in refused[0].log
-    ), refused[0].log[-2000:]
-    assert (
-        f"written with --env {FORAGING}; this run is with --env Foraging-8x8-2p-2f-v3"
-        in refused[1].log
-    ), refused[1].log[-2000:]
+        in refused[4].log
+    ), refused[4].log[-2000:]
 
 
 QMIX_COUNTS = ["--batch_size", "--buffer_size", "--exploration_steps", "--update_target_interval",
@@ -271,14 +236,20 @@ OTHER_ERRORS = [
 ]  # fmt: skip
 
 
+# the function each example's ``main`` parses its command line with, first of all
+PARSE = {"QMIX": "parse_args", "COMA": "parse_args", "MAPPO": "parse_config",
+         "MADDPG": "parse_args"}  # fmt: skip
+
+
 def test_multi_agent_examples_refuse_what_they_cannot_run_with_as_usage_errors(
-    run_python: RunPython, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Each refusal ends the run before it starts: the usage line and the reason, exit status
-    2, no traceback, nothing written. An ``--env`` the run cannot open with its other flags
-    (foraging has no legacy dynamics; the discrete-only examples); a count of 0 or -1 (it
-    stopped the run with a ZeroDivisionError or an IndexError, or trained nothing); a batch or
-    warm-up the memory can never pass."""
+    """Each refusal ends the run before it starts (in the parsing that ``main`` begins with,
+    run here in the test's process): the usage line and the reason, exit status 2, no
+    traceback, nothing written. An ``--env`` the run cannot open with its other flags (foraging
+    has no legacy dynamics; the discrete-only examples); a count of 0 or -1 (it stopped the run
+    with a ZeroDivisionError or an IndexError, or trained nothing); a batch or warm-up the
+    memory can never pass."""
     cases = []
     for k, (name, flags, message) in enumerate(ENV_ERRORS):
         env = [] if "--env" in flags else ["--env", "Foraging-8x8-2p-2f-coop-v3"]
@@ -290,28 +261,39 @@ def test_multi_agent_examples_refuse_what_they_cannot_run_with_as_usage_errors(
                 cases.append((name, [flag, value, "--logdir", str(tmp_path / "c")], message))
     for k, (name, flags, message) in enumerate(OTHER_ERRORS):
         cases.append((name, [*flags, "--logdir", str(tmp_path / f"o{k}")], message))
-    runs = run_mains(run_python, [(name, argv) for name, argv, _ in cases])
-    for (name, argv, message), run in zip(cases, runs, strict=True):
-        assert run.code == 2, (name, argv, run.log[-2000:])
-        assert "usage:" in run.log and message in run.log, (name, argv, run.log[-2000:])
-        assert "Traceback" not in run.log, run.log[-2000:]
+    for example in PARSE:
+        with imported_example(f"examples/{example}") as train:
+            parse = getattr(train, PARSE[example])
+            for name, argv, message in cases:
+                if name != example:
+                    continue
+                with pytest.raises(SystemExit) as exit_:
+                    parse(argv)
+                log = capsys.readouterr().err
+                assert exit_.value.code == 2, (name, argv, log[-2000:])
+                assert "usage:" in log and message in log, (name, argv, log[-2000:])
+                assert "Traceback" not in log, log[-2000:]
     assert not any(tmp_path.iterdir())  # no run wrote anything
 
 
 def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
     run_python: RunPython,
 ) -> None:
+    """The example writes its checkpoint and memory in the library's ``ctrl_c_deferred``,
+    which holds Ctrl-C back until the block ends, then raises it."""
+    with imported_example("examples/QMIX") as train:
+        assert train.ctrl_c_deferred is ctrl_c_deferred  # the library's, run below
+    # a fresh interpreter that imports only the library's module: the signal for real
     code = (
-        "import os, signal, sys, time\n"
-        f"sys.path.insert(0, {str(REPO_ROOT / 'examples' / 'QMIX')!r})\n"
-        "import threading, train\n"
+        "import os, signal, threading, time\n"
+        "from parl.utils.interrupts import ctrl_c_deferred\n"
         "# Ctrl-C as in a terminal, whatever the test runner left (a background job ignores it)\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "# another thread, as torch and tqdm start: the signal may be delivered to it\n"
         "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
         "done = []\n"
         "try:\n"
-        "    with train.ctrl_c_deferred():\n"
+        "    with ctrl_c_deferred():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "        done.append('both written')\n"
         "    time.sleep(10)  # a Ctrl-C whose handler ran after the block (on a busy machine)\n"
@@ -324,34 +306,34 @@ def test_qmix_example_holds_ctrl_c_until_the_checkpoint_and_memory_are_written(
 
 
 def test_qmix_episode_memory_loads_into_another_buffer_size_newest_episodes_first(
-    run_python: RunPython, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """A resume with another ``--buffer_size`` keeps the saved episodes in the order they came,
     the newest when fewer fit, instead of failing on numpy's broadcast."""
-    code = f"""
-import sys
-import numpy as np
-sys.path.insert(0, {str(REPO_ROOT / "examples" / "QMIX")!r})
-import train
-def memory(size):
-    return train.EpisodeMemory(size, slots=3, n_agents=2, obs_dim=4, state_dim=5, n_actions=3)
-full = memory(4)
-for k in range(6):  # wraps around: episodes 2 to 5 are kept, 4 and 5 at the front
-    full.add({{key: np.full(value.shape[1:], k, np.float32) for key, value in full.data.items()}})
-full.save({str(tmp_path / "rpm.npz")!r})
-for size in (4, 3, 8):
-    loaded = memory(size)
-    loaded.load({str(tmp_path / "rpm.npz")!r})
-    firsts = [int(ep[0, 0]) for ep in loaded.data["reward"][: loaded.count]]
-    print(size, loaded.count, loaded.next, firsts)
-"""
-    proc = run_python(code, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split("\n")[:3] == [
-        "4 4 2 [4, 5, 2, 3]",  # the same size: every slot back in place
-        "3 3 0 [3, 4, 5]",
-        "8 4 4 [2, 3, 4, 5]",
-    ], proc.stdout
+    with imported_example("examples/QMIX") as train:
+
+        def memory(size: int):  # type: ignore[no-untyped-def]
+            return train.EpisodeMemory(size, slots=3, n_agents=2, obs_dim=4, state_dim=5,
+                                       n_actions=3)  # fmt: skip
+
+        full = memory(4)
+        for k in range(6):  # wraps around: episodes 2 to 5 are kept, 4 and 5 at the front
+            full.add({key: np.full(value.shape[1:], k, np.float32)
+                      for key, value in full.data.items()})  # fmt: skip
+        full.save(str(tmp_path / "rpm.npz"))
+        loaded = {}
+        for size in (4, 3, 8):
+            loaded[size] = memory(size)
+            loaded[size].load(str(tmp_path / "rpm.npz"))
+    found = {
+        size: (m.count, m.next, [int(ep[0, 0]) for ep in m.data["reward"][: m.count]])
+        for size, m in loaded.items()
+    }
+    assert found == {
+        4: (4, 2, [4, 5, 2, 3]),  # the same size: every slot back in place
+        3: (3, 0, [3, 4, 5]),
+        8: (4, 4, [2, 3, 4, 5]),
+    }, found
 
 
 def test_qmix_agent_explores_as_a_team_or_agent_by_agent(monkeypatch: pytest.MonkeyPatch) -> None:
