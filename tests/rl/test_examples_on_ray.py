@@ -25,20 +25,21 @@ from .conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # the examples on the run's Ray head
 
-CASES = {  # each at its smallest budget that trains and evaluates once
+CASES = {  # each at its smallest budget that trains and evaluates once; IMPALA and PPO with
+    # two actors (several actors of one script on Ray), the others with one
     "IMPALA": ["--max_sample_steps", "1000", "--test_every_steps", "1000",
                "--eval_episodes", "1", "--no_tensorboard"],
-    "A2C": ["--actor_num", "2", "--max_sample_steps", "500", "--test_every_steps", "500",
+    "A2C": ["--actor_num", "1", "--max_sample_steps", "500", "--test_every_steps", "500",
             "--eval_episodes", "1", "--no_progress"],
-    "GA3C": ["--actor_num", "2", "--max_sample_steps", "500", "--test_every_steps", "500",
+    "GA3C": ["--actor_num", "1", "--max_sample_steps", "500", "--test_every_steps", "500",
              "--eval_episodes", "1", "--no_progress"],
-    "ES": ["--env", "CartPole-v1", "--train_steps", "1", "--noise_size", "1000000",
-           "--test_every_train_steps", "1", "--eval_episodes", "1"],
+    "ES": ["--env", "CartPole-v1", "--actor_num", "1", "--train_steps", "1",
+           "--noise_size", "1000000", "--test_every_train_steps", "1", "--eval_episodes", "1"],
     "PPO": ["--env_num", "2", "--train_total_steps", "512", "--test_every_steps", "512",
             "--eval_episode", "1", "--no_progress"],
-    "AlphaZero": ["--train_total_steps", "1", "--games_per_iter", "4", "--mcts_sims", "6",
-                  "--arena_games", "2", "--eval_episodes", "2", "--epochs", "1",
-                  "--channels", "8", "--blocks", "1", "--no_progress"],
+    "AlphaZero": ["--actors_num", "1", "--train_total_steps", "1", "--games_per_iter", "4",
+                  "--mcts_sims", "6", "--arena_games", "2", "--eval_episodes", "2",
+                  "--epochs", "1", "--channels", "8", "--blocks", "1", "--no_progress"],
 }  # fmt: skip
 EVIDENCE = {  # a line each script logs once it trained and evaluated
     "IMPALA": r"step \d+: evaluation -?\d",
