@@ -127,9 +127,9 @@ class RayHead(NamedTuple):
     env: dict[str, str]  # environment for its clients: RAY_ADDRESS, no token auth
 
 
-# `ray start --block` takes about 30 s to end on SIGTERM here; its processes die as fast on
-# SIGKILL (the group), and its files are in its own temp folder, removed below
-HEAD_STOP_S = 3.0
+# `ray start --block` takes about 30 s to end on SIGTERM here: the head is ended by SIGKILL to
+# its process group (its driver in this process has shut down first); its files are in its own
+# temp folder, removed below
 
 
 # Ray starts an idle worker per CPU when the first driver joins, for tasks of that driver's
@@ -169,12 +169,8 @@ def ray_head():
     finally:
         members = [p for p in psutil.process_iter() if _in_group(p, head.pid)]
         if head.poll() is None:
-            os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=HEAD_STOP_S)
-        except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+        head.wait()
         gone = wait_until(lambda: not [p for p in members if _running(p)], timeout=30)
         if not gone:
             for process in members:

@@ -255,7 +255,7 @@ def _pid_of(actor) -> int:
     return int(repr(actor).split("pid=")[1].split(")")[0].split()[0])
 
 
-def test_a_sub_folder_module_and_main_classes_are_shipped(on_ray, tmp_path):
+def test_a_sub_folder_module_and_a_named_data_file_are_shipped(on_ray, tmp_path):
     """The project folder goes to Ray as the cluster's packer packs it (a data file that
     .gitignore leaves out but ``distributed_files`` names is shipped: Ray's own ignore rules
     are not applied on top) and the workers run in it. The original ``pkg`` is renamed away
