@@ -110,7 +110,7 @@ for example, argv in json.loads({cases!r}):
             del sys.modules[name]
     deadline = time.monotonic() + 20
     while actor_workers() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.1)  # (a scan of every process on the machine costs milliseconds)
     left = []
     for pid in sorted(actor_workers() - before):
         try:
