@@ -21,9 +21,12 @@ import tempfile
 
 import pytest
 
+from tests.runtime.rays import on_ray, ray_head, ray_local
 from tests.timing import pytest_addoption, pytest_runtest_logreport, pytest_terminal_summary
 
-__all__ = ["pytest_addoption", "pytest_runtest_logreport", "pytest_terminal_summary"]
+# the Ray fixtures are the whole run's (tests/runtime and tests/rl): one Ray head per process
+__all__ = ["on_ray", "pytest_addoption", "pytest_runtest_logreport", "pytest_terminal_summary",
+           "ray_head", "ray_local"]  # fmt: skip
 
 # Every Ray the tests start stays on loopback: on Linux, Ray rewrites a client's 127.0.0.1 to
 # the machine's outward address and starts a local Ray's node there, which sends test traffic

@@ -38,6 +38,7 @@ from parl.wire.contract import RemoteOptions
 from parl.workers import DEFAULT_STOP_TIMEOUT_S
 
 DEFAULT_SLOT_TIMEOUT_S = 60.0
+REAPER_JOIN_S = 10.0  # the most close() waits for a reaper thread's last pass
 log = logging.getLogger("parl.ray")
 
 
@@ -60,6 +61,7 @@ class RayCarrier:
         self.stop_timeout = stop_timeout
         self._stopping: list[_Stopping] = []
         self._reaper: threading.Thread | None = None
+        self._reapers: list[threading.Thread] = []  # every reaper thread started (see close)
         self._lock = threading.Lock()
         self._live = 0
         self._closed = False
@@ -193,6 +195,7 @@ class RayCarrier:
                             target=self._reap_all, name="parl-ray-reaper", daemon=True
                         )
                         self._reaper.start()
+                        self._reapers.append(self._reaper)
                 return
         _kill(handle)
 
@@ -241,6 +244,12 @@ class RayCarrier:
         self._closed = True
         while self._reap(0.2):  # the actors being stopped end first (bounded: stop_timeout)
             pass
+        # a reaper thread may still be in its last pass (it took its list before this loop
+        # emptied it): a Ray call of it after ray.shutdown below would start a new Ray (Ray's
+        # auto-init), which a later parl.connect("ray") in this process then fails to init
+        for thread in self._reapers:
+            if thread is not threading.current_thread():
+                thread.join(timeout=REAPER_JOIN_S)
         if RayCarrier._owner is self:
             RayCarrier._owner = None
         heir = self._heir() if self._owned else None

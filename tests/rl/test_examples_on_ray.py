@@ -1,72 +1,45 @@
 """The distributed examples run unchanged on Ray: ``--xparl_addr ray`` makes each script join the
-Ray cluster that ``RAY_ADDRESS`` names (``parl.connect("ray")``: a head started once for the
-test module), ship its folder there with the cluster's packer, and run its actors as Ray actors.
-Each script runs as ``python examples/X/train.py`` in a fresh interpreter, as a user runs it;
-no actor of it is left on the cluster when it exits."""
+Ray cluster that ``RAY_ADDRESS`` names (``parl.connect("ray")``: the run's Ray head,
+tests/runtime/rays.py), ship its folder there with the cluster's packer, and run its actors as
+Ray actors. The six scripts run one after the other in one fresh interpreter, each as
+``python examples/X/train.py`` runs it (``runpy`` as ``__main__``, its folder first on
+``sys.path``, its own modules forgotten after it) and ended as its interpreter's exit ends it
+(``parl.disconnect()``: its actors end, its Ray connection is shut down): an interpreter with
+torch, gymnasium and Ray imported costs seconds of CPU, once instead of six times. After each
+script, no worker of its actors is left on the head."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from pathlib import Path
+import subprocess
+import sys
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.runtime.conftest import wait_until
-from tests.runtime.rays import HEAD_GROUPS, ray_head  # noqa: F401 - the fixture
+from tests.runtime.rays import HEAD_GROUPS
 
-from .conftest import REPO_ROOT, RunPython
+from .conftest import REPO_ROOT
 
-pytestmark = pytest.mark.slow  # the examples on a Ray head of their own
+pytestmark = pytest.mark.slow  # the examples on the run's Ray head
 
-RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
-
-
-def _ray_processes() -> set[int]:
-    """Workers of actors of the module's Ray head (``ray::<Class>``, descendants of a
-    ``ray_head`` process); the head's daemons and idle workers (``ray::IDLE``, which Ray keeps
-    started for later tasks) are Ray's own. Processes of any other Ray on the machine are not
-    counted."""
-    found = set()
-    for process in psutil.process_iter(["cmdline"]):
-        title = ((process.info["cmdline"] or [""])[:1] or [""])[0].split(" ")[0]
-        if title.startswith("ray::") and title not in RAY_DAEMON_TITLES and _of_a_head(process):
-            found.add(process.pid)
-    return found
-
-
-def _of_a_head(process: psutil.Process) -> bool:
-    try:
-        return any(parent.pid in HEAD_GROUPS for parent in process.parents())
-    except psutil.Error:
-        return False
-
-
-def _gone(pids: set[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            pass
-    return True
-
-
-CASES = {  # each at its smallest budget that trains and evaluates once
+CASES = {  # each at its smallest budget that trains and evaluates once; IMPALA and PPO with
+    # two actors (several actors of one script on Ray), the others with one
     "IMPALA": ["--max_sample_steps", "1000", "--test_every_steps", "1000",
                "--eval_episodes", "1", "--no_tensorboard"],
-    "A2C": ["--actor_num", "2", "--max_sample_steps", "500", "--test_every_steps", "500",
+    "A2C": ["--actor_num", "1", "--max_sample_steps", "500", "--test_every_steps", "500",
             "--eval_episodes", "1", "--no_progress"],
-    "GA3C": ["--actor_num", "2", "--max_sample_steps", "500", "--test_every_steps", "500",
+    "GA3C": ["--actor_num", "1", "--max_sample_steps", "500", "--test_every_steps", "500",
              "--eval_episodes", "1", "--no_progress"],
-    "ES": ["--env", "CartPole-v1", "--train_steps", "1", "--noise_size", "1000000",
-           "--test_every_train_steps", "1", "--eval_episodes", "1"],
+    "ES": ["--env", "CartPole-v1", "--actor_num", "1", "--train_steps", "1",
+           "--noise_size", "1000000", "--test_every_train_steps", "1", "--eval_episodes", "1"],
     "PPO": ["--env_num", "2", "--train_total_steps", "512", "--test_every_steps", "512",
             "--eval_episode", "1", "--no_progress"],
-    "AlphaZero": ["--train_total_steps", "1", "--games_per_iter", "4", "--mcts_sims", "6",
-                  "--arena_games", "2", "--eval_episodes", "2", "--epochs", "1",
-                  "--channels", "8", "--blocks", "1", "--no_progress"],
+    "AlphaZero": ["--actors_num", "1", "--train_total_steps", "1", "--games_per_iter", "4",
+                  "--mcts_sims", "6", "--arena_games", "2", "--eval_episodes", "2",
+                  "--epochs", "1", "--channels", "8", "--blocks", "1", "--no_progress"],
 }  # fmt: skip
 EVIDENCE = {  # a line each script logs once it trained and evaluated
     "IMPALA": r"step \d+: evaluation -?\d",
@@ -78,41 +51,121 @@ EVIDENCE = {  # a line each script logs once it trained and evaluated
 }
 
 
+_RUN_ON_RAY = """
+import json, os, runpy, sys, time, traceback
+import psutil
+import parl
+from parl.remote.context import current
+
+examples, heads = {examples!r}, set({heads!r})
+DAEMONS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def actor_workers():
+    # workers of actors on the head (ray::<Class>, descendants of a head process); its
+    # daemons and idle workers are Ray's own
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        title = ((process.info["cmdline"] or [""])[:1] or [""])[0].split(" ")[0]
+        if not title.startswith("ray::") or title in DAEMONS:
+            continue
+        try:
+            if any(parent.pid in heads for parent in process.parents()):
+                found.add(process.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def mark(line):
+    for stream in (sys.stdout, sys.stderr):
+        stream.write("\\n@@" + line + "\\n")
+        stream.flush()
+
+
+for example, argv in json.loads({cases!r}):
+    before, modules = actor_workers(), set(sys.modules)
+    script = os.path.join(examples, example, "train.py")
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(script))
+    mark("run " + example)
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    ray = sys.modules.get("ray")
+    joined = None  # the Ray its actors went to: the head's GCS and its nodes' addresses
+    if ray is not None and ray.is_initialized():
+        joined = {{"carrier": type(current().carrier).__name__,
+                  "gcs": ray.get_runtime_context().gcs_address,
+                  "nodes": sorted(node["NodeManagerAddress"] for node in ray.nodes())}}
+    parl.disconnect()  # what the script's exit does
+    sys.path.remove(os.path.dirname(script))
+    for name in set(sys.modules) - modules:  # the example's own modules (model.py, ...)
+        if (getattr(sys.modules[name], "__file__", None) or "").startswith(examples):
+            del sys.modules[name]
+    deadline = time.monotonic() + 20
+    while actor_workers() - before and time.monotonic() < deadline:
+        time.sleep(0.1)  # (a scan of every process on the machine costs milliseconds)
+    left = []
+    for pid in sorted(actor_workers() - before):
+        try:
+            left.append(str(pid) + ": " + " ".join(psutil.Process(pid).cmdline())[:200])
+        except psutil.Error:
+            pass
+    mark("exit " + json.dumps({{"code": code, "joined": joined, "left": left}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(ray_head: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every example of CASES run on the head, in one interpreter: by example, its exit
+    ``code``, its ``log`` (what it wrote to stdout and stderr), the Ray it ``joined`` (its
+    carrier, the GCS address and the nodes' addresses, seen as it ended) and the workers of its
+    actors ``left`` 20 s after it ended."""
+    folder = tmp_path_factory.mktemp("examples-on-ray")
+    cases = [(example, [*CASES[example], "--torch_threads", "1",
+                        "--logdir", str(folder / example)]) for example in sorted(CASES)]  # fmt: skip
+    code = _RUN_ON_RAY.format(
+        examples=str(REPO_ROOT / "examples"),
+        heads=sorted(HEAD_GROUPS),
+        cases=json.dumps([(example, ["--xparl_addr", "ray", *argv]) for example, argv in cases]),
+    )
+    env = dict(os.environ, **ray_head.env)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    everything = proc.stdout + proc.stderr  # Ray's own lines are not always in order with ours
+    for bad in ("Traceback", "Exception ignored"):
+        at = everything.find(bad)
+        assert at < 0, everything[max(0, at - 3000) : at + 3000]
+    logs: dict[str, list[str]] = {}
+    ends: dict[str, dict] = {}
+    for stream in (proc.stdout, proc.stderr):
+        for part in stream.split("\n@@run ")[1:]:
+            example, _, body = part.partition("\n")
+            body, _, tail = body.partition("\n@@exit ")
+            logs.setdefault(example, []).append(body)
+            ends[example] = json.loads(tail.split("\n", 1)[0])
+    assert sorted(ends) == sorted(CASES), proc.stderr[-4000:]
+    return {example: {**ends[example], "log": "".join(logs[example])} for example in ends}
+
+
 @pytest.mark.parametrize("example", sorted(CASES))
 def test_a_distributed_example_runs_unchanged_on_ray(
-    run_python: RunPython,
-    tmp_path: Path,
-    example: str,
-    ray_head: Any,  # noqa: F811 - the fixture
-    monkeypatch: pytest.MonkeyPatch,
+    runs: dict[str, dict], example: str, ray_head: Any
 ) -> None:
-    for name, value in ray_head.env.items():
-        monkeypatch.setenv(name, value)
-    before = _ray_processes()
-    script = REPO_ROOT / "examples" / example / "train.py"
-    args = [str(script), "--xparl_addr", "ray", *CASES[example], "--torch_threads", "1",
-            "--logdir", str(tmp_path / "log")]  # fmt: skip
-    proc = run_python(args=args, timeout=240, cwd=tmp_path)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
-    assert "Connected to Ray cluster" in log, log[-2000:]  # it ran on Ray, not local workers
-    joined = re.findall(r"Ray cluster at address: ([^:\s]+)", log)
-    assert joined and set(joined) == {"127.0.0.1"}, joined  # the head on loopback, nothing else
+    run = runs[example]
+    log = run["log"]
+    assert run["code"] == 0, log[-4000:]
+    # it ran on Ray, not local workers: on the head, whose node is on loopback, nothing else
+    assert run["joined"] == {"carrier": "RayCarrier", "gcs": ray_head.gcs,
+                             "nodes": ["127.0.0.1"]}, run["joined"]  # fmt: skip
     assert re.search(EVIDENCE[example], log), log[-3000:]
     assert "Traceback" not in log and "UserWarning" not in log, log[-4000:]
-    started = _ray_processes() - before  # its actors' workers (the head's daemons stay)
-    assert _wait_gone(started), f"Ray workers left behind by {example}: {_describe(started)}"
-
-
-def _wait_gone(pids: set[int], timeout: float = 20.0) -> bool:
-    return wait_until(lambda: _gone(pids), timeout=timeout)
-
-
-def _describe(pids: set[int]) -> list[str]:
-    found = []
-    for pid in sorted(pids):
-        try:
-            found.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:200]}")
-        except psutil.Error:
-            found.append(f"{pid}: gone")
-    return found
+    assert not run["left"], f"Ray workers left behind by {example}: {run['left']}"

@@ -254,8 +254,5 @@ def small_cluster(tmp_path, monkeypatch):
         clusters.stop(cluster)
 
 
-# -- Ray (tests/runtime/rays.py) ---------------------------------------------------------------
-from tests.runtime.rays import on_ray, ray_local  # noqa: E402, F401
-
 # -- real sshd processes on loopback for the SSH launcher (tests/runtime/sshd.py) -------------
 from tests.runtime.sshd import lab, project, ssh_lab  # noqa: E402, F401

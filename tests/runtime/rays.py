@@ -1,6 +1,7 @@
-"""A local Ray for the tests: one per test process (an xdist worker), started by the first test
-that asks for it and shut down at the end of the run; and a Ray head (``ray_head``) for the
-one module that drives Ray Client from a user's script.
+"""The Ray of the tests: one Ray head per test process (an xdist worker), started by the first
+test that asks for it and ended at the end of the run. This process joins it (``ray_local``,
+``on_ray``); scripts of the tests join it through ``RAY_ADDRESS`` or Ray Client
+(``ray_head``): a Ray costs seconds of CPU to start and a little all the while it runs.
 
 Without Ray installed, the Ray tests are skipped with the install hint, except under
 ``CI=true`` (``.ci/run`` installs the ``ray`` extra), where that is a failure.
@@ -23,7 +24,8 @@ import pytest
 
 from tests.runtime.conftest import wait_until
 
-NUM_CPUS = 2  # logical: test_ray_backend's resource tests hold them; Ray starts a worker per CPU
+NUM_CPUS = 2  # logical: test_ray_backend's resource tests hold them
+POLL_S = 0.05  # waits on actor_workers(): a scan of this process's descendants costs ms of CPU
 
 
 def require_ray():
@@ -41,24 +43,24 @@ def require_ray():
 
 
 @pytest.fixture(scope="session")
-def ray_local():
-    """``ray.init(num_cpus=NUM_CPUS, include_dashboard=False)`` in this process, shared by every test
-    of the run on Ray (``on_ray`` checks after each that none of its actors is left); at the
-    end, ``ray.shutdown()`` and a check that every process Ray started has ended."""
+def ray_local(ray_head):
+    """This process joined to the run's Ray head (``ray.init(address=...)``), shared by every
+    test of the run on Ray (``on_ray`` checks after each that none of its actors is left);
+    ``ray.shutdown()`` at the end, before the head is ended."""
     ray = require_ray()
     if ray.is_initialized():
         pytest.fail("a Ray from an earlier test is still initialised in this process")
-    before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. the SSH lab's
-    # address="local": a new Ray of its own even when another one runs on this machine (a
-    # plain ray.init() joins the last `ray start` head it finds)
-    ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False, logging_level="warning")
-    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # as the head: no token to present
+    ray.init(address=ray_head.gcs, logging_level="warning")
     try:
         yield ray
     finally:
         ray.shutdown()
-        left = wait_until(lambda: not [p for p in started if _running(p)], timeout=20)
-        assert left, f"Ray processes left behind: {[p for p in started if _running(p)]}"
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def on_ray(ray_local):
         gc.collect()
         parl.disconnect()  # kills the test's actors; leaves the shared Ray running
         parl.connect(linger=0)
-        assert wait_until(lambda: not actor_workers(), timeout=30), (
+        assert wait_until(lambda: not actor_workers(), timeout=30, interval=POLL_S), (
             f"Ray actors left behind: {[_title(p) for p in actor_workers()]}"
         )
 
@@ -125,26 +127,32 @@ class RayHead(NamedTuple):
     env: dict[str, str]  # environment for its clients: RAY_ADDRESS, no token auth
 
 
-# `ray start --block` takes about 30 s to end on SIGTERM here; its processes die as fast on
-# SIGKILL (the group), and its files are in its own temp folder, removed below
-HEAD_STOP_S = 3.0
+# `ray start --block` takes about 30 s to end on SIGTERM here: the head is ended by SIGKILL to
+# its process group (its driver in this process has shut down first); its files are in its own
+# temp folder, removed below
 
 
-@pytest.fixture(scope="module")
+# Ray starts an idle worker per CPU when the first driver joins, for tasks of that driver's
+# environment; an actor of parl ships its code (a runtime_env of its own), so it never runs in
+# one of them: they would only compete with the tests for the CPUs.
+NO_IDLE_WORKERS = {"RAY_prestart_worker_first_driver": "0"}
+
+
+@pytest.fixture(scope="session")
 def ray_head():
-    """A Ray head of its own (``ray start --head --block`` on loopback, 2 CPUs, its own temp
-    folder), shared by a module's tests that drive Ray from user scripts; ended through its
-    process group at the end of the module (so that no process of it outlives the module),
-    never with ``ray stop`` (which stops every Ray of this user)."""
+    """The Ray head of this test process (``ray start --head --block`` on loopback, NUM_CPUS
+    CPUs, its own temp folder), for every test of the run on Ray; ended through its process
+    group at the end of the run (so that no process of it outlives the run), never with
+    ``ray stop`` (which stops every Ray of this user)."""
     require_ray()
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's sockets live under it
     gcs, client = _free_port(), _free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", **NO_IDLE_WORKERS)
     client_env = dict(env, RAY_ADDRESS=f"127.0.0.1:{gcs}")
     command = [
         os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-        "--ray-client-server-port", str(client), "--num-cpus", "2",
+        "--ray-client-server-port", str(client), "--num-cpus", str(NUM_CPUS),
         "--include-dashboard", "false", "--disable-usage-stats",
         "--temp-dir", temp,
     ]  # fmt: skip
@@ -161,12 +169,8 @@ def ray_head():
     finally:
         members = [p for p in psutil.process_iter() if _in_group(p, head.pid)]
         if head.poll() is None:
-            os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=HEAD_STOP_S)
-        except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+        head.wait()
         gone = wait_until(lambda: not [p for p in members if _running(p)], timeout=30)
         if not gone:
             for process in members:

@@ -1,7 +1,6 @@
-"""Ray Client: ``parl.connect("ray://host:port")`` against a real Ray head started by the test
-(``ray start --head --block`` on loopback, its own temp folder), driven from a fresh
-interpreter as a user's script would be. The head is ended through its process group, never
-with ``ray stop`` (which would stop every Ray of this user on the machine)."""
+"""Ray Client: ``parl.connect("ray://host:port")`` against a real Ray head (the run's
+``ray start --head`` on loopback, tests/runtime/rays.py), driven from a fresh interpreter as a
+user's script would be."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.runtime.rays import ray_head  # noqa: F401 - the fixture
-
-pytestmark = pytest.mark.slow  # a Ray head of its own
+pytestmark = pytest.mark.slow  # on the run's Ray head (tests/runtime/rays.py)
 
 CLIENT_SCRIPT = textwrap.dedent(
     """
@@ -51,7 +48,7 @@ CLIENT_SCRIPT = textwrap.dedent(
 )
 
 
-def test_actors_through_ray_client(ray_head, tmp_path):  # noqa: F811 - the fixture
+def test_actors_through_ray_client(ray_head, tmp_path):
     address, env = ray_head.client, ray_head.env
     (tmp_path / "client.py").write_text(CLIENT_SCRIPT)
     done = subprocess.run(

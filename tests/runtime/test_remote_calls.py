@@ -356,3 +356,6 @@ def test_wait_and_get_over_futures_of_several_actors(actors, tmp_path, carrier):
     # Ray does not tell how its worker ended (docs/guides/ray.md): the error says it died
     with pytest.raises(parl.ActorDiedError, match="died" if carrier == "ray" else "SIGKILL"):
         parl.get([doomed], timeout=10)
+    with open(never, "w") as f:  # it answers after all: its actor ends without a stop_timeout
+        f.write("late")
+    assert other.get(timeout=10) == "late"
