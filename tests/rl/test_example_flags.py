@@ -489,8 +489,8 @@ def test_a_resuming_train_call_without_its_checkpoint_raises_the_command_lines_m
 import sys
 sys.path.insert(0, {str(EXAMPLES / "PPO")!r})
 import gymnasium, train
-gymnasium.make = None  # the check comes before any env
 config = train.parse_config(["--env", "CartPole-v1", "--logdir", {str(tmp_path / "none")!r}])
+gymnasium.make = None  # train's check comes before any env (parsing made one, to check it)
 config["resume"] = True
 try:
     train.train(config)
