@@ -351,6 +351,8 @@ OUT_OF_RANGE = [
     ("QMIX", "--lr=nan", "argument --lr: must be a finite number above 0, got nan"),
     ("MAPPO", "--lr=0", "argument --lr: must be a finite number above 0, got 0"),
     ("PPO", "--eval_episodes=-1", "--eval_episodes: must be 0"),
+    ("remote_hello", "--actor_num=0", "argument --actor_num: must be 1 or more, got 0"),
+    ("remote_hello", "--n=-5", "argument --n: must be 1 or more, got -5"),
 ]  # fmt: skip
 # (example, its usage error)
 WRONG_ACTION_SPACE = [
