@@ -261,7 +261,10 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
-    refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
+    refuse_as_usage(
+        parser,
+        lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics, importable=True),
+    )
     refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 

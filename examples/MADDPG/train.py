@@ -367,6 +367,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.env,
             continuous_actions=args.continuous_actions,
             legacy_dynamics=args.legacy_dynamics,
+            importable=True,
         ),
     )
     refuse_resume_without_checkpoint(parser, args.resume, args.logdir, "checkpoint_agent0.pt")

@@ -456,6 +456,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
             args.env,
             continuous_actions=args.continuous_actions,
             legacy_dynamics=args.legacy_dynamics,
+            importable=True,
         ),
     )
     refuse_resume_without_checkpoint(parser, args.resume, logdir_of(args), "checkpoint_agent0.pt")

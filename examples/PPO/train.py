@@ -38,6 +38,7 @@ from parl.utils import logger, set_seed, summary
 from parl.utils.train_flags import (
     add_common_flags,
     example_parser,
+    refuse_as_usage,
     refuse_resume_without_checkpoint,
     require_checkpoint,
 )
@@ -65,16 +66,30 @@ def cpu_seconds() -> float:
     return total
 
 
+def check_action_kind(env_id: str, act_space: gym.Space, continuous: bool) -> None:
+    """A ValueError naming the fix unless ``--continuous_action`` matches the env's actions."""
+    if continuous != isinstance(act_space, gym.spaces.Box):
+        fix = "leave out --continuous_action" if continuous else "add --continuous_action"
+        raise ValueError(
+            f"--env {env_id}: its actions are {act_space}; {fix} (it is for a Box action "
+            "space, a discrete one goes without it)"
+        )
+
+
+def _env_action_space(env_id: str) -> gym.Space:
+    env = gym.make(env_id)
+    try:
+        return env.action_space
+    finally:
+        env.close()
+
+
 def build_agent(config: dict[str, Any], obs_space: gym.Space, act_space: gym.Space) -> PPOAgent:
     if kind_of(config) == "atari":
         model: Any = AtariModel(int(act_space.n))
     else:
         continuous = bool(config["continuous_action"])
-        if continuous != isinstance(act_space, gym.spaces.Box):
-            raise ValueError(
-                f"--env {config['env']}: its actions are {act_space}; add --continuous_action "
-                "for a Box action space, leave it out for a discrete one"
-            )
+        check_action_kind(config["env"], act_space, continuous)
         act_dim = int(np.prod(act_space.shape)) if continuous else int(act_space.n)
         model = MLPModel(
             int(np.prod(obs_space.shape)),
@@ -308,7 +323,18 @@ def parse_config(argv: list[str] | None = None) -> dict[str, Any]:
     """The preset of ``--env`` with the flags given on the command line laid over it."""
     parser = make_parser()
     args = parser.parse_args(argv)
-    config = config_for(args.env, args.continuous_action, args.preset)
+    if kind_of({"env": args.env, "continuous_action": args.continuous_action}) != "atari":
+        # checked before anything starts: a usage error, not a traceback from the run
+        refuse_as_usage(
+            parser,
+            lambda: check_action_kind(
+                args.env, _env_action_space(args.env), args.continuous_action
+            ),
+        )
+    config: dict[str, Any] = {}
+    refuse_as_usage(
+        parser, lambda: config.update(config_for(args.env, args.continuous_action, args.preset))
+    )
     for key, value in vars(args).items():
         if value is not None and key != "env":
             config[key] = value

@@ -413,7 +413,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"{args.buffer_size} keeps, so no update would ever run: raise --buffer_size or "
             "lower --batch_size"
         )
-    refuse_as_usage(parser, lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics))
+    refuse_as_usage(
+        parser,
+        lambda: check_env_id(args.env, legacy_dynamics=args.legacy_dynamics, importable=True),
+    )
     refuse_resume_without_checkpoint(parser, args.resume, args.logdir)
     return args
 

@@ -14,7 +14,7 @@ import os
 import time
 
 import parl
-from parl.utils.train_flags import example_parser
+from parl.utils.train_flags import example_parser, positive_int
 
 N = 20_000_000
 ACTORS = 5
@@ -43,8 +43,8 @@ def make_parser() -> argparse.ArgumentParser:
         help="address (host:port) of an xparl cluster to run the actors on (default: none, they "
         "run on this machine)",
     )
-    parser.add_argument("--actor_num", type=int, default=ACTORS, help="counters to run")
-    parser.add_argument("--n", type=int, default=N, help="each counter counts to this")
+    parser.add_argument("--actor_num", type=positive_int, default=ACTORS, help="counters to run")
+    parser.add_argument("--n", type=positive_int, default=N, help="each counter counts to this")
     return parser
 
 

@@ -150,13 +150,22 @@ def _mpe_module(name: str) -> tuple[str, dict[str, Any]] | None:
 
 
 def check_env_id(
-    env_id: str, *, continuous_actions: bool = False, legacy_dynamics: bool = False
+    env_id: str,
+    *,
+    continuous_actions: bool = False,
+    legacy_dynamics: bool = False,
+    importable: bool = False,
 ) -> None:
     """Refuse, naming the known ones, a name that ``open_env`` would not open, and the
-    settings it would refuse for it (without importing mpe2 or lbforaging)."""
+    settings it would refuse for it (without importing mpe2 or lbforaging). With
+    ``importable``, also raise the ImportError naming the install command when the package
+    the env needs (mpe2 or lbforaging, and their dependencies) does not import here."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a str such as 'simple_spread', got {env_id!r}")
-    if _mpe_module(env_id) is not None:
+    found = _mpe_module(env_id)
+    if found is not None:
+        if importable:
+            _import_mpe(env_id, found[0])
         return
     if not env_id.startswith("Foraging"):
         raise ValueError(
@@ -176,6 +185,27 @@ def check_env_id(
             f"{env_id} has discrete actions only: leave continuous actions off "
             "(continuous_actions=False, no --continuous_actions) for foraging"
         )
+    if importable:
+        _import_foraging(env_id)
+
+
+def _import_mpe(env_id: str, module_name: str) -> Any:
+    try:
+        return importlib.import_module(f"mpe2.{module_name}")
+    except ImportError as exc:
+        raise ImportError(
+            f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_install()}"
+        ) from exc
+
+
+def _import_foraging(env_id: str) -> Any:
+    try:
+        from lbforaging.foraging import ForagingEnv  # importing registers the ids too
+    except ImportError as exc:
+        raise ImportError(
+            f"{env_id} needs lbforaging{_missing(exc, 'lbforaging')}: {_install()}"
+        ) from exc
+    return ForagingEnv
 
 
 def move_after_pushing(world: Any, p_force: list[Any]) -> None:
@@ -226,12 +256,7 @@ def open_env(
     found = _mpe_module(env_id)
     if found is not None:
         module_name, settings = found
-        try:
-            module = importlib.import_module(f"mpe2.{module_name}")
-        except ImportError as exc:
-            raise ImportError(
-                f"MPE scenario {env_id!r} needs mpe2{_missing(exc, 'mpe2')}: {_install()}"
-            ) from exc
+        module = _import_mpe(env_id, module_name)
         if kwargs.get("render_mode") not in (None, "human", "rgb_array"):
             # mpe2 takes any mode and then renders nothing
             raise ValueError(
@@ -278,12 +303,7 @@ class ForagingParallelEnv:
     """
 
     def __init__(self, env_id: str, max_cycles: int | None, kwargs: dict[str, Any]) -> None:
-        try:
-            from lbforaging.foraging import ForagingEnv  # importing registers the ids too
-        except ImportError as exc:
-            raise ImportError(
-                f"{env_id} needs lbforaging{_missing(exc, 'lbforaging')}: {_install()}"
-            ) from exc
+        ForagingEnv = _import_foraging(env_id)
         # built from the id's settings, not with gymnasium.make: make would take
         # max_episode_steps for its own TimeLimit, while lbforaging ends episodes itself
         try:

@@ -106,8 +106,22 @@ class Future:
             return False
         return not self._conn.ready(self._call_id)
 
+    def __copy__(self) -> Future:
+        # one call, one future: a second object sharing the call would drop it when collected
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Future:
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"a parl.Future cannot be pickled: it stands for call {self._call_id} on "
+            f"{self._conn.label}, reachable only from this process; call .get() on it and "
+            "send the value instead"
+        )
+
     def __del__(self) -> None:
-        if self._value is _UNSET and self._error is None:
+        if getattr(self, "_error", None) is None and getattr(self, "_value", None) is _UNSET:
             try:
                 self._conn.discard(self._call_id)
             except Exception:  # noqa: BLE001 - interpreter shutdown

@@ -297,11 +297,12 @@ def add_legacy_dynamics_flag(parser: argparse.ArgumentParser) -> None:
 
 def refuse_as_usage(parser: argparse.ArgumentParser, check: Callable[[], object]) -> None:
     """Run ``check`` (a library's own argument check); the ``ValueError`` or ``TypeError`` it
-    raises becomes ``parser``'s usage error (the usage line, the message, exit status 2)
-    instead of a traceback from deep in a run that has not started."""
+    raises, or the ``ImportError`` naming a missing extra, becomes ``parser``'s usage error
+    (the usage line, the message, exit status 2) instead of a traceback from deep in a run
+    that has not started."""
     try:
         check()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ImportError) as exc:
         parser.error(str(exc))
 
 

@@ -325,6 +325,31 @@ def test_check_env_id_accepts_every_foraging_id_lbforaging_registers_and_no_othe
         del gymnasium.registry["Foraging-mine-v0"]
 
 
+def test_a_missing_multiagent_extra_is_a_usage_error_of_the_examples(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``importable=True`` (the examples' parse-time check) imports the package the env needs;
+    one that does not import is the examples' one-line usage error with the install command."""
+    import argparse
+
+    from parl.utils.train_flags import refuse_as_usage
+
+    check_env_id("simple_spread", importable=True)
+    check_env_id("Foraging-8x8-2p-2f-coop-v3", importable=True)
+    monkeypatch.setitem(sys.modules, "mpe2.simple_spread_v3", None)
+    monkeypatch.setitem(sys.modules, "lbforaging.foraging", None)
+    check_env_id("simple_spread")  # the name alone: no import
+    parser = argparse.ArgumentParser(prog="train.py")
+    for env_id, words in (
+        ("simple_spread", "MPE scenario 'simple_spread' needs mpe2: install the multiagent extra"),
+        ("Foraging-8x8-2p-2f-coop-v3", "needs lbforaging: install the multiagent extra: pip"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            refuse_as_usage(parser, lambda: check_env_id(env_id, importable=True))  # noqa: B023
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and words in err and "Traceback" not in err, err
+
+
 def test_bad_input_gets_clear_errors(spread: MAenv) -> None:
     with pytest.raises(ValueError, match=r"unknown multi-agent env 'simple_sprad'.*simple_spread"):
         MAenv("simple_sprad")

@@ -6,14 +6,17 @@ Every actor is closed before the test ends (the autouse leak check in conftest.p
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
+import pickle
 import select
 import subprocess
 import sys
 import textwrap
 import threading
 
+import cloudpickle
 import numpy as np
 import pytest
 
@@ -520,6 +523,20 @@ def test_using_a_future_as_its_value_says_to_call_get_first():
     assert {future: "a", other: "b"}[other] == "b" and future in {future} and future != other
     assert str(future).startswith("<parl.Future call") and f"{future}" == repr(future)
     assert future.get(timeout=30) + 1 == 4 and parl.get([future, other]) == [3, 7]
+
+
+def test_a_copied_future_is_itself_and_pickling_one_says_to_send_its_value():
+    """``copy.copy`` and ``copy.deepcopy`` (of a future or of a dict holding it) give the
+    future itself: a second object for the same call would drop the call when collected. A
+    future cannot travel to another process: pickling it is a TypeError naming the fix."""
+    actor = AsyncSampler()
+    future = actor.add(1, 2)
+    assert copy.copy(future) is future and copy.deepcopy({"f": future})["f"] is future
+    for dump in (pickle.dumps, cloudpickle.dumps):
+        with pytest.raises(TypeError, match=r"parl\.Future cannot be pickled: .* call \.get\(\)"):
+            dump(future)
+    gc.collect()
+    assert parl.get([future]) == [3] and copy.copy(future).get() == 3
 
 
 def test_future_timeout_message_shows_the_timeout_as_given(tmp_path):
