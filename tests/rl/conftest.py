@@ -110,25 +110,3 @@ def summary_dir(tmp_path: Path) -> Iterator[Path]:
     summary.set_dir(logdir)
     yield logdir
     summary.close()
-
-
-_FLAG_CASES = """
-import contextlib, io, sys
-sys.path.insert(0, {folder!r})
-import train
-for flags in {cases!r}:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            train.parse_args(flags)
-            print("ACCEPTED", flags)
-        except SystemExit:
-            print("REFUSED", err.getvalue().strip().splitlines()[-1])
-"""
-
-
-def flag_cases_script(folder: str | Path, cases: list[list[str]]) -> str:
-    """Code for ``run_python`` that parses each list of flags with the ``train.py`` in
-    ``folder`` and prints a line per case: ``ACCEPTED [...]``, or ``REFUSED`` and argparse's
-    error line."""
-    return _FLAG_CASES.format(folder=str(folder), cases=cases)
