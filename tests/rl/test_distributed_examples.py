@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from .conftest import REPO_ROOT, RunPython
-from .example_mains import run_mains
+from .example_mains import imported_example, run_mains
 from .example_scripts import run_scripts
 
 pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
@@ -153,40 +154,47 @@ def test_es_runs_an_update_on_halfcheetah(run_python: RunPython, tmp_path: Path)
     assert cheetah["train_steps"] == 1 and cheetah["sample_steps"] >= 4000  # 1,000-step episodes
 
 
-@pytest.mark.parametrize("transport", ["shm", "values"])
 def test_impala_and_a2c_run_a_gaussian_policy_on_halfcheetah(
-    run_python: RunPython, tmp_path: Path, transport: str
+    run_python: RunPython, tmp_path: Path
 ) -> None:
-    """MuJoCo: a Gaussian policy, float actions in the trajectory slots (or by value), and the
-    model's observation statistics updated by the learner and saved with the checkpoint."""
-    logdir = tmp_path / "impala"
-    after = f"""
-from model import MujocoModel
-state = torch.load({str(logdir / "model.ckpt")!r})
-model = MujocoModel(17, 6)
-model.load_state_dict(state)
-print("COUNT", float(model.obs_norm.count), float(model.obs_norm.var.mean()))
-"""
-    result = _run_main(
-        run_python,
-        IMPALA_DIR,
-        ["--env", "HalfCheetah-v5", "--max_sample_steps", "1000", "--test_every_steps", "600",
-         "--eval_episodes", "1", "--transport", transport, "--logdir", str(logdir)],
-        after=after,
-    )  # fmt: skip
-    assert result["train_steps"] >= 10 and len(result["history"]) == 1
-    _assert_time_breakdown(result, {"waiting", "learning", "batching", "publishing"}, logdir)
-    count, var = (float(x) for x in result["log"].split("COUNT")[1].split()[:2])
-    assert count >= 10 * 64 and var != 1.0  # updated from every training batch
-    if transport == "shm":
-        a2c = _run_main(
-            run_python,
-            A2C_DIR,
-            ["--env", "HalfCheetah-v5", "--max_sample_steps", "1500", "--test_every_steps",
-             "1000", "--no_progress", "--logdir", str(tmp_path / "a2c")],
-        )  # fmt: skip
-        assert a2c["train_steps"] >= 20 and len(a2c["history"]) == 1
-        _assert_time_breakdown(a2c, {"waiting", "learning", "publishing"}, tmp_path / "a2c")
+    """MuJoCo: a Gaussian policy, float actions in the trajectory slots (IMPALA with shared
+    memory and by value, A2C), and the model's observation statistics updated by the learner
+    and saved with the checkpoint. The three runs share one interpreter."""
+    calls = [
+        ("IMPALA", ["--env", "HalfCheetah-v5", "--max_sample_steps", "1000", "--test_every_steps",
+                    "600", "--eval_episodes", "1", "--transport", transport, "--logdir",
+                    str(tmp_path / transport)])
+        for transport in ("shm", "values")
+    ]  # fmt: skip
+    calls.append(("A2C", ["--env", "HalfCheetah-v5", "--max_sample_steps", "1500",
+                          "--test_every_steps", "1000", "--no_progress", "--logdir",
+                          str(tmp_path / "a2c")]))  # fmt: skip
+    *impalas, a2c = run_ok_results(run_python, calls)
+    with imported_example("examples/IMPALA", "model") as model_module:
+        for transport, result in zip(("shm", "values"), impalas, strict=True):
+            logdir = tmp_path / transport
+            assert result["train_steps"] >= 10 and len(result["history"]) == 1, transport
+            _assert_time_breakdown(
+                result, {"waiting", "learning", "batching", "publishing"}, logdir
+            )
+            model = model_module.MujocoModel(17, 6)
+            model.load_state_dict(torch.load(logdir / "model.ckpt", weights_only=True))
+            # updated from every training batch
+            assert float(model.obs_norm.count) >= 10 * 64, transport
+            assert float(model.obs_norm.var.mean()) != 1.0, transport
+    assert a2c["train_steps"] >= 20 and len(a2c["history"]) == 1
+    _assert_time_breakdown(a2c, {"waiting", "learning", "publishing"}, tmp_path / "a2c")
+
+
+def run_ok_results(run_python: RunPython, calls: list[tuple[str, list[str]]]) -> list[dict]:
+    """``run_mains`` of runs that must each return a result: each result, with its ``log``."""
+    results = []
+    for (name, _), run in zip(calls, run_mains(run_python, calls), strict=True):
+        assert run.code == 0 and run.result is not None, f"{name}: {run.log[-3000:]}"
+        for blemish in ("Traceback", "Exception ignored"):
+            assert blemish not in run.log, f"{name}: {run.log[-3000:]}"
+        results.append(run.result | {"log": run.log})
+    return results
 
 
 # -- bad flags and envs get clear errors; checkpoints replay -----------------------------------
