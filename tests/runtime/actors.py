@@ -469,8 +469,8 @@ class _Writer:
         return os.getpid()
 
     def busy(self):
-        _touch(os.path.join(self.folder, "busy"))
-        try:
+        try:  # "busy" is written inside: a close seen as soon as the file exists meets the finally
+            _touch(os.path.join(self.folder, "busy"))
             while True:
                 time.sleep(0.01)
         finally:
