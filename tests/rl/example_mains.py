@@ -108,6 +108,17 @@ def run_ok(
     return [run.log for run in runs]
 
 
+def run_ok_results(run_python: RunPython, calls: list[tuple[str, list[str]]]) -> list[dict]:
+    """``run_mains`` of runs that must each return a result: each result, with its ``log``."""
+    results = []
+    for (name, _), run in zip(calls, run_mains(run_python, calls), strict=True):
+        assert run.code == 0 and run.result is not None, f"{name}: {run.log[-3000:]}"
+        for blemish in ("Traceback", "Exception ignored"):
+            assert blemish not in run.log, f"{name}: {run.log[-3000:]}"
+        results.append(run.result | {"log": run.log})
+    return results
+
+
 @contextmanager
 def imported_example(folder: str, module: str = "train") -> Iterator[ModuleType]:
     """``<folder>/<module>.py`` (``folder`` under ``examples/`` or ``scripts/``) imported into

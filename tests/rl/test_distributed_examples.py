@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from .conftest import REPO_ROOT, RunPython
-from .example_mains import imported_example, run_mains
+from .example_mains import imported_example, run_mains, run_ok_results
 from .example_scripts import run_scripts
 
 pytestmark = pytest.mark.slow  # the distributed examples, on worker processes
@@ -184,17 +184,6 @@ def test_impala_and_a2c_run_a_gaussian_policy_on_halfcheetah(
             assert float(model.obs_norm.var.mean()) != 1.0, transport
     assert a2c["train_steps"] >= 20 and len(a2c["history"]) == 1
     _assert_time_breakdown(a2c, {"waiting", "learning", "publishing"}, tmp_path / "a2c")
-
-
-def run_ok_results(run_python: RunPython, calls: list[tuple[str, list[str]]]) -> list[dict]:
-    """``run_mains`` of runs that must each return a result: each result, with its ``log``."""
-    results = []
-    for (name, _), run in zip(calls, run_mains(run_python, calls), strict=True):
-        assert run.code == 0 and run.result is not None, f"{name}: {run.log[-3000:]}"
-        for blemish in ("Traceback", "Exception ignored"):
-            assert blemish not in run.log, f"{name}: {run.log[-3000:]}"
-        results.append(run.result | {"log": run.log})
-    return results
 
 
 # -- bad flags and envs get clear errors; checkpoints replay -----------------------------------
